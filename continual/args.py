@@ -1,0 +1,132 @@
+"""The training `Args`: every flag of `continual_training_example.py` and of the agent scripts.
+
+One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); tyro accepts
+both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config`), and the
+curriculum keys `modification_factory` / `modification_factory_kwargs`, which are not flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Optional
+
+ARCHITECTURES = ("PPO", "PPO_CBP", "IMPALA")
+BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
+
+
+@dataclasses.dataclass
+class Args:
+    # --- run -------------------------------------------------------------------------------------------------------
+    config: Optional[str] = None
+    """path to a run_config.json (curriculum + any of these fields); flags given on the command line override it"""
+    exp_name: str = ""
+    """experiment name used in the run name (default: the architecture in lower case)"""
+    run_name: Optional[str] = None
+    """name of the run directory under --runs_dir (default: <game>__<exp_name>__s<seed>__<unix time>)"""
+    runs_dir: str = "runs"
+    """parent folder of run directories"""
+    architecture: Literal["PPO", "PPO_CBP", "IMPALA"] = "PPO"
+    """the agent to train"""
+    seed: int = 1
+    """seed of the run: torch, numpy, envs (env i gets seed+i) and the curriculum"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic`"""
+    cuda: bool = True
+    """use CUDA when available"""
+    total_timesteps: Optional[int] = None
+    """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
+    resume: Optional[str] = None
+    """continue a run from a checkpoint file or a run directory (its newest checkpoint)"""
+
+    # --- environment -----------------------------------------------------------------------------------------------
+    env_id: str = "ALE/Freeway-v5"
+    """gymnasium id; use full `ALE/<Game>-v5` ids for Atari (bare names silently mean v4 dynamics)"""
+    backend: Literal["HackAtari", "OCAtari", "Gymnasium"] = "HackAtari"
+    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications)"""
+    obs_mode: Literal["dqn", "obj", "ori"] = "dqn"
+    """Atari observations: dqn (4x84x84 grey uint8 stack), obj (object coordinates), ori (raw RGB frame)"""
+    modifs: str = ""
+    """modification string used when no curriculum is configured (e.g. "all_green_cars reverse_car_speed_top")"""
+    num_envs: int = 8
+    """number of parallel environments"""
+    vector_env: Literal["auto", "async", "sync"] = "auto"
+    """vector env: async = one worker process per env; auto = async for Atari, sync otherwise"""
+    frameskip: int = 4
+    """Atari frames per agent step"""
+    buffer_window_size: int = 4
+    """frames stacked in an Atari observation"""
+    repeat_action_probability: float = 0.25
+    """Atari sticky actions (v5 default 0.25)"""
+    noop_max: int = 30
+    """up to this many random no-ops after each Atari reset"""
+    deactivate_episodic_life: bool = False
+    """do not end training episodes at a life loss (episode statistics are always whole games)"""
+    reward_scaling: Literal["clip", "normalize", "none"] = "clip"
+    """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return"""
+    max_episode_steps: Optional[int] = None
+    """truncate episodes after this many agent steps (Atari: also caps emulator frames at frameskip x this)"""
+
+    # --- PPO -------------------------------------------------------------------------------------------------------
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over the whole run (not reset at switches)"""
+    num_steps: int = 128
+    """steps per env per rollout (a rollout is num_envs x num_steps agent steps; curricula are asked once per rollout)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """epochs per rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as in CleanRL/baselines"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient clipping norm"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an update early once the approximate KL exceeds this"""
+
+    # --- outputs ---------------------------------------------------------------------------------------------------
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project_name: str = "continual_hackatari"
+    """W&B project"""
+    wandb_entity: Optional[str] = None
+    """W&B entity (team or user)"""
+    wandb_dir: Optional[str] = None
+    """W&B local folder (default: the run directory)"""
+    capture_video: bool = False
+    """record episodes of env 0 (file names carry regime and step)"""
+    video_every: int = 1
+    """with --capture_video: record every n-th episode of env 0 (and always the first episode after a switch)"""
+    save_agent_with_switch: bool = False
+    """checkpoint at every regime switch, named after the outgoing regime and the step"""
+    save_agent_wandb: bool = False
+    """with --track: upload checkpoints as W&B artifacts"""
+    checkpoint_every: int = 0
+    """also checkpoint every this many agent steps (0: only at switches with --save_agent_with_switch, and at the end)"""
+    keep_checkpoints: int = 3
+    """periodic checkpoints to keep (switch and final checkpoints are always kept)"""
+    progress_bar: bool = True
+    """show a progress bar (steps, SPS, regime, recent return)"""
+
+    # --- filled at run time ------------------------------------------------------------------------------------------
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    def minibatch_size(self) -> int:
+        return self.batch_size() // self.num_minibatches
+
+
+def field_names() -> set[str]:
+    return {f.name for f in dataclasses.fields(Args)}

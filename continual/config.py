@@ -1,0 +1,252 @@
+"""Configuration: `Args` defaults < run_config.json < flags given on the command line.
+
+`parse_args()` returns the resolved `Args` and the curriculum spec. Every problem is a one-line `UserError` naming the
+field, raised before any environment is created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import io
+import json
+import math
+import os
+import sys
+import types
+import typing
+from typing import Any, Optional, Sequence
+
+import tyro
+
+from continual.args import Args, field_names
+from continual.errors import UserError, one_line
+
+CURRICULUM_KEYS = ("modification_factory", "modification_factory_kwargs")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+DEFAULT_TOTAL_TIMESTEPS = 10_000_000
+
+
+@dataclasses.dataclass
+class Curriculum:
+    """The `modification_factory` part of a run config (None: a constant `--modifs` string)."""
+
+    factory: Optional[str] = None
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not allowed")
+
+
+def load_json_file(path: str, what: str = "config") -> dict:
+    if os.path.isdir(path):
+        raise UserError(f"{what} {path!r} is a directory, expected a JSON file")
+    if not os.path.exists(path):
+        raise UserError(f"{what} {path!r} does not exist")
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_CONFIG_BYTES:
+            raise UserError(f"{what} {path!r} is {size} bytes; refusing files over {MAX_CONFIG_BYTES} bytes")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path!r} cannot be read: {e}") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise UserError(f"{what} {path!r}: JSON nested too deeply") from None
+    except ValueError as e:
+        raise UserError(f"{what} {path!r} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path!r}: the top level must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _type_hints() -> dict[str, Any]:
+    return typing.get_type_hints(Args)
+
+
+def _check_value(name: str, value: Any, tp: Any) -> Any:
+    """Check a JSON value against a field annotation; returns the value converted (int -> float where needed)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        errors = []
+        for a in inner:
+            try:
+                return _check_value(name, value, a)
+            except UserError as e:
+                errors.append(str(e))
+        raise UserError(errors[0])
+    if origin is typing.Literal:
+        if value not in args:
+            raise UserError(f"{name}: must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{name}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{name}: expected an integer, got {value!r}")
+        if isinstance(value, float):
+            if not math.isfinite(value) or not value.is_integer():
+                raise UserError(f"{name}: expected an integer, got {value!r}")
+            value = int(value)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{name}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise UserError(f"{name}: must be finite, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise UserError(f"{name}: expected a string, got {value!r}")
+        return value
+    raise UserError(f"{name}: cannot be set from a config file")
+
+
+def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
+    """Separate Args fields from the curriculum keys, checking names and types."""
+    hints = _type_hints()
+    names = field_names()
+    fields: dict = {}
+    curriculum = Curriculum()
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise UserError(f"{source}: keys must be strings")
+        if key.startswith("_"):
+            continue  # "_comment" style keys are documentation
+        if key == "modification_factory":
+            if not isinstance(value, str) or not value:
+                raise UserError(f"modification_factory: expected a factory name, got {value!r}")
+            curriculum.factory = value
+        elif key == "modification_factory_kwargs":
+            if not isinstance(value, dict):
+                raise UserError(f"modification_factory_kwargs: expected an object, got {type(value).__name__}")
+            curriculum.kwargs = value
+        elif key in ("config", "resume"):
+            raise UserError(f"{key}: cannot be set inside a config file")
+        elif key in names:
+            fields[key] = _check_value(key, value, hints[key])
+        else:
+            close = difflib.get_close_matches(key, sorted(names) + list(CURRICULUM_KEYS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UserError(f"{source}: unknown key {key!r}{hint}")
+    if curriculum.kwargs and curriculum.factory is None:
+        raise UserError("modification_factory: missing (modification_factory_kwargs is given)")
+    return fields, curriculum
+
+
+def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a in ("--config",):
+            if i + 1 >= len(argv):
+                raise UserError("--config: expected a path")
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _tyro_error_line(text: str) -> str:
+    lines = [ln.strip(" │╭╮╰╯─-") for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not set(ln) <= set("─-━ ")]
+    # the first line is the box title ("Value error"), the second the actual message
+    for ln in lines[1:]:
+        if not ln.lower().startswith(("for full helptext", "argument helptext")):
+            return one_line(ln)
+    return one_line(lines[0]) if lines else "invalid command line"
+
+
+def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
+    """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
+    if any(a in ("-h", "--help") for a in argv):
+        return tyro.cli(cls, args=list(argv), default=default, description=description)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf), contextlib.redirect_stdout(buf):
+            return tyro.cli(cls, args=list(argv), default=default, description=description)
+    except SystemExit as e:
+        if e.code in (0, None):
+            sys.stdout.write(buf.getvalue())
+            raise
+        raise UserError(_tyro_error_line(buf.getvalue())) from None
+
+
+def validate_args(args: Args) -> None:
+    """Range checks that types alone cannot express."""
+
+    def positive(name: str) -> None:
+        if getattr(args, name) <= 0:
+            raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
+
+    def in_unit(name: str, low_open: bool = False) -> None:
+        v = getattr(args, name)
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (low_open and v == 0):
+            raise UserError(f"{name}: must be in {'(0' if low_open else '[0'}, 1], got {v}")
+
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "frameskip", "buffer_window_size",
+                 "keep_checkpoints", "video_every"):
+        positive(name)
+    for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{name}: must be a positive finite number, got {v}")
+    for name in ("ent_coef", "vf_coef"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("gamma", "gae_lambda", "repeat_action_probability"):
+        in_unit(name)
+    for name in ("noop_max", "checkpoint_every"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if args.total_timesteps is not None:
+        positive("total_timesteps")
+    if args.max_episode_steps is not None:
+        positive("max_episode_steps")
+    if args.target_kl is not None and not (math.isfinite(args.target_kl) and args.target_kl > 0):
+        raise UserError(f"target_kl: must be a positive finite number, got {args.target_kl}")
+    if args.batch_size() < args.num_minibatches:
+        raise UserError(
+            f"num_minibatches: {args.num_minibatches} exceeds the rollout size num_envs*num_steps={args.batch_size()}"
+        )
+    if args.backend != "Gymnasium" and not args.env_id.startswith("ALE/"):
+        raise UserError(
+            f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
+            f"got {args.env_id!r}"
+        )
+    if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):
+        raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> tuple[Args, Curriculum]:
+    """Resolve defaults < --config JSON < command-line flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_path = _config_path_from_argv(argv)
+    defaults = Args()
+    curriculum = Curriculum()
+    if config_path is not None:
+        data = load_json_file(config_path)
+        fields, curriculum = split_config(data, f"config {config_path!r}")
+        defaults = dataclasses.replace(defaults, **fields)
+    args = cli(Args, argv, default=defaults, description=description)
+    validate_args(args)
+    return args, curriculum
+
+
+def args_to_dict(args: Any) -> dict:
+    return dataclasses.asdict(args)
+
+
+def args_from_dict(data: dict) -> Args:
+    """Rebuild Args from a saved resolved config (a checkpoint or config.json); unknown keys are an error."""
+    fields, _ = split_config({k: v for k, v in data.items() if k not in ("config", "resume")}, "saved config")
+    return dataclasses.replace(Args(), **fields)

@@ -1,0 +1,188 @@
+"""Vector environments whose modifications switch in place.
+
+`make_vector_env` builds one long-lived gymnasium vector env (async: one worker process per env). `switch()` sends
+the new modification string to every worker, which swaps its hooks, then resets the envs: no process is created or
+left behind. Each env is seeded once (`seed + i`) at the first reset.
+
+Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
+backend env (`continual.backends`) -> [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] ->
+RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
+NoopReset -> EpisodicLife -> FireReset -> SwitchHandle. Reward clipping/normalisation happens in the learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import re
+from typing import Any, Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from continual.backends import is_atari, make_backend_env, normalize
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSettings:
+    """What a worker needs to build its env (picklable)."""
+
+    env_id: str
+    backend: str
+    obs_mode: str = "dqn"
+    frameskip: int = 4
+    buffer_window_size: int = 4
+    repeat_action_probability: float = 0.25
+    noop_max: int = 30
+    episodic_life: bool = True
+    max_episode_steps: Optional[int] = None
+    video_dir: Optional[str] = None
+    video_every: int = 1
+    need_objects: bool = False
+
+    @classmethod
+    def from_args(cls, args: Any, video_dir: Optional[str] = None, **overrides: Any) -> "EnvSettings":
+        values = dict(
+            env_id=args.env_id, backend=args.backend, obs_mode=args.obs_mode, frameskip=args.frameskip,
+            buffer_window_size=args.buffer_window_size, repeat_action_probability=args.repeat_action_probability,
+            noop_max=args.noop_max, episodic_life=not args.deactivate_episodic_life,
+            max_episode_steps=args.max_episode_steps, video_dir=video_dir if args.capture_video else None,
+            video_every=args.video_every,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def atari(self) -> bool:
+        return self.backend in ("HackAtari", "OCAtari") or is_atari(self.env_id)
+
+
+def regime_slug(modification: str) -> str:
+    """A file/tag-safe name for a modification string ("" -> "no_modif")."""
+    s = normalize(modification)
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", s.replace(" ", "+")) if s else "no_modif"
+
+
+class RegimeVideo(gym.wrappers.RecordVideo):
+    """RecordVideo whose files are named `<regime>__step<global step>-episode-<n>.mp4`.
+
+    Episode numbers keep counting across switches, so a recurring regime never overwrites its earlier videos; the
+    first episode of every regime is recorded.
+    """
+
+    def __init__(self, env: gym.Env, video_dir: str, every: int, modification: str):
+        self._every = every
+        self._force = True
+        super().__init__(env, video_dir, episode_trigger=self._trigger, name_prefix=regime_slug(modification) + "__step0",
+                         disable_logger=True)
+
+    def _trigger(self, episode_id: int) -> bool:
+        if self._force:
+            self._force = False
+            return True
+        return episode_id % self._every == 0
+
+    def start_regime(self, modification: str, step: int) -> None:
+        self.name_prefix = f"{regime_slug(modification)}__step{step}"
+        self._force = True
+
+
+class SwitchHandle(gym.Wrapper):
+    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset)."""
+
+    def set_modifications(self, modification: str, step: int = 0) -> None:
+        env = self.env
+        while isinstance(env, gym.Wrapper):
+            if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
+                env.was_real_done = True
+            if isinstance(env, RegimeVideo):
+                env.start_regime(modification, step)
+            env = env.env
+        self.env.get_wrapper_attr("set_modifications")(modification)
+
+    def get_ram(self) -> np.ndarray:
+        return self.env.unwrapped.ale.getRAM()
+
+
+def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
+    def thunk() -> gym.Env:
+        from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv, NoopResetEnv
+
+        record = settings.video_dir is not None and idx == 0
+        env = make_backend_env(
+            settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
+            frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
+            repeat_action_probability=settings.repeat_action_probability,
+            max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
+            need_objects=settings.need_objects,
+        )
+        gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
+        if gym_atari:
+            env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
+                                                  screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
+            env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if record:
+            env = RegimeVideo(env, settings.video_dir, settings.video_every, modification)
+        if settings.atari:
+            if settings.noop_max > 0 and not gym_atari:
+                env = NoopResetEnv(env, noop_max=settings.noop_max)
+            if settings.episodic_life:
+                env = EpisodicLifeEnv(env)
+            if "FIRE" in env.unwrapped.get_action_meanings():
+                env = FireResetEnv(env)
+        return SwitchHandle(env)
+
+    return thunk
+
+
+_PRELOAD = ["continual.backends", "continual.modifications", "hackatari.core", "ocatari.core",
+            "stable_baselines3.common.atari_wrappers", "gymnasium"]
+
+
+def _mp_context() -> str:
+    # forkserver: workers fork from a clean server that imported the env stack once (a fork of the learner would
+    # copy torch's thread pools; spawn would re-import hackatari in every worker, ~3 s each)
+    mp.set_forkserver_preload(_PRELOAD)
+    return "forkserver"
+
+
+class ContinualVectorEnv(gym.vector.VectorWrapper):
+    """A vector env plus the current modification string and an in-place `switch`."""
+
+    def __init__(self, env: gym.vector.VectorEnv, modification: str):
+        super().__init__(env)
+        self.modification = normalize(modification)
+
+    def switch(self, modification: str, step: int = 0) -> tuple[np.ndarray, dict]:
+        """Swap every env's modifications and reset them all; returns the new first observations."""
+        self.modification = normalize(modification)
+        self.env.call("set_modifications", self.modification, step)
+        return self.env.reset()
+
+    def get_ram(self) -> np.ndarray:
+        return np.stack(self.env.call("get_ram"))
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in getattr(self.env, "processes", [])]
+
+
+def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vector_env: str = "auto"
+                    ) -> ContinualVectorEnv:
+    fns = [make_env(settings, i, modification) for i in range(num_envs)]
+    use_async = vector_env == "async" or (vector_env == "auto" and settings.atari and num_envs > 1)
+    if use_async:
+        envs = gym.vector.AsyncVectorEnv(fns, context=_mp_context(), autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    return ContinualVectorEnv(envs, modification)
+
+
+def episode_stats(infos: dict) -> list[tuple[int, float, int]]:
+    """(env index, return, length) of the whole games that ended in this step."""
+    if "episode" not in infos:
+        return []
+    mask = infos["_episode"]
+    return [(int(i), float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])) for i in np.flatnonzero(mask)]
+

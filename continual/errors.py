@@ -1,0 +1,34 @@
+"""User errors: bad flags, configs, checkpoints or modification names.
+
+They are reported as one line (`error: ...`) with exit code 2, before any work starts, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class UserError(Exception):
+    """A problem with what the user gave us; the message is one line that names the problem."""
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorate a script's `main`: a `UserError` (or a factory config error) becomes `error: ...` and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            print(f"error: {one_line(str(e))}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapper
