@@ -167,12 +167,15 @@ def _tyro_error_line(text: str) -> str:
 
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
     """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
+    kwargs: dict[str, Any] = {"args": list(argv), "description": description}
+    if default is not None:
+        kwargs["default"] = default
     if any(a in ("-h", "--help") for a in argv):
-        return tyro.cli(cls, args=list(argv), default=default, description=description)
+        return tyro.cli(cls, **kwargs)
     buf = io.StringIO()
     try:
         with contextlib.redirect_stderr(buf), contextlib.redirect_stdout(buf):
-            return tyro.cli(cls, args=list(argv), default=default, description=description)
+            return tyro.cli(cls, **kwargs)
     except SystemExit as e:
         if e.code in (0, None):
             sys.stdout.write(buf.getvalue())

@@ -180,9 +180,11 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vec
 
 
 def episode_stats(infos: dict) -> list[tuple[int, float, int]]:
-    """(env index, return, length) of the whole games that ended in this step."""
-    if "episode" not in infos:
+    """(env index, return, length) of the whole games that ended in this step (SAME_STEP autoreset keeps the last
+    step's info under "final_info")."""
+    final = infos.get("final_info")
+    if not final or "episode" not in final:
         return []
-    mask = infos["_episode"]
-    return [(int(i), float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])) for i in np.flatnonzero(mask)]
+    ep = final["episode"]
+    return [(int(i), float(ep["r"][i]), int(ep["l"][i])) for i in np.flatnonzero(final["_episode"])]
 

@@ -1,0 +1,6 @@
+"""One self-contained file per algorithm. Each module has `train(args, curriculum, resume_state)` and
+`make_agent(obs_space, n_actions, args)`; `AGENT_MODULES` maps `--architecture` to its module."""
+
+AGENT_MODULES = {
+    "PPO": "agents.ppo",
+}

@@ -1,0 +1,288 @@
+"""Continual PPO: CleanRL `ppo_atari` trained through a curriculum of environment modifications.
+
+Run it directly (`python agents/ppo.py --config run_config.json`) or through
+`python continual_training_example.py --architecture PPO`. The algorithm reads top to bottom in `train()`:
+rollout -> GAE -> clipped-surrogate update, with the curriculum asked once per rollout. Around it, `continual`
+provides the run directory, logging, checkpoints and switch hooks.
+
+Continual specifics:
+- at a switch the envs change in place and reset; the episode cut by the switch is bootstrapped from the value of
+  the last observation (the rollout ends there), never treated as a termination;
+- time-limit truncations inside a rollout are bootstrapped from the value of the final observation;
+- the learning rate anneals over the whole run and Adam's state carries across switches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+if __package__ in (None, ""):  # `python agents/ppo.py` from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+from torch.distributions.categorical import Categorical
+
+from continual.args import Args
+from continual.config import Curriculum
+from continual.envs import EnvSettings, episode_stats, make_vector_env
+from continual.errors import UserError, exit_on_user_error
+from continual.progress import Progress
+from continual.rewards import RewardScaler
+from continual.runtime import parse_train_args, print_config, start_run
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Nature CNN for (C, 84, 84) pixel stacks, an MLP for object or vector observations; shared torso."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0):
+        super().__init__()
+        self.obs_shape, self.n_actions = tuple(obs_shape), n_actions
+        self.obs_scale = obs_scale
+        if len(obs_shape) == 3:
+            self.network = nn.Sequential(
+                layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            )
+            hidden = 512
+        else:
+            n_in = int(np.prod(obs_shape))
+            hidden = 64 if n_in <= 32 else 256
+            self.network = nn.Sequential(
+                nn.Flatten(),
+                layer_init(nn.Linear(n_in, hidden)), nn.Tanh(),
+                layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
+            )
+        self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(hidden, 1), std=1)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x.float() * self.obs_scale)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(x))
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False):
+        hidden = self.features(x)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = logits.argmax(-1) if greedy else probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
+    if args.obs_mode == "ori" and args.backend != "Gymnasium":
+        raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
+    scale = 1.0 / 255.0 if obs_space.dtype == np.uint8 or args.obs_mode == "obj" else 1.0
+    return Agent(obs_space.shape, n_actions, obs_scale=scale)
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+    batch_size = args.batch_size()
+    minibatch_size = args.minibatch_size()
+    session = start_run(args, curriculum, resume_state, granularity=batch_size)
+    num_iterations = session.total_timesteps // batch_size
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    envs = make_vector_env(EnvSettings.from_args(args, video_dir=session.video_dir), args.num_envs,
+                           session.modification, args.vector_env)
+    try:
+        agent = make_agent(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
+        if resume_state is not None:
+            agent.load_state_dict(resume_state["model"])
+            optimizer.load_state_dict(resume_state["optimizer"])
+            reward_scaler.load_state_dict(resume_state["reward_scaler"])
+        session.save_fn = lambda: {
+            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
+            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale,
+        }
+
+        # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
+        obs_space = envs.single_observation_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        obs = torch.zeros((args.num_steps, args.num_envs) + obs_space.shape, dtype=obs_dtype).to(device)
+        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long).to(device)
+        logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+        rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+        dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
+        values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+        # TRY NOT TO MODIFY: start the game
+        global_step = session.global_step
+        start_iteration = global_step // batch_size + 1
+        next_obs_np, _ = envs.reset(seed=args.seed + global_step)
+        next_obs = torch.as_tensor(next_obs_np, device=device)
+        next_done = torch.zeros(args.num_envs).to(device)
+        progress = Progress(session, enabled=args.progress_bar)
+
+        for iteration in range(start_iteration, num_iterations + 1):
+            switched_obs = session.maybe_switch(envs)
+            if switched_obs is not None:
+                next_obs = torch.as_tensor(switched_obs, device=device)
+                next_done = torch.zeros(args.num_envs).to(device)
+                reward_scaler.episodes_cut()
+
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            t_rollout = time.time()
+            env_time = 0.0
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                session.global_step = global_step
+                obs[step] = next_obs
+                dones[step] = next_done
+
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                    values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                t_env = time.time()
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                env_time += time.time() - t_env
+                done = np.logical_or(terminations, truncations)
+                scaled = reward_scaler(reward, done)
+                cut = np.flatnonzero(truncations & ~terminations)
+                if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
+                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]), device=device)
+                    with torch.no_grad():
+                        scaled[cut] += args.gamma * agent.get_value(final).flatten().cpu().numpy()
+                rewards[step] = torch.as_tensor(scaled, device=device)
+                next_obs = torch.as_tensor(next_obs_np, device=device)
+                next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
+                for _, ep_return, ep_length in episode_stats(infos):
+                    session.episode(ep_return, ep_length, global_step)
+            rollout_time = time.time() - t_rollout
+
+            # bootstrap value if not done
+            t_learn = time.time()
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).reshape(1, -1)
+                advantages = torch.zeros_like(rewards).to(device)
+                lastgaelam = 0
+                for t in reversed(range(args.num_steps)):
+                    if t == args.num_steps - 1:
+                        nextnonterminal = 1.0 - next_done
+                        nextvalues = next_value
+                    else:
+                        nextnonterminal = 1.0 - dones[t + 1]
+                        nextvalues = values[t + 1]
+                    delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+                    advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+                returns = advantages + values
+
+            # flatten the batch
+            b_obs = obs.reshape((-1,) + obs_space.shape)
+            b_logprobs = logprobs.reshape(-1)
+            b_actions = actions.reshape(-1)
+            b_advantages = advantages.reshape(-1)
+            b_returns = returns.reshape(-1)
+            b_values = values.reshape(-1)
+
+            # Optimizing the policy and value network
+            b_inds = np.arange(batch_size)
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                session.np_rng.shuffle(b_inds)
+                for start in range(0, batch_size, minibatch_size):
+                    mb_inds = torch.as_tensor(b_inds[start:start + minibatch_size], device=device)
+
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+
+                    with torch.no_grad():
+                        # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                    # Policy loss
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                    # Value loss
+                    newvalue = newvalue.view(-1)
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+
+                if args.target_kl is not None and approx_kl > args.target_kl:
+                    break
+
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            learn_time = time.time() - t_learn
+
+            session.end_iteration(iteration, {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
+                "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
+                "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
+                "losses/explained_variance": float(explained_var),
+                "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
+            })
+            progress.update()
+
+        final = session.save(f"final__step{session.global_step}")
+        progress.close()
+        print(f"final checkpoint: {final}")
+        return session.run_dir
+    finally:
+        envs.close()
+        session.close()
+
+
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
+    args.architecture = "PPO"
+    print_config(args, curriculum)
+    return train(args, curriculum, resume_state)
+
+
+if __name__ == "__main__":
+    main()

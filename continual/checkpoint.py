@@ -1,0 +1,114 @@
+"""Checkpoints (`.cleanrl_model`): everything needed to resume a run and to evaluate it.
+
+A checkpoint is a dict of tensors and plain Python values, written atomically (temporary file, fsync, rename) and
+read with `torch.load(..., weights_only=True)`, so loading never runs pickled code.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import random
+import re
+import tempfile
+import zipfile
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from continual.errors import UserError
+
+FORMAT_VERSION = 1
+LIBRARY_VERSION = "0.1.0"
+SUFFIX = ".cleanrl_model"
+REQUIRED_KEYS = ("format_version", "architecture", "args", "model", "global_step")
+
+
+def rng_state(np_rng: Optional[np.random.Generator] = None) -> dict:
+    """Torch, Python and (our) numpy generator states as checkpoint-safe values."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _to_plain(random.getstate())}
+    if np_rng is not None:
+        state["numpy"] = np_rng.bit_generator.state
+    return state
+
+
+def restore_rng_state(state: dict, np_rng: Optional[np.random.Generator] = None) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_to_tuple(state["python"]))
+    if np_rng is not None and "numpy" in state:
+        np_rng.bit_generator.state = state["numpy"]
+
+
+def _to_plain(x: Any) -> Any:
+    return [_to_plain(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _to_tuple(x: Any) -> Any:
+    return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+def save_checkpoint(path: str, payload: dict) -> str:
+    """Write atomically: a crash mid-write leaves the previous file (or none), never a truncated one."""
+    payload = {"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dict:
+    """Load with weights_only=True; every failure is a one-line UserError."""
+    if os.path.isdir(path):
+        path = latest_checkpoint(path)
+    if not os.path.exists(path):
+        raise UserError(f"checkpoint {path!r} does not exist")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"checkpoint {path!r} is empty")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
+        raise UserError(f"checkpoint {path!r} refused: it contains objects that are not plain weights ({first})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+        raise UserError(f"checkpoint {path!r} is corrupt or truncated ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if not isinstance(data, dict) or any(k not in data for k in REQUIRED_KEYS):
+        raise UserError(f"checkpoint {path!r} is not a continual-hackatari checkpoint (missing keys)")
+    if data["format_version"] != FORMAT_VERSION:
+        raise UserError(f"checkpoint {path!r} has format version {data['format_version']}, this library reads "
+                        f"{FORMAT_VERSION}")
+    if expect_architecture is not None and data["architecture"] != expect_architecture:
+        raise UserError(f"checkpoint {path!r} holds a {data['architecture']} agent, not {expect_architecture}")
+    data["path"] = path
+    return data
+
+
+def latest_checkpoint(run_dir: str) -> str:
+    """The newest checkpoint of a run directory (by global step, then modification time)."""
+    files = [f for f in glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX))]
+    if not files:
+        raise UserError(f"run directory {run_dir!r} has no checkpoints")
+    return max(files, key=lambda f: (_step_of(f), os.path.getmtime(f)))
+
+
+def _step_of(path: str) -> int:
+    m = re.search(r"step(\d+)", os.path.basename(path))
+    return int(m.group(1)) if m else -1
+
+
+def prune_periodic(folder: str, keep: int) -> None:
+    """Keep the `keep` newest periodic checkpoints; switch and final checkpoints are never removed."""
+    files = sorted(glob.glob(os.path.join(folder, "periodic__step*" + SUFFIX)), key=_step_of)
+    for f in files[:-keep] if keep > 0 else files:
+        os.unlink(f)

@@ -1,0 +1,275 @@
+"""What every training script does around its algorithm: resolve flags (or a checkpoint to resume), build and check
+the curriculum, create the run directory and logger, seed, and run hooks at regime switches.
+
+Agent files call `start_run(...)` once, then drive `RunSession.maybe_switch(...)`, `episode(...)`,
+`end_iteration(...)` and `checkpoint(...)` from their own loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+import modification_factories as mf
+from continual import checkpoint as ckpt_lib
+from continual.args import Args
+from continual.backends import game_name, normalize, validate_env_id, validate_modification
+from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args,
+                              validate_args)
+from continual.envs import regime_slug
+from continual.errors import UserError
+from continual.tracking import RunLogger, check_writable, create_run_dir, write_json
+
+# flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
+RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
+                      "wandb_dir", "checkpoint_every", "keep_checkpoints", "capture_video", "video_every",
+                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config"}
+
+
+def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
+                     ) -> tuple[Args, Curriculum, Optional[dict]]:
+    """Flags (+ --config), or a checkpoint's saved configuration when --resume is given."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    resume = None
+    for i, a in enumerate(argv):
+        if a in ("--resume",) and i + 1 < len(argv):
+            resume = argv[i + 1]
+        elif a.startswith("--resume="):
+            resume = a.split("=", 1)[1]
+    if resume is None:
+        args, curriculum = parse_args(argv, description=description)
+        return args, curriculum, None
+    state = ckpt_lib.load_checkpoint(resume)
+    saved = args_from_dict(state["args"])
+    args = cli(Args, argv, default=saved, description=description)
+    changed = [f.name for f in dataclasses.fields(Args)
+               if getattr(args, f.name) != getattr(saved, f.name) and f.name not in RESUME_OVERRIDABLE]
+    if changed:
+        raise UserError(f"--resume continues a run with its saved configuration; cannot change: {', '.join(changed)}")
+    validate_args(args)
+    return args, Curriculum(**state["curriculum"]), state
+
+
+def build_factory(args: Args, curriculum: Curriculum, granularity: int) -> mf.ModificationFactory:
+    try:
+        if curriculum.factory is None:
+            total = args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS
+            return mf.make_factory("SequentialModificationFactory",
+                                   {"num_total_steps": total, "modifications": [args.modifs],
+                                    "switching_thresholds": []},
+                                   seed=args.seed, granularity=granularity)
+        return mf.make_factory(curriculum.factory, curriculum.kwargs, seed=args.seed, granularity=granularity)
+    except mf.FactoryConfigError as e:
+        raise UserError(str(e)) from None
+
+
+def resolve_total(args: Args, factory: mf.ModificationFactory, granularity: int) -> int:
+    total = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
+    if total > factory.total_timesteps:
+        raise UserError(f"total_timesteps: {total} exceeds the curriculum length {factory.total_timesteps}")
+    if total < granularity:
+        raise UserError(f"total_timesteps: {total} is less than one rollout ({granularity} steps)")
+    return total
+
+
+def check_modifications(args: Args, factory: mf.ModificationFactory, extra: Sequence[str] = ()) -> list[str]:
+    """Every string the curriculum can emit, validated against the game before any env exists."""
+    validate_env_id(args.backend, args.env_id)
+    regimes = factory.possible_modifications()
+    for s in list(regimes) + list(extra):
+        validate_modification(args.backend, args.env_id, s)
+    return regimes
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> np.random.Generator:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+    return np.random.default_rng(seed)
+
+
+def default_run_name(args: Args) -> str:
+    return f"{game_name(args.env_id)}__{args.exp_name or args.architecture.lower()}__s{args.seed}__{int(time.time())}"
+
+
+@dataclasses.dataclass
+class SwitchEvent:
+    old: str
+    new: str
+    global_step: int
+    count: int  # switches so far, this one included
+
+
+SwitchHook = Callable[["RunSession", SwitchEvent], None]
+
+
+class RunSession:
+    """State shared by the agent files: factory, logger, per-regime statistics, switch hooks, checkpoints."""
+
+    def __init__(self, args: Args, curriculum: Curriculum, factory: mf.ModificationFactory, total: int,
+                 run_dir: str, logger: RunLogger, regimes: list[str], np_rng: np.random.Generator,
+                 resume_state: Optional[dict]):
+        self.args, self.curriculum, self.factory = args, curriculum, factory
+        self.total_timesteps, self.run_dir, self.logger = total, run_dir, logger
+        self.regimes = regimes
+        self.np_rng = np_rng
+        self.resume_state = resume_state
+        self.global_step = resume_state["global_step"] if resume_state else 0
+        self.switches = resume_state.get("switches", 0) if resume_state else 0
+        # the regime of the last iteration (resumed) or of step 0; envs are built with it
+        self.modification: str = resume_state["modification"] if resume_state else factory.get_modification(0)
+        self.before_switch: list[SwitchHook] = []
+        self.after_switch: list[SwitchHook] = []
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=20)
+        self.start_time = time.time()
+        self.start_step = self.global_step
+        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
+        self.video_dir = os.path.join(run_dir, "videos")
+        if args.save_agent_with_switch:
+            self.before_switch.append(lambda session, ev: session.request_checkpoint(
+                f"switch__{regime_slug(ev.old)}__step{ev.global_step}"))
+        self._checkpoint_requests: list[str] = []
+        self.save_fn: Optional[Callable[[], dict]] = None
+
+    # --- regimes -------------------------------------------------------------------------------------------------
+    def regime_index(self, modification: str) -> int:
+        return self.regimes.index(modification) if modification in self.regimes else -1
+
+    def next_modification(self) -> str:
+        return self.factory.get_modification(self.global_step)
+
+    def maybe_switch(self, envs):
+        """Ask the curriculum; on a new string run the before-hooks, switch the envs in place, run the after-hooks.
+
+        Returns the envs' new first observations after a switch, else None.
+        """
+        new = self.next_modification()
+        if new == self.modification:
+            return None
+        event = SwitchEvent(self.modification, new, self.global_step, self.switches + 1)
+        for hook in self.before_switch:
+            hook(self, event)
+        self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
+        self.switches += 1
+        obs, _ = envs.switch(new, self.global_step)
+        self.modification = new
+        self.logger.record("switch", self.global_step, modification=new, previous=event.old,
+                           regime=self.regime_index(new), switches=self.switches)
+        self.logger.text("charts/modification", new or "(none)", self.global_step)
+        for hook in self.after_switch:
+            hook(self, event)
+        return obs
+
+    # --- statistics ----------------------------------------------------------------------------------------------
+    def episode(self, ret: float, length: int, step: int) -> None:
+        self.recent_returns.append(ret)
+        self.logger.scalars({"charts/episodic_return": ret, "charts/episodic_length": length,
+                             f"episodic_return_by_modif/{regime_slug(self.modification or '')}": ret}, step)
+        self.logger.record("episode", step, modification=self.modification, **{"return": ret, "length": length})
+
+    def sps(self) -> int:
+        return int((self.global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def end_iteration(self, iteration: int, scalars: dict[str, float]) -> None:
+        scalars = {**scalars, "charts/SPS": self.sps(), "charts/regime": self.regime_index(self.modification or ""),
+                   "charts/switches": self.switches}
+        self.logger.scalars(scalars, self.global_step)
+        self.logger.record("iteration", self.global_step, iteration=iteration, modification=self.modification,
+                           **scalars)
+        if self.args.capture_video:
+            self.logger.log_new_videos(self.video_dir, self.global_step)
+        every = self.args.checkpoint_every
+        if every and self.global_step // every != (self.global_step - self.args.batch_size()) // every:
+            self.request_checkpoint(f"periodic__step{self.global_step}")
+        self.flush_checkpoints()
+
+    # --- checkpoints ---------------------------------------------------------------------------------------------
+    def request_checkpoint(self, name: str) -> None:
+        self._checkpoint_requests.append(name)
+
+    def flush_checkpoints(self) -> None:
+        while self._checkpoint_requests:
+            self.save(self._checkpoint_requests.pop(0))
+
+    def save(self, name: str) -> str:
+        assert self.save_fn is not None, "the agent must set session.save_fn"
+        payload = {
+            "architecture": self.args.architecture,
+            "args": args_to_dict(self.args),
+            "curriculum": dataclasses.asdict(self.curriculum),
+            "global_step": self.global_step,
+            "switches": self.switches,
+            "modification": self.modification,
+            "regimes": self.regimes,
+            "factory_state": self.factory.state_dict(),
+            "rng": ckpt_lib.rng_state(self.np_rng),
+            "wandb_id": self.logger.wandb_id,
+            **self.save_fn(),
+        }
+        path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
+        if name.startswith("periodic__"):
+            ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
+        if self.args.save_agent_wandb:
+            self.logger.log_artifact(path, f"{os.path.basename(self.run_dir)}__{name}".replace("=", "-"),
+                                     {"global_step": self.global_step, "modification": self.modification})
+        return path
+
+    def close(self) -> None:
+        self.logger.close()
+
+
+def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
+              ) -> RunSession:
+    """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
+    factory = build_factory(args, curriculum, granularity)
+    total = resolve_total(args, factory, granularity)
+    regimes = check_modifications(args, factory, [args.modifs])
+    if args.capture_video:
+        try:
+            import moviepy  # noqa: F401
+        except ImportError:
+            raise UserError("capture_video: video support needs moviepy (pip install moviepy)") from None
+    if resume_state is not None:
+        run_dir = os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
+        check_writable(run_dir)
+        try:
+            factory.load_state_dict(resume_state["factory_state"])
+        except mf.FactoryConfigError as e:
+            raise UserError(f"checkpoint does not match its curriculum: {e}") from None
+    else:
+        if args.run_name is None:
+            args.run_name = default_run_name(args)
+        run_dir = create_run_dir(args.runs_dir, args.run_name)
+    config = {**args_to_dict(args), "modification_factory": curriculum.factory,
+              "modification_factory_kwargs": curriculum.kwargs, "resolved_total_timesteps": total,
+              "possible_modifications": regimes, "library_version": ckpt_lib.LIBRARY_VERSION}
+    if resume_state is None:
+        write_json(os.path.join(run_dir, "config.json"), config)
+    np_rng = seed_everything(args.seed, args.torch_deterministic)
+    logger = RunLogger(run_dir, config, track=args.track, wandb_project=args.wandb_project_name,
+                       wandb_entity=args.wandb_entity, wandb_dir=args.wandb_dir, run_name=args.run_name or "",
+                       resume_step=resume_state["global_step"] if resume_state else None,
+                       wandb_id=resume_state.get("wandb_id") if resume_state else None)
+    if resume_state is not None:
+        ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)
+    print(f"run directory: {run_dir}")
+    return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
+
+
+def print_config(args: Args, curriculum: Curriculum) -> None:
+    items = args_to_dict(args)
+    width = max(map(len, items))
+    print("resolved configuration:")
+    for k, v in items.items():
+        print(f"  {k:<{width}} = {v!r}")
+    if curriculum.factory:
+        print(f"  {'curriculum':<{width}} = {curriculum.factory}")

@@ -1,0 +1,155 @@
+"""Run directory and logging: resolved config, TensorBoard, a JSONL metrics file, and optional W&B.
+
+Run directory layout (`runs/<run_name>/`):
+  config.json        the resolved configuration (Args + curriculum), written before training starts
+  metrics.jsonl      one JSON object per line: {"kind": "iteration"|"episode"|"switch", "global_step": ..., ...}
+  events.out.tfevents.*   TensorBoard (CleanRL tags + episodic_return_by_modif/<regime>, charts/regime)
+  checkpoints/       *.cleanrl_model
+  videos/            <regime>__step<N>-episode-<k>.mp4 (with --capture_video)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Optional
+
+from continual.errors import UserError
+
+
+def check_writable(folder: str) -> None:
+    """Fail at start, not at the first checkpoint, when the output folder cannot be written."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"output folder {folder!r} is not writable: {e.strerror or e}") from None
+
+
+def create_run_dir(runs_dir: str, run_name: str) -> str:
+    check_writable(runs_dir)
+    path = os.path.join(runs_dir, run_name)
+    if os.path.exists(path):
+        raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
+                        f"--run_name")
+    os.makedirs(os.path.join(path, "checkpoints"))
+    return path
+
+
+def write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class RunLogger:
+    """Writes the same scalars to TensorBoard, metrics.jsonl and (with --track) W&B."""
+
+    def __init__(self, run_dir: str, config: dict, *, track: bool = False, wandb_project: str = "",
+                 wandb_entity: Optional[str] = None, wandb_dir: Optional[str] = None, run_name: str = "",
+                 resume_step: Optional[int] = None, wandb_id: Optional[str] = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.run_dir = run_dir
+        self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
+        if resume_step is not None:
+            truncate_metrics(self.metrics_path, resume_step)
+        # purge_step hides TensorBoard events past the checkpoint, so a resumed run has no duplicated steps
+        self.writer = SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1)
+        self._metrics = open(self.metrics_path, "a", buffering=1)
+        if resume_step is None:
+            self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
+                f"|{k}|{v}|" for k, v in sorted(config.items()) if not isinstance(v, dict)))
+        self.wandb_run = None
+        if track:
+            import wandb
+
+            self.wandb_run = wandb.init(
+                project=wandb_project, entity=wandb_entity, name=run_name, config=config,
+                dir=wandb_dir or run_dir, id=wandb_id, resume="allow", job_type="training",
+            )
+            self.wandb_run.define_metric("global_step")
+            self.wandb_run.define_metric("*", step_metric="global_step")
+        self._logged_videos: set[str] = set()
+
+    @property
+    def wandb_id(self) -> Optional[str]:
+        return self.wandb_run.id if self.wandb_run is not None else None
+
+    def record(self, kind: str, global_step: int, **fields: Any) -> None:
+        self._metrics.write(json.dumps({"kind": kind, "global_step": int(global_step), "time": round(time.time(), 3),
+                                        **{k: _clean(v) for k, v in fields.items()}}) + "\n")
+
+    def scalars(self, values: dict[str, float], global_step: int) -> None:
+        for tag, v in values.items():
+            self.writer.add_scalar(tag, v, global_step)
+        if self.wandb_run is not None:
+            self.wandb_run.log({**values, "global_step": global_step})
+
+    def text(self, tag: str, value: str, global_step: int) -> None:
+        self.writer.add_text(tag, value, global_step)
+
+    def log_new_videos(self, video_dir: str, global_step: int) -> None:
+        """Send finished videos to W&B (videos are files on disk either way)."""
+        if self.wandb_run is None or not os.path.isdir(video_dir):
+            return
+        import wandb
+
+        for name in sorted(os.listdir(video_dir)):
+            if name.endswith(".mp4") and name not in self._logged_videos:
+                self._logged_videos.add(name)
+                regime = name.split("__step")[0]
+                self.wandb_run.log({f"videos/{regime}": wandb.Video(os.path.join(video_dir, name), format="mp4"),
+                                    "global_step": global_step})
+
+    def log_artifact(self, path: str, name: str, metadata: dict) -> None:
+        if self.wandb_run is None:
+            return
+        import wandb
+
+        artifact = wandb.Artifact(name=name, type="model", metadata=metadata)
+        artifact.add_file(path)
+        self.wandb_run.log_artifact(artifact)
+
+    def close(self) -> None:
+        self.writer.close()
+        self._metrics.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def truncate_metrics(path: str, step: int) -> None:
+    """Drop records written after the checkpoint we resume from (they will be produced again)."""
+    if not os.path.exists(path):
+        return
+    keep = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            if rec.get("global_step", 0) <= step and not (rec.get("kind") == "switch" and rec["global_step"] == step):
+                keep.append(line if line.endswith("\n") else line + "\n")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(keep)
+    os.replace(tmp, path)
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,173 @@
+"""Evaluate a checkpoint under one or several modification strings; one row per modification.
+
+    python eval.py --agent_path runs/<run>/checkpoints/final__step<N>.cleanrl_model --modifs "" "all_green_cars"
+
+The architecture, observation settings and environment come from the checkpoint; `--env_id` / `--backend` only
+change them when given. Episodes are whole games (no life cuts). Writes CSV and JSON next to the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+import torch
+
+from agents import AGENT_MODULES
+from continual.backends import validate_env_id, validate_modification
+from continual.checkpoint import load_checkpoint
+from continual.config import args_from_dict, cli
+from continual.envs import EnvSettings, make_vector_env, regime_slug
+from continual.errors import UserError, exit_on_user_error
+from continual.evaluation import EvalResult, evaluate
+from continual.tracking import check_writable
+
+
+@dataclasses.dataclass
+class EvalArgs:
+    agent_path: str
+    """checkpoint (.cleanrl_model) or run directory (its newest checkpoint)"""
+    modifs: Optional[list[str]] = None
+    """modification strings to evaluate, one row each (quote each string); default: every regime of the training
+    curriculum"""
+    env_id: Optional[str] = None
+    """environment id (default: the checkpoint's)"""
+    backend: Optional[str] = None
+    """HackAtari | OCAtari | Gymnasium (default: the checkpoint's)"""
+    eval_episodes: int = 10
+    """whole games per modification"""
+    num_envs: Optional[int] = None
+    """parallel envs (default: min(eval_episodes, 4))"""
+    greedy: bool = False
+    """take the most likely action instead of sampling"""
+    seed: int = 1
+    """seed of the evaluation envs (env i gets seed+i)"""
+    capture_video: bool = False
+    """record the first game of each modification (videos/ next to the output)"""
+    output: Optional[str] = None
+    """output path without extension (default: <run dir>/eval/<checkpoint>__<time>)"""
+    cuda: bool = True
+    """use CUDA when available"""
+    track: bool = False
+    """log the results to Weights & Biases"""
+    wandb_project_name: str = "continual_hackatari"
+    """W&B project"""
+    wandb_entity: Optional[str] = None
+    """W&B entity"""
+    wandb_dir: Optional[str] = None
+    """W&B local folder"""
+    wandb_run_id: Optional[str] = None
+    """attach the results to this existing W&B run instead of creating an evaluation run"""
+
+
+def load_policy(state: dict, obs_space, n_actions: int, device: torch.device):
+    train_args = args_from_dict(state["args"])
+    module = importlib.import_module(AGENT_MODULES[state["architecture"]])
+    agent = module.make_agent(obs_space, n_actions, train_args).to(device)
+    try:
+        agent.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for this environment "
+                        f"({str(e).splitlines()[0]})") from None
+    agent.eval()
+    return agent
+
+
+def print_table(rows: list[dict]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="evaluation")
+        for col in ("modification", "episodes", "mean", "std", "min", "max"):
+            table.add_column(col, justify="left" if col == "modification" else "right")
+        for r in rows:
+            table.add_row(r["modification"] or "(none)", str(r["episodes"]),
+                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max")))
+        Console().print(table)
+    except ImportError:  # pragma: no cover
+        for r in rows:
+            print(r)
+
+
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = cli(EvalArgs, argv, default=None, description=__doc__.splitlines()[0])
+    if args.eval_episodes <= 0:
+        raise UserError(f"eval_episodes: must be positive, got {args.eval_episodes}")
+    if args.num_envs is not None and args.num_envs <= 0:
+        raise UserError(f"num_envs: must be positive, got {args.num_envs}")
+    state = load_checkpoint(args.agent_path)
+    if state["architecture"] not in AGENT_MODULES:
+        raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
+    train_args = args_from_dict(state["args"])
+    env_id = args.env_id or train_args.env_id
+    backend = args.backend or train_args.backend
+    validate_env_id(backend, env_id)
+    modifs = args.modifs if args.modifs is not None else list(state.get("regimes") or [train_args.modifs])
+    modifs = [" ".join(sorted(set(m.split()))) for m in modifs]
+    for m in modifs:
+        validate_modification(backend, env_id, m)
+
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(state["path"])))
+    stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
+    output = args.output or os.path.join(run_dir, "eval", f"{stem}__{int(time.time())}")
+    check_writable(os.path.dirname(os.path.abspath(output)) or ".")
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    num_envs = args.num_envs or min(args.eval_episodes, 4)
+    settings = EnvSettings.from_args(
+        train_args, video_dir=output + "__videos" if args.capture_video else None,
+        env_id=env_id, backend=backend, episodic_life=False,
+    )
+    if args.capture_video:
+        settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)
+
+    rows: list[dict] = []
+    envs = make_vector_env(settings, num_envs, modifs[0])
+    try:
+        agent = load_policy(state, envs.single_observation_space, int(envs.single_action_space.n), device)
+
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            return agent.get_action_and_value(obs, greedy=args.greedy)[0]
+
+        for m in modifs:
+            if m != envs.modification:
+                envs.switch(m)
+            result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed)
+            rows.append(result.row())
+    finally:
+        envs.close()
+
+    print_table(rows)
+    meta = {"checkpoint": state["path"], "architecture": state["architecture"], "global_step": state["global_step"],
+            "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
+    with open(output + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(output + ".json", "w") as f:
+        json.dump({**meta, "results": rows}, f, indent=2)
+    print(f"wrote {output}.csv and {output}.json")
+
+    if args.track:
+        import wandb
+
+        run = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, dir=args.wandb_dir or run_dir,
+                         id=args.wandb_run_id, resume="must" if args.wandb_run_id else None, job_type="eval",
+                         group=os.path.basename(run_dir), config=None if args.wandb_run_id else meta)
+        table = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+        run.log({"eval/table": table, **{f"eval/{regime_slug(r['modification'])}": r["mean"] for r in rows}})
+        run.finish()
+    return rows
+
+
+if __name__ == "__main__":
+    main()
