@@ -266,14 +266,17 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
             })
             progress.update()
+            if session.stop_signal is not None:
+                break
 
-        final = session.save(f"final__step{session.global_step}")
         progress.close()
-        print(f"final checkpoint: {final}")
+        session.finish()
         return session.run_dir
     finally:
         envs.close()
         session.close()
+        if session.stop_signal is not None:
+            raise SystemExit(128 + session.stop_signal)
 
 
 @exit_on_user_error

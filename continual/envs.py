@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import re
+import signal
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
@@ -61,7 +62,7 @@ class EnvSettings:
 def regime_slug(modification: str) -> str:
     """A file/tag-safe name for a modification string ("" -> "no_modif")."""
     s = normalize(modification)
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", s.replace(" ", "+")) if s else "no_modif"
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", s.replace(" ", "+")) if s else "no_modif"
 
 
 class RegimeVideo(gym.wrappers.RecordVideo):
@@ -108,6 +109,10 @@ class SwitchHandle(gym.Wrapper):
 def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
         from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv, NoopResetEnv
+
+        if mp.current_process().name != "MainProcess":
+            # Ctrl-C reaches the whole process group: the learner checkpoints and closes the workers itself
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
         record = settings.video_dir is not None and idx == 0
         env = make_backend_env(

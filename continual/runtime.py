@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -139,6 +140,24 @@ class RunSession:
                 f"switch__{regime_slug(ev.old)}__step{ev.global_step}"))
         self._checkpoint_requests: list[str] = []
         self.save_fn: Optional[Callable[[], dict]] = None
+        self.stop_signal: Optional[int] = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # finish the iteration in progress, then checkpoint and exit (a second signal stops at once)
+        if self.stop_signal is not None:
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+        print(f"\nreceived signal {signum}: saving a checkpoint after this iteration", file=sys.stderr)
+
+    def finish(self) -> str:
+        """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
+        (then the process exits with 128 + signal number, as a shell would report it)."""
+        kind = "final" if self.stop_signal is None else "interrupted"
+        path = self.save(f"{kind}__step{self.global_step}")
+        print(f"{kind} checkpoint: {path}")
+        return path
 
     # --- regimes -------------------------------------------------------------------------------------------------
     def regime_index(self, modification: str) -> int:

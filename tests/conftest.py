@@ -1,0 +1,30 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
+def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+    """Run a repository script as a user would (CleanRL-style subprocess smoke test)."""
+    full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                             f"stderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture
+def root() -> str:
+    return ROOT

@@ -1,0 +1,186 @@
+"""Switchable environments: RAM effects of modifications, in-place switches, terminated/truncated, classic control."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from continual.backends import available_modifications, make_backend_env, validate_modification
+from continual.envs import EnvSettings, make_vector_env, regime_slug
+from continual.errors import UserError
+from continual.modifications.freeway import CAR_COLOUR, CAR_SPEED, CAR_X
+
+FREEWAY = "ALE/Freeway-v5"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_freeway_names_cover_hackatari_and_our_registry():
+    names = available_modifications("HackAtari", FREEWAY)
+    for n in ("all_green_cars", "stop_all_cars", "stop_random_car"):  # hackatari 0.0.6
+        assert n in names
+    for n in ("disable_cars", "reverse_car_speed_top", "reverse_car_speed_bottom", "all_pink_cars",
+              "stop_all_cars_edge", "stop_all_cars_tunnel", "vary_car_speeds", "speed_mode", "invisible_mode",
+              "strobo_mode", "phantom_mode", "blinking_mode"):
+        assert n in names
+
+
+def test_unknown_modification_is_rejected_with_the_valid_list():
+    with pytest.raises(UserError) as e:
+        validate_modification("HackAtari", FREEWAY, "all_green_cars vary_cars_speeds")
+    msg = str(e.value)
+    assert "vary_cars_speeds" in msg and "vary_car_speeds" in msg and "all_green_cars" in msg
+    assert "\n" not in msg
+    validate_modification("HackAtari", FREEWAY, "all_green_cars  reverse_car_speed_top")  # valid: no error
+    with pytest.raises(UserError):
+        validate_modification("OCAtari", FREEWAY, "all_green_cars")
+
+
+def test_in_place_switch_changes_ram_and_keeps_the_same_workers():
+    envs = make_vector_env(EnvSettings(env_id=FREEWAY, backend="HackAtari"), 4, "all_green_cars")
+    try:
+        envs.reset(seed=0)
+        pids = envs.worker_pids()
+        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        envs.step(np.zeros(4, dtype=np.int64))
+        assert (envs.get_ram()[:, CAR_COLOUR] == 210).all()  # green
+
+        envs.switch("disable_cars all_red_cars", step=1024)
+        envs.step(np.zeros(4, dtype=np.int64))
+        ram = envs.get_ram()
+        assert (ram[:, CAR_COLOUR] == 66).all()  # red
+        assert (ram[:, CAR_X] == 3).all()  # moved off-screen
+        assert (ram[:, CAR_SPEED] >= 99).all()  # stopped (the game decrements the timer once per frame)
+        assert envs.modification == "all_red_cars disable_cars"
+
+        # switching the modification off: the reset restores the unmodified game, no poke lingers
+        envs.switch("", step=2048)
+        envs.step(np.zeros(4, dtype=np.int64))
+        ram = envs.get_ram()
+        assert not (ram[:, CAR_COLOUR] == 66).all(axis=1).any()
+        assert not (ram[:, CAR_X] == 3).all(axis=1).any()
+        assert envs.worker_pids() == pids  # no process created by the switches
+    finally:
+        envs.close()
+    assert not any(_alive(p) for p in pids)  # and none left behind
+
+
+def test_game_over_is_terminated_and_frame_cap_is_truncated():
+    env = make_backend_env("HackAtari", FREEWAY, "")
+    env.reset(seed=1)
+    for t in range(5000):
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            break
+    assert (terminated, truncated) == (True, False), "a Freeway game ends by the clock: terminated, not truncated"
+    assert 2000 <= t + 1 <= 2100
+
+    env = make_backend_env("HackAtari", FREEWAY, "", max_episode_steps=50)
+    env.reset(seed=1)
+    flags = [env.step(1)[2:4] for _ in range(50)]
+    assert flags[-1] == (False, True) and not any(any(f) for f in flags[:-1])
+
+
+def test_observation_space_is_the_real_dtype():
+    env = make_backend_env("HackAtari", FREEWAY, "")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert obs.dtype == np.uint8 and env.observation_space.contains(obs)
+    env = make_backend_env("HackAtari", FREEWAY, "", obs_mode="obj")
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == np.float32 and obs.shape == env.observation_space.shape
+
+
+def test_restored_reset_equals_a_fresh_reset():
+    """Resets restore a snapshot of the post-reset emulator state instead of re-running ALE's reset frames."""
+    a = make_backend_env("HackAtari", FREEWAY, "", repeat_action_probability=0.0)
+    b = make_backend_env("HackAtari", FREEWAY, "", repeat_action_probability=0.0)
+    a.reset(seed=3)
+    b.reset(seed=3)
+    for _ in range(40):
+        a.step(1)
+    obs_a, _ = a.reset()  # restored
+    obs_b, _ = b.reset(seed=3)  # fresh
+    assert (obs_a == obs_b).all()
+    actions = np.random.default_rng(0).integers(0, 3, 300)
+    for act in actions:
+        oa, ra, *_ = a.step(int(act))
+        ob, rb, *_ = b.step(int(act))
+        assert (oa == ob).all() and ra == rb
+    assert (a.get_ram() == b.get_ram()).all()
+
+
+def test_random_modifications_are_seeded_per_env():
+    def trace(seed: int) -> list[np.ndarray]:
+        env = make_backend_env("HackAtari", FREEWAY, "strobo_mode", repeat_action_probability=0.0)
+        env.reset(seed=seed)
+        return [env.step(0)[0] for _ in range(10)]
+
+    assert all((x == y).all() for x, y in zip(trace(5), trace(5)))
+    assert not all((x == y).all() for x, y in zip(trace(5), trace(6)))
+
+
+@pytest.mark.parametrize("name", ["reverse_car_speed_top", "vary_car_speeds", "speed_mode", "stop_all_cars_edge",
+                                  "stop_all_cars_tunnel", "invisible_mode", "phantom_mode", "blinking_mode",
+                                  "all_pink_cars"])
+def test_each_freeway_modification_changes_the_game(name: str):
+    plain = make_backend_env("HackAtari", FREEWAY, "", repeat_action_probability=0.0)
+    modded = make_backend_env("HackAtari", FREEWAY, name, repeat_action_probability=0.0)
+    plain.reset(seed=0)
+    modded.reset(seed=0)
+    differs = False
+    for _ in range(60):
+        plain.step(0)
+        modded.step(0)
+        differs |= not (plain.get_ram()[list(CAR_SPEED) + list(CAR_COLOUR) + list(CAR_X)]
+                        == modded.get_ram()[list(CAR_SPEED) + list(CAR_COLOUR) + list(CAR_X)]).all()
+    assert differs
+
+
+def test_cartpole_gravity_switch_changes_the_dynamics():
+    envs = make_vector_env(EnvSettings(env_id="CartPole-v1", backend="Gymnasium"), 2, "")
+    try:
+        envs.reset(seed=0)
+
+        def trajectory() -> np.ndarray:
+            obs, _ = envs.reset(seed=0)
+            states = [obs]
+            for _ in range(15):
+                states.append(envs.step(np.ones(2, dtype=np.int64))[0])
+            return np.stack(states)
+
+        plain = trajectory()
+        envs.switch("gravity=25 masscart=2.0")
+        u = envs.unwrapped.envs[0].unwrapped
+        assert u.gravity == 25.0 and u.masscart == 2.0
+        assert u.total_mass == pytest.approx(2.0 + u.masspole)  # re-derived
+        heavy = trajectory()
+        assert not np.allclose(plain, heavy)
+        envs.switch("")  # back to defaults
+        assert envs.unwrapped.envs[0].unwrapped.gravity == 9.8
+        assert np.allclose(trajectory(), plain)
+    finally:
+        envs.close()
+
+
+def test_gymnasium_backend_rejects_unknown_parameters():
+    with pytest.raises(UserError, match="foo=1"):
+        validate_modification("Gymnasium", "CartPole-v1", "foo=1")
+    with pytest.raises(UserError, match="not a number"):
+        validate_modification("Gymnasium", "CartPole-v1", "gravity=abc")
+    validate_modification("Gymnasium", "CartPole-v1", "gravity=12 length=0.7")
+
+
+def test_regime_slug_is_file_safe():
+    assert regime_slug("") == "no_modif"
+    assert regime_slug("b a") == "a+b"
+    assert os.sep not in regime_slug("gravity=1/2")
