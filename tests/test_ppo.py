@@ -1,0 +1,244 @@
+"""Continual PPO end to end: subprocess smoke runs, run directory, checkpoints, resume, eval.py, W&B offline."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, run_script
+from continual.tracking import read_metrics
+
+CARTPOLE_CURRICULUM = {
+    "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
+    "reward_scaling": "none",
+    "modification_factory": "SequentialModificationFactory",
+    "modification_factory_kwargs": {"num_total_steps": 2048, "modifications": ["", "gravity=15", "length=0.8", ""],
+                                    "switching_thresholds": [512, 1024, 1536]},
+}
+
+
+def write_config(tmp_path, data: dict, name: str = "cfg.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def only_run_dir(runs: str) -> str:
+    dirs = [d for d in glob.glob(os.path.join(runs, "*")) if os.path.isdir(d)]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def tb_tags(run_dir: str) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cartpole")
+    cfg = write_config(tmp, CARTPOLE_CURRICULUM)
+    runs = str(tmp / "runs")
+    proc = run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "cp",
+                      "--save_agent_with_switch", "--checkpoint_every", "512", "--keep_checkpoints", "2",
+                      "--no-progress-bar")
+    return os.path.join(runs, "cp"), proc
+
+
+def test_cartpole_curriculum_run_directory(cartpole_run):
+    run_dir, proc = cartpole_run
+    assert "resolved configuration" in proc.stdout
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["modification_factory"] == "SequentialModificationFactory"
+    assert config["num_envs"] == 2 and config["resolved_total_timesteps"] == 2048
+
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    switches = [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"]
+    assert switches == [(512, "gravity=15"), (1024, "length=0.8"), (1536, "")]
+    iterations = [r["global_step"] for r in records if r["kind"] == "iteration"]
+    assert iterations == list(range(128, 2049, 128))
+    episodes = [r for r in records if r["kind"] == "episode"]
+    assert episodes and all(r["return"] == r["length"] for r in episodes)  # CartPole: +1 per step
+
+    tags = tb_tags(run_dir)
+    for tag in ("charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+                "charts/regime", "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
+                "losses/clipfrac", "losses/explained_variance", "episodic_return_by_modif/no_modif",
+                "episodic_return_by_modif/gravity=15"):
+        assert tag in tags, tag
+
+
+def test_checkpoints_at_switches_periodic_and_final(cartpole_run):
+    run_dir, _ = cartpole_run
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "*")))
+    # switch checkpoints are named after the outgoing regime and the step: a recurring regime keeps both files
+    assert "switch__no_modif__step512.cleanrl_model" in names
+    assert "switch__gravity=15__step1024.cleanrl_model" in names
+    assert "switch__length=0.8__step1536.cleanrl_model" in names
+    assert "final__step2048.cleanrl_model" in names
+    periodic = [n for n in names if n.startswith("periodic__")]
+    assert periodic == ["periodic__step1536.cleanrl_model", "periodic__step2048.cleanrl_model"]  # keep 2
+    assert not [n for n in names if n.startswith(".tmp")]
+
+    state = torch.load(os.path.join(run_dir, "checkpoints", "final__step2048.cleanrl_model"), weights_only=True)
+    for key in ("model", "optimizer", "global_step", "factory_state", "rng", "reward_scaler", "args", "curriculum",
+                "library_version", "format_version", "architecture", "modification", "switches"):
+        assert key in state, key
+    assert state["global_step"] == 2048 and state["architecture"] == "PPO" and state["switches"] == 3
+    assert state["args"]["env_id"] == "CartPole-v1"
+    assert state["factory_state"]["modification_factory"] == "SequentialModificationFactory"
+    switch = torch.load(os.path.join(run_dir, "checkpoints", "switch__gravity=15__step1024.cleanrl_model"),
+                        weights_only=True)
+    assert switch["modification"] == "gravity=15" and switch["global_step"] == 1024
+
+
+def test_eval_prints_a_row_per_modification(cartpole_run, tmp_path):
+    run_dir, _ = cartpole_run
+    out = str(tmp_path / "evalout")
+    proc = run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "gravity=15", "--eval_episodes", "3",
+                      "--greedy", "--output", out)
+    assert "(none)" in proc.stdout and "gravity=15" in proc.stdout
+    result = json.load(open(out + ".json"))
+    rows = {r["modification"]: r for r in result["results"]}
+    assert set(rows) == {"", "gravity=15"} and all(r["episodes"] == 3 for r in rows.values())
+    assert result["architecture"] == "PPO" and result["global_step"] == 2048
+    assert open(out + ".csv").readline().startswith("modification,episodes,mean,std,min,max")
+
+
+def test_eval_defaults_to_every_regime_of_the_curriculum(cartpole_run, tmp_path):
+    run_dir, _ = cartpole_run
+    out = str(tmp_path / "all")
+    run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "1", "--output", out)
+    mods = {r["modification"] for r in json.load(open(out + ".json"))["results"]}
+    assert mods == {"", "gravity=15", "length=0.8"}
+
+
+def test_interrupted_run_resumes_with_the_same_schedule(tmp_path):
+    """SIGTERM mid-run -> checkpoint; --resume ends at the same step, with the same switches and a gap-free,
+    duplicate-free metrics file, as an uninterrupted run."""
+    data = {**CARTPOLE_CURRICULUM, "modification_factory_kwargs": {
+        **CARTPOLE_CURRICULUM["modification_factory_kwargs"], "num_total_steps": 6144,
+        "switching_thresholds": [1536, 3072, 4608]}}
+    cfg = write_config(tmp_path, data)
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "full",
+               "--no-progress-bar")
+
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    proc = subprocess.Popen([sys.executable, "continual_training_example.py", "--config", cfg, "--runs_dir", runs,
+                             "--run_name", "cut", "--no-progress-bar"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(runs, "cut", "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(metrics) and sum(1 for ln in open(metrics) if '"iteration"' in ln) >= 10:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    interrupted = glob.glob(os.path.join(runs, "cut", "checkpoints", "interrupted__step*.cleanrl_model"))
+    assert len(interrupted) == 1
+    cut_step = torch.load(interrupted[0], weights_only=True)["global_step"]
+    assert 0 < cut_step < 6144
+
+    run_script("continual_training_example.py", "--resume", os.path.join(runs, "cut"), "--no-progress-bar")
+
+    full = read_metrics(os.path.join(runs, "full", "metrics.jsonl"))
+    cut = read_metrics(metrics)
+    for kind in ("switch", "iteration"):
+        assert [(r["global_step"], r["modification"]) for r in full if r["kind"] == kind] == \
+               [(r["global_step"], r["modification"]) for r in cut if r["kind"] == kind], kind
+    steps = [r["global_step"] for r in cut if r["kind"] == "iteration"]
+    assert steps == list(range(128, 6145, 128))
+    assert os.path.exists(os.path.join(runs, "cut", "checkpoints", "final__step6144.cleanrl_model"))
+    final = torch.load(os.path.join(runs, "cut", "checkpoints", "final__step6144.cleanrl_model"), weights_only=True)
+    assert final["switches"] == 3
+    assert [r["kind"] for r in full].count("episode") > 0
+
+
+def test_resume_refuses_to_change_the_run(cartpole_run):
+    run_dir, _ = cartpole_run
+    proc = run_script("continual_training_example.py", "--resume", run_dir, "--learning_rate", "0.1", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error:") and "learning_rate" in proc.stderr
+
+
+def test_existing_run_directory_is_never_overwritten(cartpole_run):
+    run_dir, _ = cartpole_run
+    before = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    proc = run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                      "--runs_dir", os.path.dirname(run_dir), "--run_name", "cp", "--total_timesteps", "2048",
+                      check=False)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == before
+
+
+def test_wandb_offline_run_is_created(tmp_path):
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+               "--num_steps", "32", "--total_timesteps", "128", "--runs_dir", runs, "--track",
+               "--save_agent_wandb", "--no-progress-bar")
+    run_dir = only_run_dir(runs)
+    offline = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
+    assert offline, os.listdir(run_dir)
+    assert glob.glob(os.path.join(offline[0], "run-*.wandb"))
+    state = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final__*"))[0], weights_only=True)
+    assert state["wandb_id"] and state["wandb_id"] in offline[0]
+
+
+def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
+    cfg = write_config(tmp_path, {
+        "env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 64, "num_minibatches": 2,
+        "update_epochs": 1, "max_episode_steps": 100,
+        "modification_factory": "Sequential",
+        "modification_factory_kwargs": {"num_total_steps": 512, "modifications": ["", "all_green_cars"],
+                                        "switching_thresholds": [256]},
+    })
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "fw",
+               "--capture_video", "--save_agent_with_switch", "--no-progress-bar")
+    run_dir = os.path.join(runs, "fw")
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"] == \
+           [(256, "all_green_cars")]
+    episodes = [r for r in records if r["kind"] == "episode"]
+    assert {r["modification"] for r in episodes} == {"", "all_green_cars"}
+    assert all(r["length"] == 100 for r in episodes)  # truncated at the cap, whole games
+    videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
+    assert any(v.startswith("no_modif__step0-episode-0") for v in videos), videos
+    assert any(v.startswith("all_green_cars__step256-episode-") for v in videos), videos
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "switch__no_modif__step256.cleanrl_model"))
+
+    out = str(tmp_path / "fw_eval")
+    proc = run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
+                      "--eval_episodes", "2", "--output", out)
+    rows = json.load(open(out + ".json"))["results"]
+    assert [r["modification"] for r in rows] == ["all_green_cars", "disable_cars"]
+    assert all(r["episodes"] == 2 and r["mean_length"] == 100 for r in rows)
+
+
+def test_ppo_learns_cartpole(tmp_path):
+    """Learning check: PPO on CartPole reaches a mean return >= 400 within 100k steps (fixed seed)."""
+    cfg = json.load(open(os.path.join(ROOT, "configs", "cartpole_gravity.json")))
+    cfg.pop("modification_factory")
+    cfg.pop("modification_factory_kwargs")
+    path = write_config(tmp_path, cfg)
+    runs = str(tmp_path / "runs")
+    run_script("agents/ppo.py", "--config", path, "--total_timesteps", "100000", "--seed", "1", "--runs_dir", runs,
+               "--no-progress-bar")
+    records = read_metrics(os.path.join(only_run_dir(runs), "metrics.jsonl"))
+    returns = [r["return"] for r in records if r["kind"] == "episode"]
+    assert np.mean(returns[-20:]) >= 400, returns[-20:]
