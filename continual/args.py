@@ -130,3 +130,46 @@ class Args:
 
 def field_names() -> set[str]:
     return {f.name for f in dataclasses.fields(Args)}
+
+
+def flag_table_markdown() -> str:
+    """The README's flag tables, generated from this file (sections, defaults, docstrings)."""
+    import ast
+    import inspect
+
+    src = inspect.getsource(__import__(__name__, fromlist=["Args"]))
+    lines = src.splitlines()
+    cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "Args")
+    out: list[str] = []
+    for i, node in enumerate(cls.body):
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        comment = lines[node.lineno - 2].strip()
+        if comment.startswith("# ---"):
+            out.append(f"\n**{comment.strip('#- ').strip()}**\n\n| flag | default | meaning |\n|---|---|---|")
+        nxt = cls.body[i + 1] if i + 1 < len(cls.body) else None
+        doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else ""
+        default = ast.get_source_segment(src, node.value) if node.value is not None else ""
+        out.append(f"| `--{node.target.id}` | `{default}` | {' '.join(doc.split())} |")
+    return "\n".join(out).strip() + "\n"
+
+
+README_START, README_END = "<!-- flags:start -->", "<!-- flags:end -->"
+
+
+def readme_with_flags(readme: str) -> str:
+    head, rest = readme.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_START}\n{flag_table_markdown()}{README_END}{tail}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--update-readme"]:  # python -m continual.args --update-readme
+        with open("README.md") as f:
+            text = readme_with_flags(f.read())
+        with open("README.md", "w") as f:
+            f.write(text)
+    else:
+        print(flag_table_markdown(), end="")
