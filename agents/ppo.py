@@ -93,7 +93,7 @@ def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
-    batch_size = args.batch_size()
+    batch_size = args.rollout_size()
     minibatch_size = args.minibatch_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
     num_iterations = session.total_timesteps // batch_size

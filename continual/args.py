@@ -120,12 +120,58 @@ class Args:
     progress_bar: bool = True
     """show a progress bar (steps, SPS, regime, recent return)"""
 
+    # --- continual backpropagation (PPO_CBP) ------------------------------------------------------------------------
+    replacement_rate: float = 1e-5
+    """CBP: fraction of mature units of each hidden layer re-initialised per optimizer update (paper RL value: 1e-4)"""
+    maturity_threshold: int = 100
+    """CBP: a unit may be replaced once it has lived this many optimizer updates (paper RL value: 10000)"""
+    decay_rate: float = 0.99
+    """CBP: running-average decay of the contribution utility"""
+    init: Literal["kaiming", "lecun", "xavier", "default"] = "kaiming"
+    """CBP: initialisation of the incoming weights of replaced units"""
+    utility: Literal["contribution", "mean_contribution"] = "contribution"
+    """CBP: contribution utility |h|*sum|w_out|, or its mean-corrected variant |h - mean(h)|*sum|w_out|"""
+
+    # --- plasticity remedies and diagnostics -------------------------------------------------------------------------
+    shrink_and_perturb: bool = False
+    """at every regime switch (never before the first regime): theta <- shrink_factor*theta + perturbation"""
+    shrink_factor: float = 0.7
+    """shrink & perturb: lambda"""
+    noise_scale: float = 0.01
+    """shrink & perturb: sigma of the Gaussian noise (perturb_mode noise) or weight p of a fresh initialisation
+    (perturb_mode fresh_init, Ash & Adams)"""
+    perturb_mode: Literal["noise", "fresh_init"] = "noise"
+    """shrink & perturb: noise = lambda*theta + sigma*N(0, I); fresh_init = lambda*theta + p*theta_fresh"""
+    reset_optimizer_on_switch: bool = False
+    """reset the optimizer state (Adam moments) at every regime switch"""
+    diagnostics_every: int = 0
+    """plasticity diagnostics (dormant units, effective rank, norms) every this many steps (0: at switches only)"""
+    dormant_tau: float = 0.025
+    """a unit is dormant when its mean |activation| is at most tau times the layer's mean (Sokar et al. 2023)"""
+
+    # --- IMPALA ------------------------------------------------------------------------------------------------------
+    num_actors: int = 2
+    """IMPALA: actor processes; --num_envs envs are split evenly between them"""
+    unroll_length: int = 20
+    """IMPALA: steps per unroll (T)"""
+    batch_size: int = 4
+    """IMPALA: unrolls per learner update"""
+    vtrace_rho_bar: float = 1.0
+    """IMPALA: V-trace truncation of the importance weights in the value targets and policy gradient"""
+    vtrace_c_bar: float = 1.0
+    """IMPALA: V-trace truncation of the trace coefficients c"""
+    rmsprop_alpha: float = 0.99
+    """IMPALA: RMSprop smoothing constant"""
+    rmsprop_eps: float = 0.01
+    """IMPALA: RMSprop epsilon"""
+
     # --- filled at run time ------------------------------------------------------------------------------------------
-    def batch_size(self) -> int:
+    def rollout_size(self) -> int:
+        """PPO: agent steps per rollout (num_envs x num_steps), the curriculum's granularity."""
         return self.num_envs * self.num_steps
 
     def minibatch_size(self) -> int:
-        return self.batch_size() // self.num_minibatches
+        return self.rollout_size() // self.num_minibatches
 
 
 def field_names() -> set[str]:

@@ -211,15 +211,30 @@ def validate_args(args: Args) -> None:
     for name in ("noop_max", "checkpoint_every"):
         if getattr(args, name) < 0:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    for name in ("num_actors", "unroll_length", "batch_size"):
+        positive(name)
+    for name in ("replacement_rate", "shrink_factor", "decay_rate"):
+        in_unit(name)
+    for name in ("noise_scale", "dormant_tau", "vtrace_rho_bar", "vtrace_c_bar", "rmsprop_eps"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("maturity_threshold", "diagnostics_every"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if not 0 < args.rmsprop_alpha < 1:
+        raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
+    if args.architecture == "IMPALA" and args.num_envs % args.num_actors:
+        raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
     if args.total_timesteps is not None:
         positive("total_timesteps")
     if args.max_episode_steps is not None:
         positive("max_episode_steps")
     if args.target_kl is not None and not (math.isfinite(args.target_kl) and args.target_kl > 0):
         raise UserError(f"target_kl: must be a positive finite number, got {args.target_kl}")
-    if args.batch_size() < args.num_minibatches:
+    if args.rollout_size() < args.num_minibatches:
         raise UserError(
-            f"num_minibatches: {args.num_minibatches} exceeds the rollout size num_envs*num_steps={args.batch_size()}"
+            f"num_minibatches: {args.num_minibatches} exceeds the rollout size num_envs*num_steps={args.rollout_size()}"
         )
     if args.backend != "Gymnasium" and not args.env_id.startswith("ALE/"):
         raise UserError(

@@ -132,7 +132,7 @@ class RunSession:
         self.after_switch: list[SwitchHook] = []
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.start_time = time.time()
-        self.start_step = self.global_step
+        self.start_step = self._last_iteration_step = self.global_step
         self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
         self.video_dir = os.path.join(run_dir, "videos")
         if args.save_agent_with_switch:
@@ -207,9 +207,10 @@ class RunSession:
         if self.args.capture_video:
             self.logger.log_new_videos(self.video_dir, self.global_step)
         every = self.args.checkpoint_every
-        if every and self.global_step // every != (self.global_step - self.args.batch_size()) // every:
+        if every and self.global_step // every != self._last_iteration_step // every:
             self.request_checkpoint(f"periodic__step{self.global_step}")
         self.flush_checkpoints()
+        self._last_iteration_step = self.global_step
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
     def request_checkpoint(self, name: str) -> None:
