@@ -32,6 +32,7 @@ from continual.args import Args
 from continual.config import Curriculum
 from continual.envs import EnvSettings, episode_stats, make_vector_env
 from continual.errors import UserError, exit_on_user_error
+from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
 from continual.runtime import parse_train_args, print_config, start_run
@@ -110,6 +111,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
+        install_switch_remedies(session, agent, optimizer, lambda: make_agent(
+            envs.single_observation_space, int(envs.single_action_space.n), args).to(device))
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
