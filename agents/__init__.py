@@ -3,4 +3,5 @@
 
 AGENT_MODULES = {
     "PPO": "agents.ppo",
+    "PPO_CBP": "agents.ppo_cbp",
 }

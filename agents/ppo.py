@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 if __package__ in (None, ""):  # `python agents/ppo.py` from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,6 +30,7 @@ from torch.distributions.categorical import Categorical
 
 from continual.args import Args
 from continual.config import Curriculum
+from continual.diagnostics import PlasticityMonitor
 from continual.envs import EnvSettings, episode_stats, make_vector_env
 from continual.errors import UserError, exit_on_user_error
 from continual.plasticity import install_switch_remedies
@@ -85,15 +86,31 @@ class Agent(nn.Module):
             action = logits.argmax(-1) if greedy else probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
+    # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
+    def before_update(self) -> None:
+        pass
 
-def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
+    def after_optimizer_step(self, optimizer: optim.Optimizer) -> None:
+        pass
+
+    def after_update(self) -> None:
+        pass
+
+
+def obs_scale(obs_space, args: Args) -> float:
+    """Pixels and object coordinates (0-255) are scaled to [0, 1]; vector observations are used as they are."""
     if args.obs_mode == "ori" and args.backend != "Gymnasium":
         raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
-    scale = 1.0 / 255.0 if obs_space.dtype == np.uint8 or args.obs_mode == "obj" else 1.0
-    return Agent(obs_space.shape, n_actions, obs_scale=scale)
+    return 1.0 / 255.0 if obs_space.dtype == np.uint8 or (args.obs_mode == "obj" and args.backend != "Gymnasium") else 1.0
 
 
-def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
+    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args))
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
+          make_agent_fn: Callable[..., Agent] = make_agent) -> str:
+    """Train through the curriculum; `make_agent_fn` lets PPO variants (PPO_CBP) bring their own network."""
     batch_size = args.rollout_size()
     minibatch_size = args.minibatch_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
@@ -104,19 +121,21 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     envs = make_vector_env(EnvSettings.from_args(args, video_dir=session.video_dir), args.num_envs,
                            session.modification, args.vector_env)
     try:
-        agent = make_agent(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
+        agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
-        install_switch_remedies(session, agent, optimizer, lambda: make_agent(
+            monitor.load_state_dict(resume_state["plasticity"])
+        monitor = PlasticityMonitor(session, agent)
+        install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
             envs.single_observation_space, int(envs.single_action_space.n), args).to(device))
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
-            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale,
+            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
         }
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
@@ -180,6 +199,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 for _, ep_return, ep_length in episode_stats(infos):
                     session.episode(ep_return, ep_length, global_step)
             rollout_time = time.time() - t_rollout
+            monitor.observe(obs)
 
             # bootstrap value if not done
             t_learn = time.time()
@@ -209,6 +229,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             # Optimizing the policy and value network
             b_inds = np.arange(batch_size)
             clipfracs = []
+            agent.before_update()
             for epoch in range(args.update_epochs):
                 session.np_rng.shuffle(b_inds)
                 for start in range(0, batch_size, minibatch_size):
@@ -249,11 +270,14 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
                     optimizer.zero_grad()
                     loss.backward()
+                    monitor.record_grads()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
+                    agent.after_optimizer_step(optimizer)
 
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
+            agent.after_update()
 
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
@@ -268,6 +292,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/explained_variance": float(explained_var),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
             })
+            monitor.maybe_log()
             progress.update()
             if session.stop_signal is not None:
                 break

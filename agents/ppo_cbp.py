@@ -1,0 +1,77 @@
+"""PPO with Continual Backpropagation (PPO_CBP): the PPO of `agents/ppo.py` whose hidden layers are maintained by
+CBP (`continual/cbp.py`, Dohare et al., Nature 2024).
+
+    python continual_training_example.py --config run_config.json --architecture PPO_CBP \
+        --replacement_rate 1e-4 --maturity_threshold 10000 --decay_rate 0.99 --init kaiming
+
+Tracked layers: the 3 conv layers and the 512-unit fully connected layer for pixels, the two hidden layers of the
+MLP otherwise. The last hidden layer feeds both heads and is tracked once, over the actor AND critic weights.
+CBP runs after every optimizer update (ages count updates, whatever the batch and minibatch sizes).
+
+Presets: the seed project's values are the defaults (--replacement_rate 1e-5 --maturity_threshold 100
+--decay_rate 0.99); the paper's RL values are --replacement_rate 1e-4 --maturity_threshold 10000 --decay_rate 0.99.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+if __package__ in (None, ""):  # `python agents/ppo_cbp.py` from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch.nn as nn
+import torch.optim as optim
+
+from agents import ppo
+from continual.args import Args
+from continual.cbp import CBP, UnitTracker
+from continual.config import Curriculum
+from continual.errors import exit_on_user_error
+from continual.runtime import parse_train_args, print_config
+
+
+class CBPAgent(ppo.Agent):
+    """ppo.Agent plus one CBP unit tracker per hidden layer."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, args: Args, obs_scale: float = 1.0):
+        super().__init__(obs_shape, n_actions, obs_scale=obs_scale)
+        # (incoming layer, its activation) pairs of the torso, in order
+        mods = list(self.network)
+        pairs = [(m, mods[i + 1]) for i, m in enumerate(mods) if isinstance(m, (nn.Linear, nn.Conv2d))]
+        trackers = []
+        for i, (layer, act) in enumerate(pairs):
+            outs = [pairs[i + 1][0]] if i + 1 < len(pairs) else [self.actor, self.critic]
+            trackers.append(UnitTracker(f"layer{i}", layer, act, outs, args.replacement_rate,
+                                        args.maturity_threshold, args.decay_rate, args.init, args.utility))
+        self.cbp = CBP(trackers)
+
+    def before_update(self) -> None:
+        self.cbp.capture(True)
+
+    def after_optimizer_step(self, optimizer: optim.Optimizer) -> None:
+        self.cbp.step(optimizer)
+
+    def after_update(self) -> None:
+        self.cbp.capture(False)
+
+
+def make_agent(obs_space, n_actions: int, args: Args) -> CBPAgent:
+    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args))
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+    return ppo.train(args, curriculum, resume_state, make_agent_fn=make_agent)
+
+
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
+    args.architecture = "PPO_CBP"
+    print_config(args, curriculum)
+    return train(args, curriculum, resume_state)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Plasticity diagnostics, logged under `plasticity/*` at every switch (the network at the end of the outgoing
+regime) and every `--diagnostics_every` steps:
+
+- `plasticity/dormant_fraction/<layer>`: share of tau-dormant units (Sokar et al. 2023): unit i is dormant when
+  s_i = E|h_i| / mean_k E|h_k| <= tau (`--dormant_tau`), E over the probe batch (and positions for conv channels);
+- `plasticity/effective_rank`: effective rank of the penultimate features on the probe batch, exp(H(p)) with
+  p = sigma / sum(sigma) the normalised singular values (Roy & Vetterli 2007);
+- `plasticity/weight_norm/<layer>`, `plasticity/grad_norm/<layer>` (last minibatch of the last update, before
+  clipping);
+- `plasticity/replaced/<layer>`: units replaced so far (PPO_CBP).
+
+All are computed on a fixed probe batch: observations sampled from the first rollout, then kept (and saved in
+checkpoints) so values are comparable over the whole run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+PROBE_SIZE = 256
+
+
+def dormant_fraction(act: torch.Tensor, tau: float) -> float:
+    """act: (batch, units) or (batch, channels, h, w) activations."""
+    dims = (0, 2, 3) if act.dim() == 4 else (0,)
+    score = act.abs().mean(dim=dims)
+    mean = score.mean()
+    if mean <= 0:
+        return 1.0
+    return float((score / mean <= tau).float().mean())
+
+
+def effective_rank(features: torch.Tensor) -> float:
+    """exp of the entropy of the normalised singular values of a (batch, features) matrix."""
+    s = torch.linalg.svdvals(features.double())
+    total = s.sum()
+    if total <= 0:
+        return 0.0
+    p = s / total
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+
+
+class PlasticityMonitor:
+    def __init__(self, session, agent: nn.Module):
+        self.session, self.agent = session, agent
+        self.args = session.args
+        self.probe: Optional[torch.Tensor] = None
+        self.grad_norms: dict[str, float] = {}
+        self._last_step = session.global_step
+        self._logged_at: Optional[int] = None
+        session.before_switch.append(lambda s, event: self.log())
+
+    def observe(self, obs: torch.Tensor) -> None:
+        """Take the probe batch from the first rollout (obs: (steps, envs, ...))."""
+        if self.probe is None:
+            flat = obs.reshape((-1,) + obs.shape[2:])
+            idx = self.session.np_rng.choice(len(flat), size=min(PROBE_SIZE, len(flat)), replace=False)
+            self.probe = flat[torch.as_tensor(np.sort(idx), device=flat.device)].clone()
+
+    def record_grads(self) -> None:
+        self.grad_norms = {n: float(m.weight.grad.norm()) for n, m in _layers(self.agent) if m.weight.grad is not None}
+
+    def maybe_log(self) -> None:
+        every = self.args.diagnostics_every
+        if every and self.session.global_step // every != self._last_step // every:
+            self.log()
+        self._last_step = self.session.global_step
+
+    @torch.no_grad()
+    def compute(self) -> dict[str, float]:
+        if self.probe is None:
+            return {}
+        acts: dict[str, torch.Tensor] = {}
+        hooks = []
+        index = 0
+        for _, module in self.agent.network.named_modules():
+            if isinstance(module, (nn.ReLU, nn.Tanh)):
+                name = f"layer{index}"
+                index += 1
+                hooks.append(module.register_forward_hook(lambda m, i, o, name=name: acts.__setitem__(name, o)))
+        try:
+            features = self.agent.features(self.probe)
+        finally:
+            for h in hooks:
+                h.remove()
+        out = {f"plasticity/dormant_fraction/{k}": dormant_fraction(v, self.args.dormant_tau) for k, v in acts.items()}
+        out["plasticity/dormant_fraction/all"] = float(np.mean([out[k] for k in list(out)])) if acts else 0.0
+        out["plasticity/effective_rank"] = effective_rank(features.flatten(1))
+        for name, module in _layers(self.agent):
+            out[f"plasticity/weight_norm/{name}"] = float(module.weight.norm())
+        for name, g in self.grad_norms.items():
+            out[f"plasticity/grad_norm/{name}"] = g
+        cbp = getattr(self.agent, "cbp", None)
+        if cbp is not None:
+            for name, n in cbp.replaced().items():
+                out[f"plasticity/replaced/{name}"] = n
+        return out
+
+    def log(self) -> None:
+        if self._logged_at == self.session.global_step:  # a switch and the periodic cadence can meet
+            return
+        self._logged_at = self.session.global_step
+        values = self.compute()
+        if values:
+            self.session.logger.scalars(values, self.session.global_step)
+            self.session.logger.record("plasticity", self.session.global_step,
+                                       modification=self.session.modification, **values)
+
+    def state_dict(self) -> dict:
+        return {"probe": None if self.probe is None else self.probe.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        probe = state.get("probe")
+        self.probe = None if probe is None else probe.to(next(self.agent.parameters()).device)
