@@ -1,0 +1,275 @@
+"""Continual backpropagation, shrink & perturb, and plasticity diagnostics on hand-computed cases."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import run_script
+from continual.args import Args
+from continual.cbp import CBP, UnitTracker, init_bound
+from continual.diagnostics import dormant_fraction, effective_rank
+from continual.plasticity import reset_optimizer_state, shrink_and_perturb
+from agents.ppo_cbp import CBPAgent
+
+
+def small_net(rate=0.0, maturity=0, eta=0.9, utility="contribution"):
+    torch.manual_seed(0)
+    fc1, act, fc2 = nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)
+    net = nn.Sequential(fc1, act, fc2)
+    tracker = UnitTracker("h", fc1, act, [fc2], rate, maturity, eta, "kaiming", utility)
+    return net, fc1, fc2, tracker
+
+
+def test_utility_update_matches_hand_computation():
+    net, fc1, fc2, tr = small_net(eta=0.9)
+    x = torch.randn(5, 3)
+    tr.capture = True
+    h = torch.relu(fc1(x))
+    net(x)
+    tr.step(None)
+    expected = (1 - 0.9) * h.abs().mean(0).detach() * fc2.weight.detach().abs().sum(0)
+    assert torch.allclose(tr.utility, expected, atol=1e-6)
+    assert torch.allclose(tr.mean_act, (1 - 0.9) * h.mean(0).detach(), atol=1e-6)
+    assert (tr.age == 1).all()
+    # second step: running average
+    x2 = torch.randn(5, 3)
+    h2 = torch.relu(fc1(x2))
+    net(x2)
+    tr.step(None)
+    expected = 0.9 * expected + 0.1 * h2.abs().mean(0).detach() * fc2.weight.detach().abs().sum(0)
+    assert torch.allclose(tr.utility, expected, atol=1e-6)
+
+
+def test_mean_contribution_variant_centres_activations():
+    net, fc1, fc2, tr = small_net(eta=0.5, utility="mean_contribution")
+    tr.capture = True
+    x = torch.randn(6, 3)
+    net(x)
+    tr.step(None)  # mean_act is now (1-eta)*mean(h), bias-corrected -> mean(h) at age 1
+    x2 = torch.randn(6, 3)
+    h2 = torch.relu(fc1(x2)).detach()
+    mean_h1 = torch.relu(fc1(x)).detach().mean(0)
+    net(x2)
+    before = tr.utility.clone()
+    tr.step(None)
+    contrib = (h2 - mean_h1).abs().mean(0) * fc2.weight.detach().abs().sum(0)
+    assert torch.allclose(tr.utility, 0.5 * before + 0.5 * contrib, atol=1e-5)
+
+
+def test_replacement_count_only_mature_units_zero_outgoing_and_reset_moments():
+    torch.manual_seed(1)
+    fc1, act, fc2 = nn.Linear(8, 50), nn.ReLU(), nn.Linear(50, 3)
+    net = nn.Sequential(fc1, act, fc2)
+    rate, maturity, updates = 0.01, 20, 200
+    tr = UnitTracker("h", fc1, act, [fc2], rate, maturity, 0.99, "kaiming", "contribution")
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    # make units 0..9 young: they must never be replaced before they mature
+    replaced_total = 0
+    for step in range(updates):
+        tr.capture = True
+        x = torch.randn(16, 8)
+        loss = net(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ages_before = tr.age.clone()
+        n = tr.step(opt)
+        replaced_total += n
+        if n:
+            fresh = torch.nonzero(tr.age == 0).flatten()
+            assert len(fresh) >= n
+            assert (ages_before[fresh] + 1 > maturity).all(), "only mature units are replaced"
+            assert (fc2.weight[:, fresh] == 0).all(), "zero outgoing weights"
+            assert (opt.state[fc2.weight]["exp_avg"][:, fresh] == 0).all()
+            assert (opt.state[fc2.weight]["exp_avg_sq"][:, fresh] == 0).all()
+            assert (opt.state[fc1.weight]["exp_avg"][fresh] == 0).all()
+            assert (fc1.bias[fresh] == 0).all()
+            bound = init_bound(fc1, "kaiming")
+            assert fc1.weight[fresh].abs().max() <= bound
+    # all 50 units are eligible after `maturity` updates; replaced units need `maturity` updates to be eligible again
+    # expected ~ rate * eligible * updates; eligible drops a little as replaced units are young again
+    expected_upper = rate * 50 * (updates - maturity)
+    assert expected_upper * 0.8 <= replaced_total <= expected_upper + 1
+    assert int(tr.replaced) == replaced_total
+
+
+def test_replacement_moves_mean_contribution_into_next_bias():
+    net, fc1, fc2, tr = small_net(rate=1.0, maturity=0, eta=0.0)  # eta 0: utility = latest contribution
+    tr.capture = True
+    x = torch.randn(7, 3)
+    with torch.no_grad():
+        fc1.bias.fill_(1.0)  # every unit active
+    h = torch.relu(fc1(x)).detach()
+    net(x)
+    w_before, b_before = fc2.weight.detach().clone(), fc2.bias.detach().clone()
+    # rate 1.0 with 4 eligible units replaces all 4 at once
+    tr.rate = 0.25
+    n = tr.step(None)
+    assert n == 1
+    j = int(torch.nonzero(tr.age == 0).flatten()[0])
+    contrib = h.abs().mean(0) * w_before.abs().sum(0)
+    assert j == int(torch.argmin(contrib))  # lowest utility first
+    assert torch.allclose(fc2.bias, b_before + w_before[:, j] * h.mean(0)[j], atol=1e-6)
+
+
+def test_shared_head_layer_is_tracked_once_over_both_heads():
+    args = Args(replacement_rate=0.5, maturity_threshold=0)
+    agent = CBPAgent((4,), 2, args)
+    trackers = list(agent.cbp.trackers)
+    assert len(trackers) == 2  # two hidden layers in the MLP, one tracker each
+    last = trackers[-1]
+    assert last.out_layers == [agent.actor, agent.critic]
+    opt = torch.optim.Adam(agent.parameters())
+    agent.before_update()
+    _, logp, ent, v = agent.get_action_and_value(torch.randn(32, 4))
+    (logp.mean() + v.mean()).backward()
+    opt.step()
+    agent.after_optimizer_step(opt)
+    agent.after_update()
+    fresh = torch.nonzero(last.age == 0).flatten()
+    assert len(fresh) > 0
+    assert (agent.actor.weight[:, fresh] == 0).all() and (agent.critic.weight[:, fresh] == 0).all()
+    # the conv torso: 4 trackers (3 conv + fc), the conv->linear one groups the 49 columns of each channel
+    cnn = CBPAgent((4, 84, 84), 3, args)
+    assert len(cnn.cbp.trackers) == 4
+    assert cnn.cbp.trackers[2]._out_weight_mass().shape == (64,)
+
+
+def test_cbp_state_round_trips_through_a_checkpoint(tmp_path):
+    args = Args(replacement_rate=0.3, maturity_threshold=1)
+    agent = CBPAgent((4,), 2, args)
+    opt = torch.optim.Adam(agent.parameters())
+    for _ in range(5):
+        agent.before_update()
+        _, logp, _, v = agent.get_action_and_value(torch.randn(8, 4))
+        opt.zero_grad()
+        (logp.mean() + v.mean()).backward()
+        opt.step()
+        agent.after_optimizer_step(opt)
+    path = tmp_path / "a.pt"
+    torch.save({"model": agent.state_dict()}, path)
+    other = CBPAgent((4,), 2, args)
+    other.load_state_dict(torch.load(path, weights_only=True)["model"])
+    for a, b in zip(agent.cbp.trackers, other.cbp.trackers):
+        assert torch.equal(a.utility, b.utility) and torch.equal(a.age, b.age)
+        assert int(a.replaced) == int(b.replaced) and float(a.to_replace) == float(b.to_replace)
+    assert sum(int(t.replaced) for t in agent.cbp.trackers) > 0
+
+
+def test_shrink_and_perturb_noise_form():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    before = [p.detach().clone() for p in net.parameters()]
+    shrink_and_perturb(net, 0.7, 0.01, "noise", generator=torch.Generator().manual_seed(5))
+    gen = torch.Generator().manual_seed(5)
+    for p, b in zip(net.parameters(), before):
+        expected = 0.7 * b + 0.01 * torch.randn(b.shape, generator=gen)
+        assert torch.allclose(p, expected, atol=1e-7)
+
+
+def test_shrink_and_perturb_fresh_init_form_and_optimizer_reset():
+    torch.manual_seed(0)
+    net, fresh = nn.Linear(3, 2), nn.Linear(3, 2)
+    before = [p.detach().clone() for p in net.parameters()]
+    shrink_and_perturb(net, 0.5, 0.3, "fresh_init", fresh=fresh)
+    for p, b, f in zip(net.parameters(), before, fresh.parameters()):
+        assert torch.allclose(p, 0.5 * b + 0.3 * f.detach(), atol=1e-7)
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    assert opt.state
+    reset_optimizer_state(opt)
+    assert not opt.state
+
+
+def test_dormant_fraction_on_crafted_activations():
+    act = torch.zeros(10, 4)
+    act[:, 0] = 1.0
+    act[:, 1] = 1.0
+    act[:, 2] = 0.01  # score 0.01 / mean(0.5025) ~ 0.02 <= 0.025: dormant
+    # unit 3 is always 0: dormant
+    assert dormant_fraction(act, 0.025) == pytest.approx(0.5)
+    assert dormant_fraction(act, 0.0) == pytest.approx(0.25)
+    conv = torch.zeros(2, 3, 5, 5)
+    conv[:, 0] = 2.0
+    assert dormant_fraction(conv, 0.1) == pytest.approx(2 / 3)
+
+
+def test_effective_rank_on_known_matrices():
+    eye = torch.eye(8)
+    assert effective_rank(eye) == pytest.approx(8.0)
+    rank_one = torch.ones(10, 1) @ torch.randn(1, 6)
+    assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-6)
+    diag = torch.diag(torch.tensor([3.0, 1.0]))
+    p = torch.tensor([0.75, 0.25])
+    assert effective_rank(diag) == pytest.approx(math.exp(-(p * p.log()).sum().item()))
+
+
+CARTPOLE = {
+    "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
+    "reward_scaling": "none", "modification_factory": "SequentialModificationFactory",
+    "modification_factory_kwargs": {"num_total_steps": 1536, "modifications": ["", "gravity=15", ""],
+                                    "switching_thresholds": [512, 1024]},
+}
+
+
+def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(CARTPOLE))
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
+               "--replacement_rate", "0.01", "--maturity_threshold", "5", "--shrink_and_perturb",
+               "--diagnostics_every", "512", "--runs_dir", runs, "--run_name", "cbp", "--no-progress-bar")
+    run_dir = os.path.join(runs, "cbp")
+    ckpt = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final__*"))[0], weights_only=True)
+    assert ckpt["architecture"] == "PPO_CBP"
+    assert any(k.startswith("cbp.trackers.0.utility") for k in ckpt["model"])
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    plast = [r for r in records if r["kind"] == "plasticity"]
+    assert {512, 1024} <= {r["global_step"] for r in plast}  # at both switches
+    assert plast[-1]["plasticity/replaced/layer0"] > 0
+    assert "plasticity/dormant_fraction/layer1" in plast[-1] and "plasticity/effective_rank" in plast[-1]
+    out = str(tmp_path / "ev")
+    run_script("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "2", "--output", out)
+    assert json.load(open(out + ".json"))["architecture"] == "PPO_CBP"
+
+
+def test_shrink_and_perturb_changes_weights_only_at_switches(tmp_path):
+    """The first regime is never perturbed: with S&P and no switch the run equals a run without S&P."""
+    base = {**CARTPOLE, "modification_factory_kwargs": {"num_total_steps": 512, "modifications": [""],
+                                                        "switching_thresholds": []}}
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(base))
+    runs = str(tmp_path / "runs")
+    finals = {}
+    for name, extra in (("plain", []), ("sp", ["--shrink_and_perturb"])):
+        run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", name,
+                   "--no-progress-bar", *extra)
+        finals[name] = torch.load(glob.glob(os.path.join(runs, name, "checkpoints", "final__*"))[0],
+                                  weights_only=True)["model"]
+    for k in finals["plain"]:
+        assert torch.equal(finals["plain"][k], finals["sp"][k]), k
+
+
+def test_ppo_cbp_freeway_smoke(tmp_path):
+    cfg = tmp_path / "f.json"
+    cfg.write_text(json.dumps({
+        "env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 32, "num_minibatches": 2,
+        "update_epochs": 1, "max_episode_steps": 60, "modification_factory": "Sequential",
+        "modification_factory_kwargs": {"num_total_steps": 256, "modifications": ["", "all_green_cars"],
+                                        "switching_thresholds": [128]}}))
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
+               "--replacement_rate", "0.05", "--maturity_threshold", "1", "--shrink_and_perturb", "--runs_dir", runs,
+               "--run_name", "fw", "--no-progress-bar")
+    ckpt = torch.load(glob.glob(os.path.join(runs, "fw", "checkpoints", "final__*"))[0], weights_only=True)
+    replaced = [int(ckpt["model"][f"cbp.trackers.{i}.replaced"]) for i in range(4)]
+    assert len(replaced) == 4 and sum(replaced) > 0
