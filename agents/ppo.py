@@ -32,7 +32,8 @@ from continual.args import Args
 from continual.config import Curriculum
 from continual.diagnostics import PlasticityMonitor
 from continual.envs import EnvSettings, episode_stats, make_vector_env
-from continual.errors import UserError, exit_on_user_error
+from continual.errors import TrainingError, UserError, exit_on_user_error
+from continual.faults import check_losses, check_parameters
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
@@ -267,6 +268,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
                     entropy_loss = entropy.mean()
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
 
                     optimizer.zero_grad()
                     loss.backward()
@@ -278,6 +280,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
             agent.after_update()
+            check_parameters(agent, global_step)
 
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
@@ -300,6 +303,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         progress.close()
         session.finish()
         return session.run_dir
+    except TrainingError as e:
+        # a fault with good weights (a dead env worker, a NaN loss caught before the step) keeps the last iteration
+        saved = session.save_after_failure() if getattr(e, "weights_ok", True) else None
+        raise TrainingError(f"{e}; " + (f"saved {saved}" if saved else "the newest checkpoint in "
+                                        f"{session.checkpoint_dir} is the last good one")) from None
     finally:
         envs.close()
         session.close()

@@ -18,7 +18,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from continual.errors import UserError
+from continual.errors import TrainingError, UserError
+from continual.faults import inject
 
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
@@ -60,7 +61,12 @@ def save_checkpoint(path: str, payload: dict) -> str:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        inject("checkpoint_write")
         os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise TrainingError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -7,11 +7,13 @@ left behind. Each env is seeded once (`seed + i`) at the first reset.
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
 backend env (`continual.backends`) -> [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] ->
 RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
-NoopReset -> EpisodicLife -> FireReset -> SwitchHandle. Reward clipping/normalisation happens in the learner.
+NoopReset -> EpisodicLife -> FireReset -> [--her: GoalEnvWrapper (Dict observations, `continual.her`)] ->
+SwitchHandle. Reward clipping/normalisation happens in the learner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import re
@@ -22,7 +24,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+import continual.goal_envs  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
 from continual.backends import is_atari, make_backend_env, normalize
+from continual.faults import EnvWorkerError, dead_workers, describe_worker_failure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +45,9 @@ class EnvSettings:
     video_dir: Optional[str] = None
     video_every: int = 1
     need_objects: bool = False
+    her: bool = False  # HER: wrap in continual.her.GoalEnvWrapper
+    game_specific_goals: bool = False
+    her_tolerance: float = 0.05
 
     @classmethod
     def from_args(cls, args: Any, video_dir: Optional[str] = None, **overrides: Any) -> "EnvSettings":
@@ -50,6 +57,8 @@ class EnvSettings:
             noop_max=args.noop_max, episodic_life=not args.deactivate_episodic_life,
             max_episode_steps=args.max_episode_steps, video_dir=video_dir if args.capture_video else None,
             video_every=args.video_every,
+            her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
+            her_tolerance=getattr(args, "her_tolerance", 0.05),
         )
         values.update(overrides)
         return cls(**values)
@@ -106,6 +115,12 @@ class SwitchHandle(gym.Wrapper):
         return self.env.unwrapped.ale.getRAM()
 
 
+def _her_needs_objects(settings: EnvSettings) -> bool:
+    from continual.her import needs_objects
+
+    return needs_objects(settings.env_id, settings.backend, settings.game_specific_goals)
+
+
 def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
         from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv, NoopResetEnv
@@ -120,7 +135,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
             repeat_action_probability=settings.repeat_action_probability,
             max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
-            need_objects=settings.need_objects,
+            need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
         )
         gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
         if gym_atari:
@@ -137,6 +152,10 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
                 env = EpisodicLifeEnv(env)
             if "FIRE" in env.unwrapped.get_action_meanings():
                 env = FireResetEnv(env)
+        if settings.her:
+            from continual.her import wrap_env
+
+            env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
         return SwitchHandle(env)
 
     return thunk
@@ -163,14 +182,54 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
     def switch(self, modification: str, step: int = 0) -> tuple[np.ndarray, dict]:
         """Swap every env's modifications and reset them all; returns the new first observations."""
         self.modification = normalize(modification)
-        self.env.call("set_modifications", self.modification, step)
-        return self.env.reset()
+        with self._worker_faults():
+            self.env.call("set_modifications", self.modification, step)
+            return self.env.reset()
+
+    def step(self, actions):
+        with self._worker_faults():
+            return self.env.step(actions)
+
+    def reset(self, **kwargs):
+        with self._worker_faults():
+            return self.env.reset(**kwargs)
 
     def get_ram(self) -> np.ndarray:
         return np.stack(self.env.call("get_ram"))
 
     def worker_pids(self) -> list[int]:
-        return [p.pid for p in getattr(self.env, "processes", [])]
+        return [p.pid for p in getattr(self.unwrapped, "processes", [])]
+
+    @contextlib.contextmanager
+    def _worker_faults(self):
+        try:
+            yield
+        except (EOFError, OSError, RuntimeError, ValueError) as e:  # what a dead worker's pipe raises
+            processes = getattr(self.unwrapped, "processes", None)
+            if processes is None or not dead_workers(processes):
+                raise
+            raise EnvWorkerError(describe_worker_failure(processes, e)) from None
+
+    def close(self, **kwargs) -> None:
+        """Close the workers; if any died (or closing fails), terminate the rest: never leave a process behind."""
+        base = self.unwrapped
+        processes = list(getattr(base, "processes", []))
+        try:
+            if dead_workers(processes):
+                raise EOFError("a worker is dead")
+            self.env.close(**kwargs)
+        except Exception:
+            for p in processes:
+                if p.is_alive():
+                    p.terminate()
+            for p in processes:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.kill()
+                    p.join(timeout=5)
+            for pipe in getattr(base, "parent_pipes", []):
+                pipe.close()
+            base.closed = True
 
 
 def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vector_env: str = "auto"

@@ -16,6 +16,11 @@ class UserError(Exception):
     """A problem with what the user gave us; the message is one line that names the problem."""
 
 
+class TrainingError(RuntimeError):
+    """A run-stopping fault (dead env worker, non-finite loss, failed write), reported as one line after the run
+    has saved what it could; exit code 1."""
+
+
 def one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -30,5 +35,8 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
         except UserError as e:
             print(f"error: {one_line(str(e))}", file=sys.stderr)
             raise SystemExit(2) from None
+        except TrainingError as e:
+            print(f"error: {one_line(str(e))}", file=sys.stderr)
+            raise SystemExit(1) from None
 
     return wrapper

@@ -27,6 +27,7 @@ from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dic
                               validate_args)
 from continual.envs import regime_slug
 from continual.errors import UserError
+from continual.faults import inject
 from continual.tracking import RunLogger, check_writable, create_run_dir, write_json
 
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
@@ -151,6 +152,14 @@ class RunSession:
         self.stop_signal = signum
         print(f"\nreceived signal {signum}: saving a checkpoint after this iteration", file=sys.stderr)
 
+    def save_after_failure(self) -> Optional[str]:
+        """Checkpoint the last completed iteration after a fault (the rollout in progress is dropped)."""
+        self.global_step = self._last_iteration_step
+        try:
+            return self.save(f"crash__step{self.global_step}")
+        except Exception:  # the fault may be the disk itself
+            return None
+
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
         (then the process exits with 128 + signal number, as a shell would report it)."""
@@ -179,6 +188,7 @@ class RunSession:
             hook(self, event)
         self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
         self.switches += 1
+        inject("switch")
         obs, _ = envs.switch(new, self.global_step)
         self.modification = new
         self.logger.record("switch", self.global_step, modification=new, previous=event.old,
