@@ -26,6 +26,7 @@ from continual.config import args_from_dict, cli
 from continual.envs import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
 from continual.evaluation import EvalResult, evaluate
+from continual.her import evaluate as her_evaluate
 from continual.tracking import check_writable
 
 
@@ -85,11 +86,12 @@ def print_table(rows: list[dict]) -> None:
         from rich.table import Table
 
         table = Table(title="evaluation")
-        for col in ("modification", "episodes", "mean", "std", "min", "max"):
+        her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
+        for col in ("modification", "episodes", "mean", "std", "min", "max", *her):
             table.add_column(col, justify="left" if col == "modification" else "right")
         for r in rows:
             table.add_row(r["modification"] or "(none)", str(r["episodes"]),
-                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max")))
+                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max", *her)))
         Console().print(table)
     except ImportError:  # pragma: no cover
         for r in rows:
@@ -141,6 +143,9 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
         for m in modifs:
             if m != envs.modification:
                 envs.switch(m)
+            if train_args.her:  # HER: goal-conditioned play with the checkpoint's goal setup; adds the success rate
+                rows.append(her_evaluate(agent, envs, args.eval_episodes, device, args.seed, greedy=args.greedy))
+                continue
             result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed)
             rows.append(result.row())
     finally:
@@ -149,6 +154,8 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
     print_table(rows)
     meta = {"checkpoint": state["path"], "architecture": state["architecture"], "global_step": state["global_step"],
             "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
+    if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
+        meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
     with open(output + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

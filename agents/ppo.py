@@ -31,9 +31,10 @@ from torch.distributions.categorical import Categorical
 from continual.args import Args
 from continual.config import Curriculum
 from continual.diagnostics import PlasticityMonitor
-from continual.envs import EnvSettings, episode_stats, make_vector_env
+from continual.envs import EnvSettings, episode_stats, make_vector_env, regime_slug
 from continual.errors import TrainingError, UserError, exit_on_user_error
 from continual.faults import check_losses, check_parameters
+from continual.her import HerRollout, split_goal_space, weighted_mean
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
@@ -47,12 +48,17 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """Nature CNN for (C, 84, 84) pixel stacks, an MLP for object or vector observations; shared torso."""
+    """Nature CNN for (C, 84, 84) pixel stacks, an MLP for object or vector observations; shared torso.
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0):
+    HER (goal_dim > 0): the MLP takes [observation, goal] as input; the CNN's 512 features h join the goal g in one
+    fused layer before the heads, ReLU(W_h h + W_g g + b) (a linear layer on [h, g]).
+    """
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0, goal_dim: int = 0):
         super().__init__()
         self.obs_shape, self.n_actions = tuple(obs_shape), n_actions
         self.obs_scale = obs_scale
+        self.goal_dim = goal_dim
         if len(obs_shape) == 3:
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
@@ -67,20 +73,35 @@ class Agent(nn.Module):
             hidden = 64 if n_in <= 32 else 256
             self.network = nn.Sequential(
                 nn.Flatten(),
-                layer_init(nn.Linear(n_in, hidden)), nn.Tanh(),
+                layer_init(nn.Linear(n_in + goal_dim, hidden)), nn.Tanh(),  # HER: the goal is part of the input
                 layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
             )
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(hidden, 1), std=1)
+        if goal_dim and len(obs_shape) == 3:  # HER: the goal joins the CNN features before the heads
+            self.goal_fusion = layer_init(nn.Linear(hidden, hidden))
+            self.goal_embed = nn.Linear(goal_dim, hidden, bias=False)
+            torch.nn.init.orthogonal_(self.goal_embed.weight, np.sqrt(2))
+            self.goal_act = nn.ReLU()
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x.float() * self.obs_scale)
+    def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x.float() * self.obs_scale
+        if not self.goal_dim:
+            if goal is not None:
+                raise ValueError("this agent is not goal-conditioned (trained without --her); pass no goal")
+            return self.network(x)
+        # HER: a missing goal (plasticity probes) stands for the zero goal
+        goal = torch.zeros((x.shape[0], self.goal_dim), device=x.device) if goal is None else goal.float()
+        if len(self.obs_shape) == 3:
+            return self.goal_act(self.goal_fusion(self.network(x)) + self.goal_embed(goal))
+        return self.network(torch.cat([x.flatten(1), goal], dim=1))
 
-    def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(x))
+    def get_value(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.critic(self.features(x, goal))
 
-    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False):
-        hidden = self.features(x)
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
+                             goal: Optional[torch.Tensor] = None):
+        hidden = self.features(x, goal)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
@@ -106,7 +127,8 @@ def obs_scale(obs_space, args: Args) -> float:
 
 
 def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
-    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args))
+    obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
+    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim)
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
@@ -137,10 +159,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
+            "goal_dim": agent.goal_dim,
         }
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
-        obs_space = envs.single_observation_space
+        # HER: observations are Dicts; `her` keeps goals, achieved goals and what relabelling needs (None without HER)
+        her = HerRollout(args, envs.single_observation_space, device, session.np_rng) if args.her else None
+        obs_space, _ = split_goal_space(envs.single_observation_space)
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         obs = torch.zeros((args.num_steps, args.num_envs) + obs_space.shape, dtype=obs_dtype).to(device)
         actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long).to(device)
@@ -153,6 +178,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         global_step = session.global_step
         start_iteration = global_step // batch_size + 1
         next_obs_np, _ = envs.reset(seed=args.seed + global_step)
+        if her:  # HER: the goal part of the observation goes to `her.next_goal`
+            next_obs_np = her.take_goals(next_obs_np)
         next_obs = torch.as_tensor(next_obs_np, device=device)
         next_done = torch.zeros(args.num_envs).to(device)
         progress = Progress(session, enabled=args.progress_bar)
@@ -160,6 +187,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         for iteration in range(start_iteration, num_iterations + 1):
             switched_obs = session.maybe_switch(envs)
             if switched_obs is not None:
+                if her:  # HER: new episodes, new goals
+                    switched_obs = her.take_goals(switched_obs)
                 next_obs = torch.as_tensor(switched_obs, device=device)
                 next_done = torch.zeros(args.num_envs).to(device)
                 reward_scaler.episodes_cut()
@@ -175,10 +204,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 session.global_step = global_step
                 obs[step] = next_obs
                 dones[step] = next_done
+                if her:  # HER
+                    her.goals[step] = her.next_goal
 
                 # ALGO LOGIC: action logic
                 with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                    action, logprob, _, value = agent.get_action_and_value(
+                        next_obs, goal=her.next_goal if her else None)  # HER: conditioned on the episode's goal
                     values[step] = value.flatten()
                 actions[step] = action
                 logprobs[step] = logprob
@@ -189,11 +221,18 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 env_time += time.time() - t_env
                 done = np.logical_or(terminations, truncations)
                 scaled = reward_scaler(reward, done)
+                if her:  # HER: + the goal reward of this step's achieved goal; keeps what relabelling needs
+                    scaled = her.step_rewards(step, scaled, next_obs_np, terminations, truncations, infos)
+                    next_obs_np = her.take_goals(next_obs_np)
                 cut = np.flatnonzero(truncations & ~terminations)
                 if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
-                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]), device=device)
+                    if her:  # HER: Dict final observations, valued for their own goal
+                        final, final_goal = her.final_observations(step, cut, infos)
+                    else:
+                        final, final_goal = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]),
+                                                             device=device), None
                     with torch.no_grad():
-                        scaled[cut] += args.gamma * agent.get_value(final).flatten().cpu().numpy()
+                        scaled[cut] += args.gamma * agent.get_value(final, goal=final_goal).flatten().cpu().numpy()
                 rewards[step] = torch.as_tensor(scaled, device=device)
                 next_obs = torch.as_tensor(next_obs_np, device=device)
                 next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
@@ -205,7 +244,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             # bootstrap value if not done
             t_learn = time.time()
             with torch.no_grad():
-                next_value = agent.get_value(next_obs).reshape(1, -1)
+                next_value = agent.get_value(next_obs, goal=her.next_goal if her else None).reshape(1, -1)
                 advantages = torch.zeros_like(rewards).to(device)
                 lastgaelam = 0
                 for t in reversed(range(args.num_steps)):
@@ -227,16 +266,39 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
 
+            # HER: relabelled samples join the batch. b_src[k]: the rollout sample whose observation (and action)
+            # sample k uses; b_goals[k]: its goal; b_weights[k]: its importance weight (1 for original samples)
+            n_samples, mb_size, b_weights = batch_size, minibatch_size, None
+            if her:
+                b_src = torch.arange(batch_size, device=device)
+                b_goals = her.goals.reshape(batch_size, -1)
+                b_weights = torch.ones(batch_size, device=device)
+                if args.her_ratio > 0:
+                    rl = her.relabel(agent, obs, actions, logprobs, dones, next_obs)
+                    b_src, b_goals = torch.cat([b_src, rl.src]), torch.cat([b_goals, rl.goals])
+                    b_weights, b_logprobs = torch.cat([b_weights, rl.weights]), torch.cat([b_logprobs, rl.logprobs])
+                    b_actions = b_actions[b_src]
+                    b_advantages = torch.cat([b_advantages, rl.advantages])
+                    b_returns, b_values = torch.cat([b_returns, rl.returns]), torch.cat([b_values, rl.values])
+                n_samples = len(b_src)
+                mb_size = -(-n_samples // args.num_minibatches)
+
             # Optimizing the policy and value network
-            b_inds = np.arange(batch_size)
+            b_inds = np.arange(n_samples)
             clipfracs = []
             agent.before_update()
             for epoch in range(args.update_epochs):
                 session.np_rng.shuffle(b_inds)
-                for start in range(0, batch_size, minibatch_size):
-                    mb_inds = torch.as_tensor(b_inds[start:start + minibatch_size], device=device)
+                for start in range(0, n_samples, mb_size):
+                    mb_inds = torch.as_tensor(b_inds[start:start + mb_size], device=device)
+                    if her:  # HER: a relabelled sample is its rollout observation with another goal
+                        mb_obs, mb_goals, mb_weights = b_obs[b_src[mb_inds]], b_goals[mb_inds], b_weights[mb_inds]
+                        her.count_trained(mb_inds, batch_size)
+                    else:
+                        mb_obs, mb_goals, mb_weights = b_obs[mb_inds], None, None
 
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
+                                                                                  goal=mb_goals)
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 
@@ -253,7 +315,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     # Policy loss
                     pg_loss1 = -mb_advantages * ratio
                     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    pg_loss = weighted_mean(torch.max(pg_loss1, pg_loss2), mb_weights)  # HER: IS-weighted
 
                     # Value loss
                     newvalue = newvalue.view(-1)
@@ -262,9 +324,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         v_clipped = b_values[mb_inds] + torch.clamp(
                             newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                         v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                        v_loss = 0.5 * weighted_mean(torch.max(v_loss_unclipped, v_loss_clipped), mb_weights)
                     else:
-                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                        v_loss = 0.5 * weighted_mean((newvalue - b_returns[mb_inds]) ** 2, mb_weights)
 
                     entropy_loss = entropy.mean()
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
@@ -294,6 +356,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
+                **(her.scalars(regime_slug(session.modification)) if her else {}),  # HER: success, relabelling
             })
             monitor.maybe_log()
             progress.update()

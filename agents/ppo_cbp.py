@@ -35,11 +35,14 @@ from continual.runtime import parse_train_args, print_config
 class CBPAgent(ppo.Agent):
     """ppo.Agent plus one CBP unit tracker per hidden layer."""
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, args: Args, obs_scale: float = 1.0):
-        super().__init__(obs_shape, n_actions, obs_scale=obs_scale)
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, args: Args, obs_scale: float = 1.0,
+                 goal_dim: int = 0):
+        super().__init__(obs_shape, n_actions, obs_scale=obs_scale, goal_dim=goal_dim)
         # (incoming layer, its activation) pairs of the torso, in order
         mods = list(self.network)
         pairs = [(m, mods[i + 1]) for i, m in enumerate(mods) if isinstance(m, (nn.Linear, nn.Conv2d))]
+        if hasattr(self, "goal_fusion"):  # HER (pixels): the goal-fused layer is the last hidden layer
+            pairs.append((self.goal_fusion, self.goal_act))
         trackers = []
         for i, (layer, act) in enumerate(pairs):
             outs = [pairs[i + 1][0]] if i + 1 < len(pairs) else [self.actor, self.critic]
@@ -58,7 +61,8 @@ class CBPAgent(ppo.Agent):
 
 
 def make_agent(obs_space, n_actions: int, args: Args) -> CBPAgent:
-    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args))
+    obs_space, goal_dim = ppo.split_goal_space(obs_space)  # HER: Dict observations carry the goal
+    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args), goal_dim=goal_dim)
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:

@@ -165,6 +165,28 @@ class Args:
     rmsprop_eps: float = 0.01
     """IMPALA: RMSprop epsilon"""
 
+    # --- HER ---------------------------------------------------------------------------------------------------------
+    her: bool = False
+    """hindsight experience replay (PPO, PPO_CBP): goal-conditioned policy, goal rewards, relabelled samples in the
+    update with importance weights (see continual/her.py); HackAtari/OCAtari games or continual/GoalGrid-v0"""
+    game_specific_goals: bool = False
+    """HER: per-game goal spaces (Freeway chicken height; Kangaroo x + floor; Frostbite x + ice row) instead of the
+    generic player position"""
+    her_strategy: Literal["final", "future"] = "future"
+    """HER: relabel with the goal achieved at the end of each episode piece (final) or at a later step (future)"""
+    her_k: int = 4
+    """HER: relabelled copies per episode piece with --her_strategy future"""
+    her_ratio: float = 1.0
+    """HER: relabelled samples per original sample in the update (at most; 0: goal-conditioned PPO, no relabelling)"""
+    her_tolerance: float = 0.05
+    """HER: success when the achieved goal is within this distance of the desired one (normalised units, max norm)"""
+    her_env_reward_weight: float = 1.0
+    """HER: weight of the env reward in the training reward (0: goal reward only)"""
+    her_goal_reward: float = 1.0
+    """HER: reward of a step whose achieved goal matches the desired goal"""
+    her_is_clip: float = 1.0
+    """HER: clip of the importance weight pi_old(a|s,g')/mu(a|s,g) of relabelled samples"""
+
     # --- filled at run time ------------------------------------------------------------------------------------------
     def rollout_size(self) -> int:
         """PPO: agent steps per rollout (num_envs x num_steps), the curriculum's granularity."""

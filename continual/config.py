@@ -243,6 +243,33 @@ def validate_args(args: Args) -> None:
         )
     if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):
         raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
+    validate_her_args(args)
+
+
+def validate_her_args(args: Args) -> None:
+    """HER flags: ranges, and a goal space for the env (continual/her.py)."""
+    for name in ("her_ratio", "her_env_reward_weight", "her_goal_reward"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("her_tolerance", "her_is_clip"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{name}: must be a positive finite number, got {v}")
+    if args.her_k <= 0:
+        raise UserError(f"her_k: must be positive, got {args.her_k}")
+    if args.game_specific_goals and not args.her:
+        raise UserError("game_specific_goals: only used with --her")
+    if not args.her:
+        return
+    if args.architecture not in ("PPO", "PPO_CBP"):
+        raise UserError(f"her: supported by PPO and PPO_CBP, not {args.architecture}")
+    from continual.her import make_goal_space
+
+    try:
+        make_goal_space(args.env_id, args.backend, args.game_specific_goals)
+    except ValueError as e:
+        raise UserError(str(e).replace("--", "", 1)) from None
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> tuple[Args, Curriculum]:
