@@ -147,12 +147,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
+        monitor = PlasticityMonitor(session, agent)
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
             monitor.load_state_dict(resume_state["plasticity"])
-        monitor = PlasticityMonitor(session, agent)
         install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
             envs.single_observation_space, int(envs.single_action_space.n), args).to(device))
         session.save_fn = lambda: {

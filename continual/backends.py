@@ -147,9 +147,12 @@ def validate_env_id(backend: str, env_id: str) -> None:
         raise UserError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if is_atari(env_id):
         _import_ale()
+    module, _, name = env_id.rpartition(":")
     try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
+        if module:  # "package.module:Env-v0" registers its envs on import, as gymnasium.make does
+            importlib.import_module(module)
+        gym.spec(name)
+    except (gym.error.Error, ModuleNotFoundError) as e:
         raise UserError(f"env_id: unknown environment {env_id!r} ({str(e).splitlines()[0]})") from None
     if backend in ("HackAtari", "OCAtari"):
         from ocatari.core import AVAILABLE_GAMES

@@ -113,6 +113,12 @@ def _step_of(path: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+def remove_partial_writes(folder: str) -> None:
+    """Temporary files of writes cut by a crash (the previous checkpoints are intact)."""
+    for f in glob.glob(os.path.join(folder, ".tmp-*" + SUFFIX)):
+        os.unlink(f)
+
+
 def prune_periodic(folder: str, keep: int) -> None:
     """Keep the `keep` newest periodic checkpoints; switch and final checkpoints are never removed."""
     files = sorted(glob.glob(os.path.join(folder, "periodic__step*" + SUFFIX)), key=_step_of)

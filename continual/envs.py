@@ -18,6 +18,7 @@ import dataclasses
 import multiprocessing as mp
 import re
 import signal
+import time
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
@@ -204,19 +205,24 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
     def _worker_faults(self):
         try:
             yield
-        except (EOFError, OSError, RuntimeError, ValueError) as e:  # what a dead worker's pipe raises
+        except BaseException as e:
+            self._broken = True  # the workers' pipes may hold half a message: close() must not talk to them
             processes = getattr(self.unwrapped, "processes", None)
-            if processes is None or not dead_workers(processes):
+            if not processes or isinstance(e, KeyboardInterrupt):
                 raise
-            raise EnvWorkerError(describe_worker_failure(processes, e)) from None
+            for _ in range(40):  # a worker's death can take a moment to be reaped by the forkserver
+                if dead_workers(processes):
+                    raise EnvWorkerError(describe_worker_failure(processes, e)) from None
+                time.sleep(0.05)
+            raise
 
     def close(self, **kwargs) -> None:
         """Close the workers; if any died (or closing fails), terminate the rest: never leave a process behind."""
         base = self.unwrapped
         processes = list(getattr(base, "processes", []))
         try:
-            if dead_workers(processes):
-                raise EOFError("a worker is dead")
+            if getattr(self, "_broken", False) or dead_workers(processes):
+                raise EOFError("a worker is dead or its pipe is in an unknown state")
             self.env.close(**kwargs)
         except Exception:
             for p in processes:

@@ -271,6 +271,7 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     if resume_state is not None:
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
         check_writable(run_dir)
+        ckpt_lib.remove_partial_writes(os.path.join(run_dir, "checkpoints"))
         try:
             factory.load_state_dict(resume_state["factory_state"])
         except mf.FactoryConfigError as e:
