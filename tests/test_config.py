@@ -1,0 +1,541 @@
+"""In-process tests of the configuration layer: defaults < run_config.json < command-line flags.
+
+No environment is created and nothing is trained; every test runs in milliseconds (HackAtari name checks read
+hackatari's sources, which takes about a second once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import modification_factories as mf  # noqa: E402
+from continual.args import Args, field_names  # noqa: E402
+from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict,  # noqa: E402
+                              parse_args, split_config)
+from continual.errors import UserError  # noqa: E402
+from continual.runtime import build_factory, check_modifications, resolve_total  # noqa: E402
+
+CARTPOLE = ["--env_id", "CartPole-v1", "--backend", "Gymnasium"]
+
+SEQ_KWARGS = {
+    "num_total_steps": 4096,
+    "modifications": ["", "gravity=15.0", "length=0.8"],
+    "switching_thresholds": [1024, 2048],
+}
+
+
+def rollout(args: Args) -> int:
+    """PPO's rollout size (num_envs x num_steps): the curriculum granularity training uses."""
+    return args.num_envs * args.num_steps
+
+
+def write_config(tmp_path: Path, data: Any, name: str = "run_config.json") -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+def parse_with(tmp_path: Path, config: dict | None, *flags: str) -> tuple[Args, Curriculum]:
+    argv: list[str] = []
+    if config is not None:
+        argv += ["--config", write_config(tmp_path, config)]
+    return parse_args(argv + list(flags))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# defaults
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_no_arguments_gives_the_dataclass_defaults():
+    args, curriculum = parse_args([])
+    assert args == Args()
+    assert curriculum == Curriculum()
+    assert curriculum.factory is None and curriculum.kwargs == {}
+
+
+def test_parse_args_does_not_mutate_defaults(tmp_path):
+    parse_with(tmp_path, {"num_envs": 3, "exp_name": "x"}, "--seed", "7")
+    assert Args().num_envs == 8 and Args().exp_name == "" and Args().seed == 1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# precedence: defaults < JSON < CLI, per field type
+# --------------------------------------------------------------------------------------------------------------------
+
+# (field, JSON value, CLI flags overriding it, expected from JSON alone, expected with the CLI flags)
+PRECEDENCE = [
+    pytest.param("num_envs", 4, ["--num_envs", "6"], 4, 6, id="int-underscore"),
+    pytest.param("num_envs", 4, ["--num-envs", "6"], 4, 6, id="int-dash"),
+    pytest.param("num_steps", 64, ["--num-steps=16"], 64, 16, id="int-equals-form"),
+    pytest.param("seed", 3, ["--seed", "11"], 3, 11, id="int-seed"),
+    pytest.param("learning_rate", 1e-3, ["--learning_rate", "3e-4"], 1e-3, 3e-4, id="float"),
+    pytest.param("gamma", 0.9, ["--gamma", "0.5"], 0.9, 0.5, id="float-gamma"),
+    pytest.param("ent_coef", 0, ["--ent-coef", "0.02"], 0.0, 0.02, id="float-from-json-int"),
+    pytest.param("track", True, ["--no-track"], True, False, id="bool-json-true-cli-no"),
+    pytest.param("track", False, ["--track"], False, True, id="bool-json-false-cli-yes"),
+    pytest.param("anneal_lr", False, ["--anneal-lr"], False, True, id="bool-default-true-dash"),
+    pytest.param("anneal_lr", False, ["--anneal_lr"], False, True, id="bool-default-true-underscore"),
+    pytest.param("cuda", True, ["--no-cuda"], True, False, id="bool-no-dash"),
+    pytest.param("cuda", True, ["--no_cuda"], True, False, id="bool-no-underscore"),
+    pytest.param("progress_bar", False, ["--progress-bar"], False, True, id="bool-progress-bar"),
+    pytest.param("target_kl", 0.05, ["--target_kl", "0.01"], 0.05, 0.01, id="optional-float-value"),
+    pytest.param("target_kl", 0.05, ["--target_kl", "None"], 0.05, None, id="optional-float-to-none"),
+    pytest.param("target_kl", None, ["--target_kl", "0.2"], None, 0.2, id="optional-float-from-null"),
+    pytest.param("max_episode_steps", 100, ["--max-episode-steps", "200"], 100, 200, id="optional-int"),
+    pytest.param("total_timesteps", 5000, ["--total_timesteps", "None"], 5000, None, id="optional-int-to-none"),
+    pytest.param("wandb_entity", "team", ["--wandb_entity", "me"], "team", "me", id="optional-str"),
+    pytest.param("architecture", "PPO_CBP", ["--architecture", "IMPALA"], "PPO_CBP", "IMPALA", id="literal"),
+    pytest.param("reward_scaling", "normalize", ["--reward-scaling", "none"], "normalize", "none",
+                 id="literal-dash"),
+    pytest.param("vector_env", "sync", ["--vector_env", "async"], "sync", "async", id="literal-vector-env"),
+    pytest.param("exp_name", "from_json", ["--exp_name", "from_cli"], "from_json", "from_cli", id="str"),
+    pytest.param("modifs", "gravity=12", ["--modifs", "length=0.8 gravity=9"], "gravity=12",
+                 "length=0.8 gravity=9", id="str-modifs"),
+]
+
+
+@pytest.mark.parametrize("field,json_value,flags,from_json,from_cli", PRECEDENCE)
+def test_precedence_defaults_json_cli(tmp_path, field, json_value, flags, from_json, from_cli):
+    default = getattr(Args(), field)
+    config = {"env_id": "CartPole-v1", "backend": "Gymnasium", field: json_value}
+
+    args, _ = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium"})
+    assert getattr(args, field) == default, "a field the config does not set keeps its default"
+
+    args, _ = parse_with(tmp_path, config)
+    assert getattr(args, field) == from_json
+    assert type(getattr(args, field)) is type(from_json)
+
+    args, _ = parse_with(tmp_path, config, *flags)
+    assert getattr(args, field) == from_cli
+    assert type(getattr(args, field)) is type(from_cli)
+
+
+@pytest.mark.parametrize("flags,field,expected", [
+    pytest.param(["--num_envs", "5"], "num_envs", 5, id="int"),
+    pytest.param(["--learning-rate", "0.01"], "learning_rate", 0.01, id="float"),
+    pytest.param(["--track"], "track", True, id="bool"),
+    pytest.param(["--no-torch-deterministic"], "torch_deterministic", False, id="bool-no"),
+    pytest.param(["--target-kl", "0.03"], "target_kl", 0.03, id="optional"),
+    pytest.param(["--obs_mode", "obj"], "obs_mode", "obj", id="literal"),
+])
+def test_cli_without_config_overrides_defaults(field, flags, expected):
+    args, curriculum = parse_args(CARTPOLE + flags)
+    assert getattr(args, field) == expected
+    assert curriculum == Curriculum()
+
+
+def test_cli_wins_even_when_given_before_config(tmp_path):
+    path = write_config(tmp_path, {"num_envs": 4, "seed": 5, "env_id": "CartPole-v1", "backend": "Gymnasium"})
+    args, _ = parse_args(["--num_envs", "2", "--config", path])
+    assert args.num_envs == 2
+    assert args.seed == 5
+
+
+def test_many_fields_at_once_mix_the_three_sources(tmp_path):
+    config = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 4, "learning_rate": 0.001,
+              "track": True, "target_kl": 0.02, "architecture": "PPO_CBP", "exp_name": "json"}
+    args, _ = parse_with(tmp_path, config, "--num-envs", "2", "--no-track", "--architecture", "PPO")
+    assert (args.num_envs, args.track, args.architecture) == (2, False, "PPO")  # CLI
+    assert (args.learning_rate, args.target_kl, args.exp_name) == (0.001, 0.02, "json")  # JSON
+    assert (args.seed, args.gamma, args.num_steps) == (1, 0.99, 128)  # defaults
+    assert args.config is not None and args.config.endswith("run_config.json")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# flag spellings and --config forms
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--env_id", "--env-id"])
+def test_env_id_both_spellings(flag):
+    args, _ = parse_args([flag, "CartPole-v1", "--backend", "Gymnasium"])
+    assert args.env_id == "CartPole-v1"
+
+
+@pytest.mark.parametrize("flag", ["--num_envs", "--num-envs"])
+def test_num_envs_both_spellings(flag):
+    args, _ = parse_args(CARTPOLE + [flag, "3"])
+    assert args.num_envs == 3
+
+
+@pytest.mark.parametrize("form", ["separate", "equals"])
+def test_config_path_forms(tmp_path, form):
+    path = write_config(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 5,
+                                   "modification_factory": "SequentialModificationFactory",
+                                   "modification_factory_kwargs": SEQ_KWARGS})
+    argv = ["--config", path] if form == "separate" else [f"--config={path}"]
+    args, curriculum = parse_args(argv)
+    assert args.num_envs == 5
+    assert args.config == path
+    assert curriculum.factory == "SequentialModificationFactory"
+    assert curriculum.kwargs == SEQ_KWARGS
+
+
+def test_config_flag_without_path_is_a_user_error():
+    with pytest.raises(UserError, match="--config"):
+        parse_args(["--config"])
+
+
+@pytest.mark.parametrize("path", ["run_config.json", "configs/cartpole_gravity.json"])
+def test_shipped_configs_parse(path):
+    args, curriculum = parse_args(["--config", str(REPO_ROOT / path)])
+    data = json.loads((REPO_ROOT / path).read_text())
+    for key, value in data.items():
+        if key.startswith("_") or key in ("modification_factory", "modification_factory_kwargs"):
+            continue
+        assert getattr(args, key) == value, key
+    assert curriculum.factory == data["modification_factory"]
+    assert curriculum.kwargs == data["modification_factory_kwargs"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# JSON value handling
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field,json_text,expected", [
+    pytest.param("total_timesteps", "1e5", 100000, id="optional-int-1e5"),
+    pytest.param("num_envs", "4.0", 4, id="int-4.0"),
+    pytest.param("num_steps", "1.6e1", 16, id="int-1.6e1"),
+    pytest.param("checkpoint_every", "2E3", 2000, id="int-2E3"),
+    pytest.param("max_episode_steps", "5e2", 500, id="optional-int-5e2"),
+])
+def test_json_integral_floats_accepted_for_int_fields(tmp_path, field, json_text, expected):
+    text = '{"env_id": "CartPole-v1", "backend": "Gymnasium", "%s": %s}' % (field, json_text)
+    args, _ = parse_args(["--config", write_config(tmp_path, text)])
+    value = getattr(args, field)
+    assert value == expected
+    assert type(value) is int
+
+
+@pytest.mark.parametrize("json_text", ["4.5", "1e-3", "true", '"4"'])
+def test_json_non_integral_values_rejected_for_int_fields(tmp_path, json_text):
+    text = '{"num_envs": %s}' % json_text
+    with pytest.raises(UserError, match="num_envs"):
+        parse_args(["--config", write_config(tmp_path, text)])
+
+
+def test_json_int_becomes_float_for_float_fields(tmp_path):
+    args, _ = parse_with(tmp_path, {"learning_rate": 1, "gamma": 1})
+    assert args.learning_rate == 1.0 and type(args.learning_rate) is float
+    assert type(args.gamma) is float
+
+
+def test_json_null_for_optional_fields(tmp_path):
+    args, _ = parse_with(tmp_path, {"total_timesteps": None, "target_kl": None, "run_name": None})
+    assert args.total_timesteps is None and args.target_kl is None and args.run_name is None
+
+
+def test_comment_keys_are_ignored(tmp_path):
+    config = {"_comment": "free text", "_note": {"nested": [1, 2, {"x": None}]}, "_": 5, "__private": "x",
+              "_num_envs": "not a number", "num_envs": 3}
+    args, curriculum = parse_with(tmp_path, config)
+    assert args.num_envs == 3
+    assert dataclasses.replace(args, num_envs=8, config=None) == Args()
+    assert curriculum == Curriculum()
+
+
+def test_only_comment_keys_is_a_valid_config(tmp_path):
+    args, curriculum = parse_with(tmp_path, {"_comment": "nothing else"})
+    assert dataclasses.replace(args, config=None) == Args()
+    assert curriculum == Curriculum()
+
+
+def test_empty_object_is_a_valid_config(tmp_path):
+    args, curriculum = parse_with(tmp_path, {})
+    assert dataclasses.replace(args, config=None) == Args()
+    assert curriculum == Curriculum()
+
+
+def test_curriculum_keys_returned_and_not_args_fields(tmp_path):
+    kwargs = {"num_total_steps": 1000, "modifications": ["", "gravity=12"], "probabilities": [0.5, 0.5],
+              "num_repetitions": 2}
+    args, curriculum = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium",
+                                             "modification_factory": "RandomModificationFactory",
+                                             "modification_factory_kwargs": kwargs})
+    assert curriculum == Curriculum("RandomModificationFactory", kwargs)
+    assert not hasattr(args, "modification_factory")
+    assert "modification_factory" not in field_names()
+
+
+def test_factory_without_kwargs_gives_empty_kwargs(tmp_path):
+    _, curriculum = parse_with(tmp_path, {"modification_factory": "NoModification"})
+    assert curriculum == Curriculum("NoModification", {})
+
+
+def test_kwargs_without_factory_is_an_error(tmp_path):
+    with pytest.raises(UserError, match="modification_factory"):
+        parse_with(tmp_path, {"modification_factory_kwargs": {"num_total_steps": 5}})
+
+
+def test_unknown_key_suggests_the_field(tmp_path):
+    with pytest.raises(UserError, match="did you mean 'num_envs'"):
+        parse_with(tmp_path, {"num_env": 4})
+
+
+@pytest.mark.parametrize("key", ["config", "resume"])
+def test_config_and_resume_cannot_be_set_in_a_config(tmp_path, key):
+    with pytest.raises(UserError, match=key):
+        parse_with(tmp_path, {key: "x"})
+
+
+def _other_value(tp: Any, default: Any) -> Any:
+    """A JSON value of type `tp` different from `default` (no range knowledge: for split_config only)."""
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in targs if a is not type(None)]
+        return _other_value(inner, default if default is not None else _zero(inner))
+    if origin is typing.Literal:
+        return next(a for a in targs if a != default)
+    if tp is bool:
+        return not default
+    if tp is int:
+        return default + 1
+    if tp is float:
+        return default + 0.5
+    if tp is str:
+        return default + "_x"
+    raise AssertionError(f"no JSON value for {tp!r}: extend _other_value")
+
+
+def _zero(tp: Any) -> Any:
+    return {bool: False, int: 0, float: 0.0, str: ""}.get(tp, None)
+
+
+def test_every_field_has_a_json_type_check():
+    """Every Args field (present and future) can be set from a config file, with its type kept."""
+    hints = typing.get_type_hints(Args)
+    defaults = Args()
+    for f in dataclasses.fields(Args):
+        if f.name in ("config", "resume"):
+            continue
+        value = _other_value(hints[f.name], getattr(defaults, f.name))
+        fields, curriculum = split_config({f.name: value}, "test")
+        assert fields == {f.name: value}, f.name
+        assert type(fields[f.name]) is type(value), f.name
+        assert curriculum == Curriculum()
+
+
+def test_every_field_can_be_set_from_json(tmp_path):
+    """The original training fields round-trip through a config file with a valid non-default value."""
+    non_default: dict[str, Any] = {
+        "exp_name": "e", "run_name": "r", "runs_dir": "elsewhere", "architecture": "IMPALA", "seed": 9,
+        "torch_deterministic": False, "cuda": False, "total_timesteps": 1234, "env_id": "CartPole-v1",
+        "backend": "Gymnasium", "obs_mode": "obj", "modifs": "gravity=3", "num_envs": 2, "vector_env": "sync",
+        "frameskip": 2, "buffer_window_size": 2, "repeat_action_probability": 0.0, "noop_max": 0,
+        "deactivate_episodic_life": True, "reward_scaling": "none", "max_episode_steps": 50,
+        "learning_rate": 0.1, "anneal_lr": False, "num_steps": 8, "gamma": 0.5, "gae_lambda": 0.5,
+        "num_minibatches": 2, "update_epochs": 1, "norm_adv": False, "clip_coef": 0.3, "clip_vloss": False,
+        "ent_coef": 0.0, "vf_coef": 1.0, "max_grad_norm": 1.0, "target_kl": 0.1, "track": True,
+        "wandb_project_name": "p", "wandb_entity": "ent", "wandb_dir": "wd", "capture_video": True,
+        "video_every": 3, "save_agent_with_switch": True, "save_agent_wandb": True, "checkpoint_every": 64,
+        "keep_checkpoints": 1, "progress_bar": False,
+    }
+    assert set(non_default) <= field_names(), "a field was renamed or removed: update this test"
+    args, _ = parse_with(tmp_path, non_default)
+    for key, value in non_default.items():
+        assert getattr(args, key) == value, key
+        assert getattr(args, key) != getattr(Args(), key), key
+
+
+def test_args_round_trip_through_a_saved_dict(tmp_path):
+    args, _ = parse_with(tmp_path, {"num_envs": 3, "target_kl": 0.1, "track": True, "env_id": "CartPole-v1",
+                                    "backend": "Gymnasium"}, "--seed", "4")
+    data = json.loads(json.dumps(args_to_dict(args)))
+    assert args_from_dict(data) == dataclasses.replace(args, config=None, resume=None)
+
+
+def test_split_config_skips_comments_and_separates_curriculum():
+    fields, curriculum = split_config({"_c": 1, "num_envs": 2.0, "modification_factory": "NoModification",
+                                       "modification_factory_kwargs": {"num_total_steps": 10}}, "test")
+    assert fields == {"num_envs": 2} and type(fields["num_envs"]) is int
+    assert curriculum == Curriculum("NoModification", {"num_total_steps": 10})
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# build_factory / resolve_total / constant curriculum
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def cartpole_curriculum(tmp_path: Path, *flags: str, kwargs: dict | None = None) -> tuple[Args, Curriculum]:
+    return parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 4, "num_steps": 64,
+                                 "modification_factory": "SequentialModificationFactory",
+                                 "modification_factory_kwargs": kwargs or SEQ_KWARGS}, *flags)
+
+
+def test_total_timesteps_defaults_to_the_curriculum_length(tmp_path):
+    args, curriculum = cartpole_curriculum(tmp_path)
+    assert args.total_timesteps is None
+    factory = build_factory(args, curriculum, rollout(args))
+    assert isinstance(factory, mf.SequentialModificationFactory)
+    assert factory.total_timesteps == SEQ_KWARGS["num_total_steps"]
+    assert resolve_total(args, factory, rollout(args)) == SEQ_KWARGS["num_total_steps"]
+
+
+def test_total_timesteps_from_json_1e3_style(tmp_path):
+    text = json.dumps({"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 4, "num_steps": 64,
+                       "modification_factory": "SequentialModificationFactory",
+                       "modification_factory_kwargs": SEQ_KWARGS}).replace('"num_envs": 4',
+                                                                            '"num_envs": 4, "total_timesteps": 2.048e3')
+    args, curriculum = parse_args(["--config", write_config(tmp_path, text)])
+    factory = build_factory(args, curriculum, rollout(args))
+    assert resolve_total(args, factory, rollout(args)) == 2048
+
+
+def test_num_total_steps_as_json_float_is_accepted(tmp_path):
+    kwargs = dict(SEQ_KWARGS, num_total_steps=4.096e3, switching_thresholds=[1.024e3, 2048.0])
+    args, curriculum = cartpole_curriculum(tmp_path, kwargs=kwargs)
+    factory = build_factory(args, curriculum, rollout(args))
+    assert factory.total_timesteps == 4096
+
+
+@pytest.mark.parametrize("total", [256, 1024, 4096])
+def test_explicit_total_up_to_the_curriculum_length_is_kept(tmp_path, total):
+    args, curriculum = cartpole_curriculum(tmp_path, "--total_timesteps", str(total))
+    factory = build_factory(args, curriculum, rollout(args))
+    assert factory.total_timesteps == SEQ_KWARGS["num_total_steps"]
+    assert resolve_total(args, factory, rollout(args)) == total
+
+
+@pytest.mark.parametrize("total", [4097, 10_000, 10**12])
+def test_total_larger_than_the_curriculum_is_rejected(tmp_path, total):
+    args, curriculum = cartpole_curriculum(tmp_path, "--total_timesteps", str(total))
+    factory = build_factory(args, curriculum, rollout(args))
+    with pytest.raises(UserError, match="total_timesteps") as info:
+        resolve_total(args, factory, rollout(args))
+    assert str(total) in str(info.value) and "4096" in str(info.value)
+
+
+def test_total_smaller_than_one_rollout_is_rejected(tmp_path):
+    args, curriculum = cartpole_curriculum(tmp_path, "--total_timesteps", "100")
+    factory = build_factory(args, curriculum, rollout(args))
+    with pytest.raises(UserError, match="total_timesteps.*rollout"):
+        resolve_total(args, factory, rollout(args))
+
+
+def test_curriculum_shorter_than_one_rollout_is_rejected(tmp_path):
+    kwargs = {"num_total_steps": 100, "modifications": [""], "switching_thresholds": []}
+    args, curriculum = cartpole_curriculum(tmp_path, kwargs=kwargs)
+    factory = build_factory(args, curriculum, rollout(args))
+    with pytest.raises(UserError, match="rollout"):
+        resolve_total(args, factory, rollout(args))
+
+
+def test_factory_config_errors_become_user_errors(tmp_path):
+    args, curriculum = cartpole_curriculum(tmp_path, kwargs=dict(SEQ_KWARGS, switching_thresholds=[2048, 1024]))
+    with pytest.raises(UserError, match="switching_thresholds"):
+        build_factory(args, curriculum, rollout(args))
+
+
+def test_unknown_factory_becomes_a_user_error(tmp_path):
+    args, _ = parse_args(CARTPOLE)
+    with pytest.raises(UserError, match="NoSuchFactory"):
+        build_factory(args, Curriculum("NoSuchFactory", {}), rollout(args))
+
+
+@pytest.mark.parametrize("modifs", ["", "gravity=12", "length=0.8 gravity=12"])
+def test_no_config_gives_a_constant_curriculum_of_modifs(modifs):
+    args, curriculum = parse_args(CARTPOLE + ["--modifs", modifs, "--total_timesteps", "8192"])
+    assert curriculum.factory is None
+    granularity = rollout(args)
+    factory = build_factory(args, curriculum, granularity)
+    expected = mf.normalize_modification(modifs)
+    assert factory.possible_modifications() == [expected]
+    assert factory.total_timesteps == 8192
+    assert resolve_total(args, factory, granularity) == 8192
+    for step in (0, granularity, 4096, 8191):
+        assert factory.get_modification(step) == expected
+    assert check_modifications(args, factory, [args.modifs]) == [expected]
+
+
+def test_no_config_and_no_total_uses_the_default_length():
+    args, curriculum = parse_args(CARTPOLE + ["--modifs", "gravity=12"])
+    factory = build_factory(args, curriculum, rollout(args))
+    assert factory.total_timesteps == DEFAULT_TOTAL_TIMESTEPS
+    assert resolve_total(args, factory, rollout(args)) == DEFAULT_TOTAL_TIMESTEPS
+    assert factory.possible_modifications() == ["gravity=12"]
+
+
+def test_seed_reaches_the_factory(tmp_path):
+    kwargs = {"num_total_steps": 4096, "modifications": ["", "gravity=12", "gravity=5"], "num_repetitions": 1}
+    schedules = []
+    for seed in ("1", "1", "2"):
+        args, curriculum = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 1,
+                                                 "num_steps": 16, "modification_factory": "RandomModificationFactory",
+                                                 "modification_factory_kwargs": kwargs}, "--seed", seed)
+        factory = build_factory(args, curriculum, rollout(args))
+        schedules.append([factory.get_modification(s) for s in range(0, 4096, 16)])
+    assert schedules[0] == schedules[1]
+    assert schedules[0] != schedules[2]
+
+
+def test_check_modifications_on_shipped_cartpole_config():
+    args, curriculum = parse_args(["--config", str(REPO_ROOT / "configs/cartpole_gravity.json")])
+    factory = build_factory(args, curriculum, rollout(args))
+    regimes = check_modifications(args, factory, [args.modifs])
+    assert set(regimes) == {"", "gravity=15.0", "length=0.8", "gravity=5.0 length=0.3"}
+    assert resolve_total(args, factory, rollout(args)) == 120000
+
+
+def test_check_modifications_on_shipped_freeway_config():
+    args, curriculum = parse_args(["--config", str(REPO_ROOT / "run_config.json")])
+    factory = build_factory(args, curriculum, rollout(args))
+    regimes = check_modifications(args, factory, [args.modifs])
+    assert "disable_cars" in regimes and "" in regimes
+    assert "all_green_cars reverse_car_speed_top" in regimes
+
+
+def test_check_modifications_rejects_a_bad_gymnasium_token(tmp_path):
+    args, curriculum = cartpole_curriculum(tmp_path, kwargs=dict(SEQ_KWARGS, modifications=["", "gravity=abc",
+                                                                                             "length=1"]))
+    factory = build_factory(args, curriculum, rollout(args))
+    with pytest.raises(UserError, match="gravity=abc"):
+        check_modifications(args, factory, [args.modifs])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# validate_args range checks (in-process; the subprocess versions are in test_bad_input.py)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--num_envs", "0"], "num_envs"),
+    (["--num_steps", "-1"], "num_steps"),
+    (["--learning_rate", "0"], "learning_rate"),
+    (["--learning_rate", "nan"], "learning_rate"),
+    (["--gamma", "1.01"], "gamma"),
+    (["--gae_lambda", "-0.1"], "gae_lambda"),
+    (["--repeat_action_probability", "inf"], "repeat_action_probability"),
+    (["--ent_coef", "-1"], "ent_coef"),
+    (["--noop_max", "-1"], "noop_max"),
+    (["--total_timesteps", "0"], "total_timesteps"),
+    (["--max_episode_steps", "0"], "max_episode_steps"),
+    (["--target_kl", "0"], "target_kl"),
+    (["--num_envs", "1", "--num_steps", "2", "--num_minibatches", "4"], "num_minibatches"),
+    (["--run_name", "a/b"], "run_name"),
+    (["--run_name", ".."], "run_name"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_validate_args_ranges(flags, field):
+    with pytest.raises(UserError, match=field):
+        parse_args(CARTPOLE + flags)
+
+
+def test_hackatari_needs_a_full_ale_id():
+    with pytest.raises(UserError, match="env_id"):
+        parse_args(["--env_id", "Freeway"])
+    args, _ = parse_args(["--env_id", "Freeway", "--backend", "Gymnasium"])
+    assert args.env_id == "Freeway"
