@@ -25,6 +25,7 @@ FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
 SUFFIX = ".cleanrl_model"
 REQUIRED_KEYS = ("format_version", "architecture", "args", "model", "global_step")
+RESUME_KEYS = ("curriculum", "factory_state", "rng", "modification", "optimizer")
 
 
 def rng_state(np_rng: Optional[np.random.Generator] = None) -> dict:
@@ -82,18 +83,28 @@ def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dic
         raise UserError(f"checkpoint {path!r} does not exist")
     if os.path.getsize(path) == 0:
         raise UserError(f"checkpoint {path!r} is empty")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
+        raise UserError(f"checkpoint {path!r} is not a PyTorch checkpoint (corrupt, truncated or another kind of file)")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
-        raise UserError(f"checkpoint {path!r} refused: it contains objects that are not plain weights ({first})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        raise UserError(f"checkpoint {path!r} is corrupt or truncated ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    except pickle.UnpicklingError:
+        raise UserError(f"checkpoint {path!r} refused: it holds objects other than tensors and plain values, which "
+                        f"could run code when loaded") from None
+    except Exception as e:  # a damaged archive surfaces as many exception types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"checkpoint {path!r} is corrupt or truncated ({first})") from None
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED_KEYS):
         raise UserError(f"checkpoint {path!r} is not a continual-hackatari checkpoint (missing keys)")
     if data["format_version"] != FORMAT_VERSION:
         raise UserError(f"checkpoint {path!r} has format version {data['format_version']}, this library reads "
                         f"{FORMAT_VERSION}")
+    expected_types = {"architecture": str, "args": dict, "model": dict, "global_step": int}
+    for key, tp in expected_types.items():
+        if not isinstance(data[key], tp) or isinstance(data[key], bool):
+            raise UserError(f"checkpoint {path!r}: field {key!r} should be {tp.__name__}, got {type(data[key]).__name__}")
+    if data["args"].get("architecture", data["architecture"]) != data["architecture"]:
+        raise UserError(f"checkpoint {path!r} is inconsistent: it says {data['architecture']} but was trained as "
+                        f"{data['args'].get('architecture')}")
     if expect_architecture is not None and data["architecture"] != expect_architecture:
         raise UserError(f"checkpoint {path!r} holds a {data['architecture']} agent, not {expect_architecture}")
     data["path"] = path

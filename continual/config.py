@@ -147,7 +147,7 @@ def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
 def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:
     for i, a in enumerate(argv):
         if a in ("--config",):
-            if i + 1 >= len(argv):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
                 raise UserError("--config: expected a path")
             return argv[i + 1]
         if a.startswith("--config="):
@@ -156,13 +156,21 @@ def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:
 
 
 def _tyro_error_line(text: str) -> str:
-    lines = [ln.strip(" │╭╮╰╯─-") for ln in text.splitlines()]
-    lines = [ln for ln in lines if ln and not set(ln) <= set("─-━ ")]
-    # the first line is the box title ("Value error"), the second the actual message
-    for ln in lines[1:]:
-        if not ln.lower().startswith(("for full helptext", "argument helptext")):
-            return one_line(ln)
-    return one_line(lines[0]) if lines else "invalid command line"
+    """The message of tyro's error box: the first section after the title, joined (tyro wraps at 80 columns)."""
+    rows = [ln.strip(" │╭╮╰╯") for ln in text.splitlines()]
+    sections: list[list[str]] = [[]]
+    for ln in rows:
+        if ln and set(ln) <= set("─-━ "):
+            sections.append([])
+        elif ln.strip():
+            sections[-1].append(ln.strip())
+    sections = [sec for sec in sections if sec]
+    if not sections:
+        return "invalid command line"
+    # the first section holds the box title ("Value error") and, in tyro's layout, usually the message right after
+    body = sections[1] if len(sections) > 1 and len(sections[0]) == 1 else sections[0][1:] or sections[0]
+    body = [ln for ln in body if not ln.lower().startswith(("for full helptext", "argument helptext"))]
+    return one_line(" ".join(body)) if body else one_line(sections[0][0])
 
 
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
@@ -293,5 +301,7 @@ def args_to_dict(args: Any) -> dict:
 
 def args_from_dict(data: dict) -> Args:
     """Rebuild Args from a saved resolved config (a checkpoint or config.json); unknown keys are an error."""
+    if not isinstance(data, dict):
+        raise UserError(f"saved config: expected an object, got {type(data).__name__}")
     fields, _ = split_config({k: v for k, v in data.items() if k not in ("config", "resume")}, "saved config")
     return dataclasses.replace(Args(), **fields)

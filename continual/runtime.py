@@ -33,7 +33,7 @@ from continual.tracking import RunLogger, check_writable, create_run_dir, write_
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
 RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
                       "wandb_dir", "checkpoint_every", "keep_checkpoints", "capture_video", "video_every",
-                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config"}
+                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir"}
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
@@ -50,6 +50,18 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
         args, curriculum = parse_args(argv, description=description)
         return args, curriculum, None
     state = ckpt_lib.load_checkpoint(resume)
+    missing = [k for k in ckpt_lib.RESUME_KEYS if k not in state]
+    if missing:
+        raise UserError(f"checkpoint {state['path']!r} cannot be resumed: it lacks {', '.join(missing)}")
+    folder = os.path.dirname(os.path.abspath(state["path"]))
+    if os.path.basename(folder) != "checkpoints" or not os.path.exists(os.path.join(folder, "..", "config.json")):
+        raise UserError(f"--resume needs a checkpoint inside a run directory (<run>/checkpoints/...): "
+                        f"{state['path']!r} is not")
+    from agents import AGENT_MODULES
+
+    if state["architecture"] not in AGENT_MODULES:
+        raise UserError(f"checkpoint architecture {state['architecture']!r} is not available; available: "
+                        f"{', '.join(AGENT_MODULES)}")
     saved = args_from_dict(state["args"])
     args = cli(Args, argv, default=saved, description=description)
     changed = [f.name for f in dataclasses.fields(Args)
