@@ -3,5 +3,6 @@
 
 AGENT_MODULES = {
     "PPO": "agents.ppo",
+    "IMPALA": "agents.impala",
     "PPO_CBP": "agents.ppo_cbp",
 }

@@ -1,0 +1,628 @@
+"""Continual IMPALA: actor processes and a V-trace learner, trained through a curriculum of environment modifications.
+
+Run it directly (`python agents/impala.py --config configs/impala_freeway.json`) or through
+`python continual_training_example.py --architecture IMPALA`. The learner reads top to bottom in `train()`:
+wait for `--batch_size` unrolls -> ask the curriculum -> V-trace -> one RMSprop step -> publish the weights.
+
+Design (MonoBeast-style, one machine):
+- actors: `--num_actors` processes (forkserver, started once), each stepping `--num_envs / --num_actors` envs (a sync
+  vector env inside the actor process) with a CPU copy of the policy. An unroll is `--unroll_length` (T) steps of
+  every env of the actor: observations (T+1 rows, the last one bootstraps), actions, behaviour logits, raw and scaled
+  rewards, dones, the finished episodes, and the regime it came from (switch epoch and regime index);
+- transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots); slot indices travel
+  through a free queue and a full queue (a few bytes each): observations are never pickled;
+- weights: after every update the learner copies its weights into a shared-memory model and bumps a version counter
+  (odd while writing); actors poll the counter at unroll boundaries and copy the weights when it changed, so they
+  never stop. The behaviour logits are recorded, so V-trace corrects whatever policy lag remains;
+- curriculum: the learner's step count (env steps it consumed: batch_size * T * envs_per_actor per update) decides the
+  regime. `session.maybe_switch(fleet)` calls `fleet.switch(new, step)`, which sends the new modification string to
+  every actor's command queue; each actor switches its envs in place at its next unroll boundary. Unrolls of the
+  previous regime still in the buffers (at most `num_buffers`) are trained on: they are off-policy by at most a few
+  updates (V-trace corrects the lag) and come from the previous MDP, like the last moments before the switch. Their
+  episodes are logged under the regime of the unroll, and `charts/previous_regime_unrolls` counts them;
+- shutdown: Ctrl-C/SIGTERM finish the update in progress, then checkpoint (`interrupted__step<N>`, exit 128+signal;
+  actors ignore SIGINT, and a SIGTERM that killed them too still counts as an interruption). An actor that dies or
+  raises, or a non-finite loss, ends the run with one line, `error: actor 1 (pid N) died: exit code -9; saved
+  <run>/checkpoints/crash__step<N>.cleanrl_model` (the last completed update; an actor's traceback goes to
+  `<run>/actor<i>_traceback.txt`), exit code 1. Whatever ends the run (also the end of training or a learner
+  exception) stops every actor: a stop flag, joins with timeouts, then SIGTERM, then SIGKILL. Actors also exit when
+  the learner is killed (they watch its sentinel pipe). Actor pids are printed and written to `<run>/actors.json`.
+
+Devices: actors run on CPU (one torch thread each); the learner uses the GPU with `--cuda` when there is one, else the
+CPU with (cores - num_actors) torch threads (oversubscribed OpenMP threads slow it down many times over).
+
+Continual specifics (as agents/ppo.py): time-limit truncations are bootstrapped by the actor from the value of the
+final observation (its copy of the weights); at a switch the envs reset and the cut episode is bootstrapped from the
+last observation of the unroll, never treated as a termination; the learning rate anneals over the whole run and the
+RMSprop state carries across switches (unless `--reset_optimizer_on_switch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import signal
+import sys
+import time
+import traceback
+from multiprocessing import forkserver
+from typing import NamedTuple, Optional, Sequence
+
+if __package__ in (None, ""):  # `python agents/impala.py` from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+
+from agents import ppo
+from continual.args import Args
+from continual.config import Curriculum
+from continual.envs import EnvSettings, episode_stats, make_env, make_vector_env
+from continual.diagnostics import PlasticityMonitor
+from continual.errors import TrainingError, exit_on_user_error
+from continual.faults import check_losses, check_parameters
+from continual.plasticity import install_switch_remedies
+from continual.progress import Progress
+from continual.rewards import RewardScaler
+from continual.runtime import RunSession, parse_train_args, print_config, start_run
+
+STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever
+JOIN_TIMEOUT_S = 5.0  # per actor, before SIGTERM, then SIGKILL
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# V-trace (Espeholt et al. 2018)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class VTrace(NamedTuple):
+    vs: torch.Tensor  # value targets v_s, [T, B]
+    pg_advantages: torch.Tensor  # rho_s (r_s + gamma_s v_{s+1} - V(x_s)), [T, B]
+    rhos: torch.Tensor  # unclipped importance weights pi/mu of the taken actions, [T, B]
+
+
+@torch.no_grad()
+def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+           values: torch.Tensor, bootstrap_value: torch.Tensor, rho_bar: float = 1.0, c_bar: float = 1.0) -> VTrace:
+    """V-trace targets and policy-gradient advantages for [T, B] unrolls.
+
+    `discounts[t]` = gamma * (1 - done[t]): 0 where the episode ended at step t, which cuts every sum at episode ends.
+    `values[t]` = V(x_t) for t < T, `bootstrap_value` = V(x_T). With rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu)
+    and delta_t = rho_t (r_t + discount_t V(x_{t+1}) - V(x_t)), the backward recursion (Remark 1 of the paper)
+        v_t - V(x_t) = delta_t + discount_t c_t (v_{t+1} - V(x_{t+1})),   v_T = V(x_T)
+    equals v_s = V(x_s) + sum_t (prod_{i<t} discount_i c_i) delta_t. The policy-gradient advantage is
+    rho_t (r_t + discount_t v_{t+1} - V(x_t)) (the same rho_bar truncates both).
+    """
+    rhos = torch.exp(target_logp - behaviour_logp)
+    clipped_rhos = torch.clamp(rhos, max=rho_bar)
+    cs = torch.clamp(rhos, max=c_bar)
+    next_values = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], 0)
+    deltas = clipped_rhos * (rewards + discounts * next_values - values)
+    vs_minus_v = torch.empty_like(values)
+    acc = torch.zeros_like(bootstrap_value)
+    for t in reversed(range(values.shape[0])):
+        acc = deltas[t] + discounts[t] * cs[t] * acc
+        vs_minus_v[t] = acc
+    vs = values + vs_minus_v
+    next_vs = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], 0)
+    pg_advantages = clipped_rhos * (rewards + discounts * next_vs - values)
+    return VTrace(vs, pg_advantages, rhos)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# network: the PPO agent's (Nature CNN / MLP, policy and value heads), so eval.py loads IMPALA checkpoints unchanged
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def make_agent(obs_space, n_actions: int, args: Args) -> ppo.Agent:
+    return ppo.make_agent(obs_space, n_actions, args)
+
+
+def logits_and_values(agent: ppo.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden = agent.features(obs)
+    return agent.actor(hidden), agent.critic(hidden).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# actors
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def make_buffers(num_buffers: int, T: int, n: int, obs_space, n_actions: int) -> dict[str, torch.Tensor]:
+    """Shared-memory unroll slots. Row t of an unroll: obs x_t, the action taken in it, the reward and done that
+    followed; obs has T+1 rows (x_T bootstraps). Episodes that ended in the unroll: return, length, step t."""
+    obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+    max_eps = T * n
+    specs = {
+        "obs": ((T + 1, n, *obs_space.shape), obs_dtype),
+        "action": ((T, n), torch.int64),
+        "logits": ((T, n, n_actions), torch.float32),  # behaviour policy mu
+        "reward": ((T, n), torch.float32),  # scaled (+ gamma V(final obs) at time-limit truncations)
+        "raw_reward": ((T, n), torch.float32),
+        "done": ((T, n), torch.bool),
+        "epoch": ((), torch.int64),  # switch epoch (the learner's switch count) the unroll came from
+        "regime": ((), torch.int64),  # index in session.regimes (-1: not a curriculum regime)
+        "version": ((), torch.int64),  # weight version of the behaviour policy
+        "actor": ((), torch.int64),
+        "ep_count": ((), torch.int64),
+        "ep_return": ((max_eps,), torch.float64),
+        "ep_length": ((max_eps,), torch.int64),
+        "ep_t": ((max_eps,), torch.int64),
+    }
+    return {k: torch.zeros((num_buffers, *shape), dtype=dtype).share_memory_() for k, (shape, dtype) in specs.items()}
+
+
+ACTOR_STATS = ("env_s", "act_s", "wait_s", "unrolls")
+
+
+def actor_main(index: int, args: Args, settings: EnvSettings, modification: str, epoch: int, regime: int,
+               start_step: int, n: int, buffers: dict, shared_weights: dict, version: torch.Tensor,
+               stats: torch.Tensor, scaler_state: torch.Tensor, free_queue, full_queue, commands, stop, errors) -> None:
+    """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the learner stops us
+    torch.set_num_threads(1)
+    learner = mp.parent_process()  # the learner (not the forkserver): its sentinel closes when it dies
+    envs = None
+    try:
+        envs = make_vector_env(settings, n, modification, vector_env="sync")
+        agent = make_agent(envs.single_observation_space, int(envs.single_action_space.n), args)
+        local_weights = agent.state_dict()
+        local_version = -1
+        T = args.unroll_length
+        torch.manual_seed(args.seed * 7919 + 104729 * (index + 1) + start_step)
+        scaler = RewardScaler(args.reward_scaling, n, args.gamma)
+        if scaler_state[index, 0] > 0:  # resumed: the running statistics of this actor's reward scaler
+            row = scaler_state[index].tolist()
+            scaler.load_state_dict({"count": row[0], "mean": row[1], "var": row[2], "returns": row[3:]})
+        view = {k: v.numpy() for k, v in buffers.items()}
+        next_obs, _ = envs.reset(seed=args.seed + start_step + index * n)
+        env_s = act_s = wait_s = 0.0
+
+        while not stop.is_set():
+            # 1. a free slot (wake up now and then: stop flag, learner gone)
+            t0 = time.time()
+            slot = None
+            while slot is None and not stop.is_set() and learner.is_alive():
+                try:
+                    slot = free_queue.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+            if slot is None:
+                break
+            t1 = time.time()
+            wait_s += t1 - t0
+
+            # 2. commands from the learner, applied at this unroll boundary: regime switches (in place)
+            while True:
+                try:
+                    _, epoch, regime, modification, step = commands.get_nowait()
+                except queue.Empty:
+                    break
+                next_obs, _ = envs.switch(modification, step)
+                scaler.episodes_cut()
+
+            # 3. fresh weights (seqlock: the version is odd while the learner writes)
+            v = int(version[0])
+            if v != local_version and v % 2 == 0:
+                for k, t in local_weights.items():
+                    t.copy_(shared_weights[k])
+                if int(version[0]) == v:
+                    local_version = v
+
+            # 4. the unroll
+            obs_b, act_b, logit_b = view["obs"][slot], view["action"][slot], view["logits"][slot]
+            rew_b, raw_b, done_b = view["reward"][slot], view["raw_reward"][slot], view["done"][slot]
+            n_eps = 0
+            obs_b[0] = next_obs
+            for t in range(T):
+                with torch.no_grad():
+                    logits, _ = logits_and_values(agent, torch.from_numpy(obs_b[t]))
+                    action = torch.multinomial(F.softmax(logits, -1), 1).squeeze(-1)
+                t_env = time.time()
+                next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
+                env_s += time.time() - t_env
+                done = np.logical_or(terminations, truncations)
+                scaled = scaler(reward, done)
+                cut = np.flatnonzero(truncations & ~terminations)
+                if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
+                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
+                    with torch.no_grad():
+                        scaled[cut] += args.gamma * agent.get_value(final).flatten().numpy()
+                act_b[t], logit_b[t] = action.numpy(), logits.numpy()
+                rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
+                obs_b[t + 1] = next_obs
+                for _, ep_return, ep_length in episode_stats(infos):
+                    view["ep_return"][slot, n_eps], view["ep_length"][slot, n_eps] = ep_return, ep_length
+                    view["ep_t"][slot, n_eps] = t
+                    n_eps += 1
+                if stop.is_set():
+                    break
+            else:
+                for k, value in (("epoch", epoch), ("regime", regime), ("version", local_version),
+                                 ("actor", index), ("ep_count", n_eps)):
+                    view[k][slot] = value
+                if scaler.mode == "normalize":
+                    scaler_state[index, :3] = torch.tensor([scaler.count, scaler.mean, scaler.var], dtype=torch.float64)
+                    scaler_state[index, 3:] = torch.from_numpy(scaler.returns)
+                full_queue.put(slot)
+            act_s += time.time() - t1
+            stats[index] = torch.tensor([env_s, act_s - env_s, wait_s, float(stats[index, 3]) + 1], dtype=torch.float64)
+    except Exception as e:  # reported by the learner in one line; the traceback goes to the run directory
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        line = f"{type(e).__name__}: {e} ({os.path.basename(where.filename)}:{where.lineno} in {where.name})"
+        errors.put((index, " ".join(line.split()), traceback.format_exc()))
+        raise SystemExit(1)
+    finally:
+        if envs is not None:
+            envs.close()
+
+
+class ActorFailure(TrainingError):
+    """An actor died or failed; the message is one line that names it."""
+
+
+class ActorFleet:
+    """The actor processes with their shared buffers, weights and queues.
+
+    `switch(new, step)` (what `session.maybe_switch` calls) broadcasts a regime to every actor; `get_batch` waits for
+    full unrolls and raises ActorFailure when an actor died; `publish` copies the learner's weights to the actors;
+    `close` stops every process.
+    """
+
+    def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
+                 shared_agent: nn.Module, scaler_states: Optional[list] = None):
+        self.args, self.settings, self.session = args, settings, session
+        self.n = args.num_envs // args.num_actors
+        self.num_buffers = max(2 * args.num_actors, args.batch_size + args.num_actors)
+        self.modification = session.modification
+        self.epoch = session.switches  # switch epochs keep counting across resumes
+        self.epoch_modification = {self.epoch: session.modification}
+        self.ctx = start_forkserver(settings)
+        self.buffers = make_buffers(self.num_buffers, args.unroll_length, self.n, obs_space, n_actions)
+        self.shared_weights = shared_agent.state_dict()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.stats = torch.zeros((args.num_actors, len(ACTOR_STATS)), dtype=torch.float64).share_memory_()
+        self.scaler_state = torch.zeros((args.num_actors, 3 + self.n), dtype=torch.float64).share_memory_()
+        for i, st in enumerate(scaler_states or []):
+            if st is not None:
+                self.scaler_state[i] = torch.tensor([st["count"], st["mean"], st["var"], *st["returns"]],
+                                                    dtype=torch.float64)
+        self.free_queue, self.full_queue, self.errors = self.ctx.Queue(), self.ctx.Queue(), self.ctx.Queue()
+        self.commands = [self.ctx.Queue() for _ in range(args.num_actors)]
+        self.stop = self.ctx.Event()
+        self.processes: list = []
+        self._last_stats = np.zeros((args.num_actors, len(ACTOR_STATS)))
+        self._last_unroll = time.time()
+
+    def start(self) -> None:
+        for slot in range(self.num_buffers):
+            self.free_queue.put(slot)
+        for i in range(self.args.num_actors):
+            # only actor 0's first env records videos (one file per episode, no name clashes)
+            settings = self.settings if i == 0 else dataclasses.replace(self.settings, video_dir=None)
+            p = self.ctx.Process(
+                target=actor_main, name=f"actor-{i}", daemon=True,
+                args=(i, self.args, settings, self.modification, self.epoch,
+                      self.session.regime_index(self.modification), self.session.global_step, self.n, self.buffers,
+                      self.shared_weights, self.version, self.stats, self.scaler_state, self.free_queue,
+                      self.full_queue, self.commands[i], self.stop, self.errors))
+            p.start()
+            self.processes.append(p)
+        self._last_unroll = time.time()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    # --- the curriculum's view: an env-like object with `.modification` and `.switch` ---------------------------------
+    def switch(self, modification: str, step: int = 0):
+        self.epoch += 1
+        self.modification = modification
+        self.epoch_modification[self.epoch] = modification
+        for q in self.commands:
+            q.put(("switch", self.epoch, self.session.regime_index(modification), modification, step))
+        return None, {}
+
+    # --- weights -------------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def publish(self, agent: nn.Module) -> None:
+        self.version += 1  # odd: writing
+        for k, t in agent.state_dict().items():
+            self.shared_weights[k].copy_(t)
+        self.version += 1
+
+    # --- failures ------------------------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise ActorFailure naming the first actor that is no longer running."""
+        for i, p in enumerate(self.processes):
+            code = p.exitcode
+            if code is None:
+                continue
+            message = None
+            try:
+                while True:
+                    index, line, tb = self.errors.get_nowait()
+                    if index == i:
+                        message = line
+                        path = os.path.join(self.session.run_dir, f"actor{i}_traceback.txt")
+                        with open(path, "w") as f:
+                            f.write(tb)
+                        message += f"; traceback in {path}"
+            except queue.Empty:
+                pass
+            if message is not None:
+                raise ActorFailure(f"actor {i} (pid {p.pid}) failed: {message}")
+            what = "died" if code != 0 else "exited unexpectedly"
+            raise ActorFailure(f"actor {i} (pid {p.pid}) {what}: exit code {code}")
+
+    # --- data ----------------------------------------------------------------------------------------------------------
+    def get_batch(self, count: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+        """Wait for `count` full unrolls; copy them out of shared memory and give the slots back at once."""
+        slots: list[int] = []
+        self.check()
+        while len(slots) < count:
+            try:
+                slots.append(self.full_queue.get(timeout=0.25))
+                self._last_unroll = time.time()
+            except queue.Empty:
+                self.check()
+                if time.time() - self._last_unroll > STALL_TIMEOUT_S:
+                    raise ActorFailure(f"no unroll from any actor for {STALL_TIMEOUT_S:.0f} s "
+                                       f"(actor pids {self.pids()})") from None
+        batch = {k: v[slots] for k, v in self.buffers.items()}  # fancy indexing copies
+        for s in slots:
+            self.free_queue.put(s)
+        return batch, slots
+
+    def stats_delta(self) -> dict[str, float]:
+        """Actor time since the last call, summed over actors (env stepping, inference + bookkeeping, waiting for a
+        free slot), and the share of it spent busy."""
+        now = self.stats.numpy().copy()
+        d = (now - self._last_stats).sum(0)
+        self._last_stats = now
+        env_s, act_s, wait_s = float(d[0]), float(d[1]), float(d[2])
+        busy = env_s + act_s
+        return {"time/actor_env_s": env_s, "time/actor_act_s": act_s, "time/actor_wait_s": wait_s,
+                "time/actor_utilisation": busy / (busy + wait_s) if busy + wait_s > 0 else float("nan")}
+
+    def scaler_states(self) -> list[dict]:
+        rows = self.scaler_state.tolist()
+        return [{"mode": self.args.reward_scaling, "count": r[0], "mean": r[1], "var": r[2], "returns": r[3:]}
+                if r[0] > 0 else None for r in rows]
+
+    # --- shutdown ------------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop flag, join with a timeout, then SIGTERM, then SIGKILL: no actor outlives the learner."""
+        self.stop.set()
+        deadline = time.time() + JOIN_TIMEOUT_S
+        for p in self.processes:
+            p.join(timeout=max(0.1, deadline - time.time()))
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2.0)
+        for q in [self.free_queue, self.full_queue, self.errors, *self.commands]:
+            q.cancel_join_thread()  # never block on a queue whose reader is gone
+            q.close()
+
+
+def start_forkserver(settings: EnvSettings):
+    """Actors fork from a server process that imported torch and the env stack once (a fork of the learner would
+    copy its threads; spawn would re-import everything per actor). Started early, its imports overlap the learner's."""
+    preload = ["torch", "agents.ppo", "continual.envs", "continual.rewards"]
+    if settings.atari:
+        preload += ["continual.backends", "continual.modifications", "hackatari.core", "ocatari.core",
+                    "stable_baselines3.common.atari_wrappers"]
+    mp.set_forkserver_preload(preload)
+    forkserver.ensure_running()
+    return mp.get_context("forkserver")
+
+
+def probe_spaces(settings: EnvSettings, modification: str):
+    """Observation space and number of actions, from one env built and closed in the learner."""
+    env = make_env(dataclasses.replace(settings, video_dir=None), 0, modification)()
+    try:
+        return env.observation_space, int(env.action_space.n)
+    finally:
+        env.close()
+
+
+def log_episode(session: RunSession, ret: float, length: int, step: int, modification: str) -> None:
+    """`session.episode` tags an episode with the session's current regime; an unroll may come from the previous one,
+    so the regime of the unroll is put in place for the call."""
+    current = session.modification
+    session.modification = modification
+    try:
+        session.episode(ret, length, step)
+    finally:
+        session.modification = current
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# learner
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+    envs_per_actor = args.num_envs // args.num_actors
+    T = args.unroll_length
+    steps_per_update = args.batch_size * T * envs_per_actor
+    session = start_run(args, curriculum, resume_state, granularity=steps_per_update)
+    num_iterations = session.total_timesteps // steps_per_update
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":  # leave a core to each actor: oversubscribed OpenMP threads slow the learner 10-100x
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - args.num_actors))
+
+    fleet: Optional[ActorFleet] = None
+    try:
+        start_forkserver(settings)
+        obs_space, n_actions = probe_spaces(settings, session.modification)
+        agent = make_agent(obs_space, n_actions, args).to(device)
+        pixels = len(obs_space.shape) == 3
+        if pixels:  # channels-last convolutions: the learner's forward + backward ~25% faster on CPU
+            agent = agent.to(memory_format=torch.channels_last)
+        optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
+                                  eps=args.rmsprop_eps, momentum=0.0)
+        if resume_state is not None:
+            agent.load_state_dict(resume_state["model"])
+            optimizer.load_state_dict(resume_state["optimizer"])
+        monitor = PlasticityMonitor(session, agent)
+        if resume_state is not None and "plasticity" in resume_state:
+            monitor.load_state_dict(resume_state["plasticity"])
+        install_switch_remedies(session, agent, optimizer,
+                                lambda: make_agent(obs_space, n_actions, args).to(device))
+        shared_agent = make_agent(obs_space, n_actions, args).share_memory()  # the actors' source of weights
+        fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
+                           resume_state.get("reward_scalers") if resume_state else None)
+        fleet.publish(agent)
+        session.save_fn = lambda: {
+            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
+            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
+        }
+
+        # TRY NOT TO MODIFY: start the actors
+        fleet.start()
+        with open(os.path.join(session.run_dir, "actors.json"), "w") as f:
+            json.dump({"learner": os.getpid(), "actors": fleet.pids()}, f)
+        print(f"learner pid {os.getpid()}, actor pids {fleet.pids()}; {args.num_actors} actors x {envs_per_actor} envs, "
+              f"{steps_per_update} steps per update", flush=True)
+        global_step = session.global_step
+        start_iteration = global_step // steps_per_update + 1
+        progress = Progress(session, enabled=args.progress_bar)
+
+        for iteration in range(start_iteration, num_iterations + 1):
+            # wait for batch_size unrolls (raises ActorFailure if an actor died)
+            t_iter = time.time()
+            batch, _ = fleet.get_batch(args.batch_size)
+            wait_s = time.time() - t_iter
+
+            # the curriculum, asked at the learner's step count; a switch reaches the actors at their next unroll
+            switches = session.switches
+            session.maybe_switch(fleet)
+            if session.switches != switches:
+                fleet.publish(agent)  # after-switch hooks (shrink & perturb) may have changed the weights
+
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # ALGO LOGIC: [B, T(+1), n, ...] slots -> [T(+1), B*n, ...] time-major
+            t_learn = time.time()
+            B = args.batch_size * envs_per_actor
+
+            def time_major(x: torch.Tensor) -> torch.Tensor:
+                return x.transpose(0, 1).reshape(x.shape[1], B, *x.shape[3:]).to(device)
+
+            obs = time_major(batch["obs"])
+            actions, behaviour_logits = time_major(batch["action"]), time_major(batch["logits"])
+            rewards, dones = time_major(batch["reward"]), time_major(batch["done"])
+
+            monitor.observe(obs[:T])
+            flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
+            if pixels:
+                flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
+            logits, values = logits_and_values(agent, flat_obs)
+            logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
+            logp = F.log_softmax(logits, -1)
+            action_logp = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            behaviour_logp = F.log_softmax(behaviour_logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            discounts = args.gamma * (~dones).float()
+            vt = vtrace(behaviour_logp, action_logp.detach(), rewards, discounts, values[:T].detach(),
+                        values[T].detach(), rho_bar=args.vtrace_rho_bar, c_bar=args.vtrace_c_bar)
+
+            # losses are sums over the T x B samples, as in TorchBeast and cleanba: IMPALA's usual learning rate,
+            # RMSprop epsilon and clipping norm (configs/impala_*.json) assume that scale; they are logged as means
+            pg_loss = -(action_logp * vt.pg_advantages).sum()
+            v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
+            entropy_loss = -(logp.exp() * logp).sum()
+            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss
+            check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
+                         entropy=entropy_loss.detach())
+
+            optimizer.zero_grad()
+            loss.backward()
+            monitor.record_grads()
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            check_parameters(agent, global_step)
+            fleet.publish(agent)
+            learn_s = time.time() - t_learn
+
+            # TRY NOT TO MODIFY: count the consumed steps, log episodes under the regime of their unroll
+            first_step = global_step
+            global_step += steps_per_update
+            session.global_step = global_step
+            versions, epochs = batch["version"].tolist(), batch["epoch"].tolist()
+            for j in range(args.batch_size):
+                modification = fleet.epoch_modification.get(epochs[j], "")
+                for e in range(int(batch["ep_count"][j])):
+                    step = first_step + (j * T + int(batch["ep_t"][j, e]) + 1) * envs_per_actor
+                    log_episode(session, float(batch["ep_return"][j, e]), int(batch["ep_length"][j, e]), step,
+                                modification)
+
+            with torch.no_grad():
+                y_pred, y_true = values[:T].flatten().cpu().numpy(), vt.vs.flatten().cpu().numpy()
+                var_y = np.var(y_true)
+                explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                approx_kl = (behaviour_logp - action_logp).mean().item()
+            iteration_s = time.time() - t_iter
+            session.end_iteration(iteration, {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
+                "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
+                "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
+                "losses/rho_mean": vt.rhos.mean().item(),
+                "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
+                "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),
+                "charts/previous_regime_unrolls": float(sum(e != fleet.epoch for e in epochs)),
+                "time/learner_wait_s": wait_s, "time/learn_s": learn_s, "time/iteration_s": iteration_s,
+                "time/learner_utilisation": learn_s / iteration_s if iteration_s > 0 else float("nan"),
+                **fleet.stats_delta(),
+            })
+            monitor.maybe_log()
+            progress.update()
+            if session.stop_signal is not None:
+                break
+
+        progress.close()
+        session.finish()
+        return session.run_dir
+    except TrainingError as e:
+        if isinstance(e, ActorFailure) and session.stop_signal is not None:
+            # SIGTERM to the process group reached the actors too: an interruption, not a failure
+            session.finish()
+            return session.run_dir
+        # a dead or failed actor, a NaN loss caught before the step: checkpoint the last completed update
+        saved = session.save_after_failure() if getattr(e, "weights_ok", True) else None
+        raise TrainingError(f"{e}; " + (f"saved {saved}" if saved else "the newest checkpoint in "
+                                        f"{session.checkpoint_dir} is the last good one")) from None
+    finally:
+        if fleet is not None:
+            fleet.close()
+        session.close()
+        torch.set_num_threads(threads)
+        if session.stop_signal is not None:
+            raise SystemExit(128 + session.stop_signal)
+
+
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
+    args.architecture = "IMPALA"
+    print_config(args, curriculum)
+    return train(args, curriculum, resume_state)
+
+
+if __name__ == "__main__":
+    main()

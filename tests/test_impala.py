@@ -1,0 +1,320 @@
+"""Continual IMPALA end to end: HackAtari two-regime smoke run with checkpoint, --resume and eval.py; a killed actor;
+Ctrl-C / SIGTERM on the process group; no process left behind; the CartPole learning check."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+import torch
+
+from conftest import ROOT, run_script
+from continual.checkpoint import load_checkpoint
+from continual.config import args_from_dict
+from continual.tracking import read_metrics
+
+class RaisingCartPole(CartPoleEnv):
+    """CartPole that raises after 200 steps (imported by the actors as `test_impala:RaisingCartPole-v0`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.count = 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count > 200:
+            raise RuntimeError("env exploded")
+        return super().step(action)
+
+
+if "RaisingCartPole-v0" not in gym.registry:
+    gym.register("RaisingCartPole-v0", entry_point=RaisingCartPole, max_episode_steps=500)
+
+CARTPOLE = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 4, "num_actors": 2, "unroll_length": 20,
+            "batch_size": 2, "reward_scaling": "none"}  # 2 x 20 x 2 = 80 steps per update
+
+
+def write_config(tmp_path, data: dict, name: str = "cfg.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+# --- processes (from /proc) ---------------------------------------------------------------------------------------
+
+
+def proc_stat(pid: int):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    return rest[0], int(rest[1])
+
+
+def alive(pid: int) -> bool:
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st[0] not in ("Z", "X"):
+                children.setdefault(st[1], []).append(int(name))
+    out, todo = set(), [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def wait_gone(pids, timeout: float = 15.0) -> list[int]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def start_training(*argv: str) -> subprocess.Popen:
+    """A training run in its own process group (so a group signal reaches learner, actors and forkserver only)."""
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def wait_for_iterations(proc: subprocess.Popen, run_dir: str, count: int, timeout: float = 120.0) -> dict:
+    """Wait until the run has written `count` iterations; returns actors.json."""
+    metrics, actors = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "actors.json")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended early ({proc.returncode}): {proc.communicate()[1][-3000:]}")
+        if os.path.exists(actors) and os.path.exists(metrics) and \
+                sum(1 for ln in open(metrics) if '"iteration"' in ln) >= count:
+            return json.load(open(actors))
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the run did not reach its first iterations in time")
+
+
+def load_policy(path: str):
+    """A checkpoint loads as eval.py loads it: make_agent + load_state_dict."""
+    from agents import impala
+
+    state = load_checkpoint(path)
+    assert state["architecture"] == "IMPALA"
+    args = args_from_dict(state["args"])
+    space = gym.spaces.Box(-np.inf, np.inf, tuple(state["obs_shape"]), np.float32)
+    agent = impala.make_agent(space, state["n_actions"], args)
+    agent.load_state_dict(state["model"])
+    return state, agent
+
+
+# --- HackAtari smoke run ------------------------------------------------------------------------------------------
+
+
+def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
+    """2 actors x 1 env, unroll 16, batch 2 (32 steps per update); the switch at 320 reaches both actors; the first
+    run stops at 320, --resume continues to 800 with the same schedule; eval.py reads the IMPALA checkpoint."""
+    cfg = write_config(tmp_path, {
+        "env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_actors": 2, "unroll_length": 16,
+        "batch_size": 2, "max_episode_steps": 100, "learning_rate": 6e-4, "max_grad_norm": 40.0,
+        "modification_factory": "SequentialModificationFactory",
+        "modification_factory_kwargs": {"num_total_steps": 800, "modifications": ["", "all_green_cars"],
+                                        "switching_thresholds": [320]},
+    })
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "fw")
+    first = run_script("continual_training_example.py", "--architecture", "IMPALA", "--config", cfg, "--runs_dir", runs,
+                       "--run_name", "fw", "--save_agent_with_switch", "--total_timesteps", "320", "--no-progress-bar")
+    assert "2 actors x 1 envs, 32 steps per update" in first.stdout
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "final__step320.cleanrl_model"))
+    run_script("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "800", "--no-progress-bar")
+
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    assert [r["global_step"] for r in records if r["kind"] == "iteration"] == list(range(32, 801, 32))
+    assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"] == \
+           [(320, "all_green_cars")]
+    episodes = [r for r in records if r["kind"] == "episode"]
+    assert {r["modification"] for r in episodes} == {"", "all_green_cars"}
+    assert all(r["length"] == 100 for r in episodes)  # whole games, truncated at the cap
+    # episodes carry the regime of the unroll they came from: none of the new regime before the switch
+    assert all(r["global_step"] > 320 for r in episodes if r["modification"] == "all_green_cars")
+    iteration = [r for r in records if r["kind"] == "iteration"][-1]
+    for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "charts/policy_lag",
+                "time/learner_wait_s", "time/learn_s", "time/actor_utilisation", "time/learner_utilisation"):
+        assert key in iteration, key
+
+    names = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    assert {"final__step320.cleanrl_model", "switch__no_modif__step320.cleanrl_model",
+            "final__step800.cleanrl_model"} <= set(names), names
+    state = torch.load(os.path.join(run_dir, "checkpoints", "final__step800.cleanrl_model"), weights_only=True)
+    assert state["architecture"] == "IMPALA" and state["global_step"] == 800 and state["switches"] == 1
+    assert state["modification"] == "all_green_cars" and state["obs_shape"] == [4, 84, 84]
+    assert len(state["reward_scalers"]) == 2 and "optimizer" in state
+
+    out = str(tmp_path / "fw_eval")
+    run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "all_green_cars", "--eval_episodes", "2",
+               "--num_envs", "2", "--output", out)
+    result = json.load(open(out + ".json"))
+    assert result["architecture"] == "IMPALA" and result["global_step"] == 800
+    assert [r["modification"] for r in result["results"]] == ["", "all_green_cars"]
+    assert all(r["episodes"] == 2 and r["mean_length"] == 100 for r in result["results"])
+
+
+# --- failures and signals -----------------------------------------------------------------------------------------
+
+
+def test_killed_actor_stops_the_run_with_a_checkpoint_and_no_orphans(tmp_path):
+    cfg = write_config(tmp_path, CARTPOLE)
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "kill")
+    proc = start_training("agents/impala.py", "--config", cfg, "--total_timesteps", "10000000", "--runs_dir", runs,
+                          "--run_name", "kill", "--no-progress-bar")
+    pids = wait_for_iterations(proc, run_dir, 3)
+    assert pids["learner"] == proc.pid and len(pids["actors"]) == 2
+    tree = descendants(proc.pid)
+    assert set(pids["actors"]) <= tree
+    victim = pids["actors"][1]
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=90)
+
+    assert proc.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: actor 1 (pid {victim}) died: exit code -9; saved "), err[-3000:]
+    assert "Traceback" not in err
+    assert wait_gone(tree | {proc.pid}) == []  # actors, forkserver, resource tracker: nothing left
+
+    saved = glob.glob(os.path.join(run_dir, "checkpoints", "crash__step*.cleanrl_model"))
+    assert len(saved) == 1 and last.endswith(saved[0])
+    state, _ = load_policy(saved[0])
+    steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    assert state["global_step"] == steps[-1] > 0  # the last completed update
+
+
+def test_actor_exception_is_reported_in_one_line(tmp_path):
+    """An env that raises inside an actor: one line naming the actor and the exception, the traceback in the run
+    directory, a crash checkpoint, nothing left running."""
+    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "test_impala:RaisingCartPole-v0"})
+    runs = str(tmp_path / "runs")
+    proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
+                      "--run_name", "raise", "--no-progress-bar", check=False,
+                      env={"PYTHONPATH": os.path.join(ROOT, "tests")})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: actor ") and "failed: RuntimeError: env exploded (test_impala.py:" in last, last
+    assert "Traceback" not in proc.stderr
+    tracebacks = glob.glob(os.path.join(runs, "raise", "actor*_traceback.txt"))
+    assert len(tracebacks) == 1 and "env exploded" in open(tracebacks[0]).read()
+    assert glob.glob(os.path.join(runs, "raise", "checkpoints", "crash__step*.cleanrl_model"))
+
+
+def test_nan_loss_stops_the_run_after_saving_the_last_good_update(tmp_path):
+    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "fault_envs:NanReward-v0"})
+    runs = str(tmp_path / "runs")
+    proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
+                      "--run_name", "nan", "--no-progress-bar", check=False,
+                      env={"PYTHONPATH": os.path.join(ROOT, "tests")})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: non-finite") and "saved" in last, last
+    crash = glob.glob(os.path.join(runs, "nan", "checkpoints", "crash__step*.cleanrl_model"))
+    assert len(crash) == 1
+    state, _ = load_policy(crash[0])
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_killed_learner_leaves_no_actor_behind(tmp_path):
+    """SIGKILL of the learner (no cleanup runs there): the actors notice at their next wait for a free slot and exit;
+    the forkserver follows them."""
+    cfg = write_config(tmp_path, CARTPOLE)
+    runs = str(tmp_path / "runs")
+    proc = start_training("agents/impala.py", "--config", cfg, "--total_timesteps", "10000000", "--runs_dir", runs,
+                          "--run_name", "learner", "--no-progress-bar")
+    pids = wait_for_iterations(proc, os.path.join(runs, "learner"), 2)
+    tree = descendants(proc.pid)
+    assert set(pids["actors"]) <= tree
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_gone(tree) == []
+
+
+def test_ctrl_c_on_the_process_group_checkpoints_and_resume_finishes(tmp_path):
+    """Ctrl-C reaches learner, actors and forkserver: actors ignore it, the learner finishes its update, saves
+    `interrupted__step<N>` and stops everything (exit 130); --resume ends at the same final step."""
+    cfg = write_config(tmp_path, CARTPOLE)
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "int")
+    total = 80 * 150
+    proc = start_training("agents/impala.py", "--config", cfg, "--total_timesteps", str(total), "--runs_dir", runs,
+                          "--run_name", "int", "--no-progress-bar")
+    wait_for_iterations(proc, run_dir, 5)
+    tree = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert wait_gone(tree) == []
+    interrupted = glob.glob(os.path.join(run_dir, "checkpoints", "interrupted__step*.cleanrl_model"))
+    assert len(interrupted) == 1
+    state, _ = load_policy(interrupted[0])
+    assert 0 < state["global_step"] < total
+
+    run_script("agents/impala.py", "--resume", run_dir, "--no-progress-bar")
+    steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    assert steps == list(range(80, total + 1, 80))
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", f"final__step{total}.cleanrl_model"))
+
+
+def test_sigterm_on_the_process_group_checkpoints_and_leaves_nothing(tmp_path):
+    """SIGTERM to the whole group kills the actors at once: the learner still saves `interrupted__step<N>` of its
+    last update and exits 143 (not an actor error)."""
+    cfg = write_config(tmp_path, CARTPOLE)
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "term")
+    proc = start_training("continual_training_example.py", "--architecture", "IMPALA", "--config", cfg,
+                          "--total_timesteps", "10000000", "--runs_dir", runs, "--run_name", "term", "--no-progress-bar")
+    wait_for_iterations(proc, run_dir, 3)
+    tree = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "error:" not in err
+    assert wait_gone(tree) == []
+    interrupted = glob.glob(os.path.join(run_dir, "checkpoints", "interrupted__step*.cleanrl_model"))
+    assert len(interrupted) == 1
+    load_policy(interrupted[0])
+
+
+# --- learning check -----------------------------------------------------------------------------------------------
+
+
+def test_impala_learns_cartpole(tmp_path):
+    """Learning check: IMPALA reaches a mean return >= 400 on CartPole within 200k steps (configs/impala_cartpole.json
+    without its curriculum, seed 1; ~15-20 s of training on 2 cores, ~30 s with start-up)."""
+    cfg = json.load(open(os.path.join(ROOT, "configs", "impala_cartpole.json")))
+    cfg.pop("modification_factory")
+    cfg.pop("modification_factory_kwargs")
+    path = write_config(tmp_path, cfg)
+    runs = str(tmp_path / "runs")
+    run_script("agents/impala.py", "--config", path, "--total_timesteps", "200000", "--seed", "1", "--runs_dir", runs,
+               "--run_name", "learn", "--no-progress-bar")
+    records = read_metrics(os.path.join(runs, "learn", "metrics.jsonl"))
+    returns = [r["return"] for r in records if r["kind"] == "episode"]
+    assert np.mean(returns[-20:]) >= 400, returns[-20:]
