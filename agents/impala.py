@@ -435,17 +435,6 @@ def probe_spaces(settings: EnvSettings, modification: str):
         env.close()
 
 
-def log_episode(session: RunSession, ret: float, length: int, step: int, modification: str) -> None:
-    """`session.episode` tags an episode with the session's current regime; an unroll may come from the previous one,
-    so the regime of the unroll is put in place for the call."""
-    current = session.modification
-    session.modification = modification
-    try:
-        session.episode(ret, length, step)
-    finally:
-        session.modification = current
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # learner
 # --------------------------------------------------------------------------------------------------------------------
@@ -458,7 +447,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     session = start_run(args, curriculum, resume_state, granularity=steps_per_update)
     num_iterations = session.total_timesteps // steps_per_update
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
     threads = torch.get_num_threads()
     if device.type == "cpu":  # leave a core to each actor: oversubscribed OpenMP threads slow the learner 10-100x
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - args.num_actors))
@@ -568,8 +557,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 modification = fleet.epoch_modification.get(epochs[j], "")
                 for e in range(int(batch["ep_count"][j])):
                     step = first_step + (j * T + int(batch["ep_t"][j, e]) + 1) * envs_per_actor
-                    log_episode(session, float(batch["ep_return"][j, e]), int(batch["ep_length"][j, e]), step,
-                                modification)
+                    session.episode(float(batch["ep_return"][j, e]), int(batch["ep_length"][j, e]), step,
+                                    modification)
 
             with torch.no_grad():
                 y_pred, y_true = values[:T].flatten().cpu().numpy(), vt.vs.flatten().cpu().numpy()

@@ -141,8 +141,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
-    envs = make_vector_env(EnvSettings.from_args(args, video_dir=session.video_dir), args.num_envs,
-                           session.modification, args.vector_env)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
         agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)

@@ -45,6 +45,7 @@ class EnvSettings:
     max_episode_steps: Optional[int] = None
     video_dir: Optional[str] = None
     video_every: int = 1
+    start_step: int = 0  # global step the envs start at (a resumed run): first video names carry it
     need_objects: bool = False
     her: bool = False  # HER: wrap in continual.her.GoalEnvWrapper
     game_specific_goals: bool = False
@@ -82,11 +83,11 @@ class RegimeVideo(gym.wrappers.RecordVideo):
     first episode of every regime is recorded.
     """
 
-    def __init__(self, env: gym.Env, video_dir: str, every: int, modification: str):
+    def __init__(self, env: gym.Env, video_dir: str, every: int, modification: str, start_step: int = 0):
         self._every = every
         self._force = True
-        super().__init__(env, video_dir, episode_trigger=self._trigger, name_prefix=regime_slug(modification) + "__step0",
-                         disable_logger=True)
+        super().__init__(env, video_dir, episode_trigger=self._trigger,
+                         name_prefix=f"{regime_slug(modification)}__step{start_step}", disable_logger=True)
 
     def _trigger(self, episode_id: int) -> bool:
         if self._force:
@@ -145,7 +146,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         if record:
-            env = RegimeVideo(env, settings.video_dir, settings.video_every, modification)
+            env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
         if settings.atari:
             if settings.noop_max > 0 and not gym_atari:
                 env = NoopResetEnv(env, noop_max=settings.noop_max)

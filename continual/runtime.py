@@ -211,11 +211,13 @@ class RunSession:
         return obs
 
     # --- statistics ----------------------------------------------------------------------------------------------
-    def episode(self, ret: float, length: int, step: int) -> None:
+    def episode(self, ret: float, length: int, step: int, modification: Optional[str] = None) -> None:
+        """A finished game; `modification` defaults to the current regime (IMPALA passes the regime of the unroll)."""
+        regime = self.modification if modification is None else modification
         self.recent_returns.append(ret)
         self.logger.scalars({"charts/episodic_return": ret, "charts/episodic_length": length,
-                             f"episodic_return_by_modif/{regime_slug(self.modification or '')}": ret}, step)
-        self.logger.record("episode", step, modification=self.modification, **{"return": ret, "length": length})
+                             f"episodic_return_by_modif/{regime_slug(regime or '')}": ret}, step)
+        self.logger.record("episode", step, modification=regime, **{"return": ret, "length": length})
 
     def sps(self) -> int:
         return int((self.global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
@@ -301,6 +303,7 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     logger = RunLogger(run_dir, config, track=args.track, wandb_project=args.wandb_project_name,
                        wandb_entity=args.wandb_entity, wandb_dir=args.wandb_dir, run_name=args.run_name or "",
                        resume_step=resume_state["global_step"] if resume_state else None,
+                       resume_modification=resume_state["modification"] if resume_state else None,
                        wandb_id=resume_state.get("wandb_id") if resume_state else None)
     if resume_state is not None:
         ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)

@@ -59,13 +59,14 @@ class RunLogger:
 
     def __init__(self, run_dir: str, config: dict, *, track: bool = False, wandb_project: str = "",
                  wandb_entity: Optional[str] = None, wandb_dir: Optional[str] = None, run_name: str = "",
-                 resume_step: Optional[int] = None, wandb_id: Optional[str] = None):
+                 resume_step: Optional[int] = None, wandb_id: Optional[str] = None,
+                 resume_modification: Optional[str] = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = run_dir
         self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
         if resume_step is not None:
-            truncate_metrics(self.metrics_path, resume_step)
+            truncate_metrics(self.metrics_path, resume_step, resume_modification)
         # purge_step hides TensorBoard events past the checkpoint, so a resumed run has no duplicated steps
         self.writer = SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1)
         self._metrics = open(self.metrics_path, "a", buffering=1)
@@ -131,8 +132,9 @@ class RunLogger:
             self.wandb_run = None
 
 
-def truncate_metrics(path: str, step: int) -> None:
-    """Drop records written after the checkpoint we resume from (they will be produced again)."""
+def truncate_metrics(path: str, step: int, modification: Optional[str] = None) -> None:
+    """Drop records written after the checkpoint we resume from (they will be produced again). A switch record at the
+    checkpoint's own step stays when the checkpoint already holds the new regime (it will not be switched again)."""
     if not os.path.exists(path):
         return
     keep = []
@@ -142,7 +144,8 @@ def truncate_metrics(path: str, step: int) -> None:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
-            if rec.get("global_step", 0) <= step and not (rec.get("kind") == "switch" and rec["global_step"] == step):
+            redo_switch = rec.get("kind") == "switch" and rec["global_step"] == step and rec.get("modification") != modification
+            if rec.get("global_step", 0) <= step and not redo_switch:
                 keep.append(line if line.endswith("\n") else line + "\n")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
