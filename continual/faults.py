@@ -57,7 +57,7 @@ def inject(point: str) -> bool:
 def check_losses(step: int, **losses: torch.Tensor) -> None:
     """Raise NumericalError naming the step and the first non-finite loss."""
     for name, value in losses.items():
-        v = float(value)
+        v = float(value.detach()) if torch.is_tensor(value) else float(value)
         if not math.isfinite(v):
             raise NumericalError(f"non-finite {name} ({v}) at step {step}")
 
