@@ -38,7 +38,7 @@ from continual.her import HerRollout, split_goal_space, weighted_mean
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
-from continual.runtime import parse_train_args, print_config, start_run
+from continual.runtime import parse_train_args, print_config, set_torch_threads, start_run
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -145,6 +145,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
         agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
+        set_torch_threads(args, agent.obs_shape)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = PlasticityMonitor(session, agent)

@@ -33,6 +33,9 @@ class Args:
     """sets `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use CUDA when available"""
+    torch_threads: Optional[int] = None
+    """CPU threads for torch (default: 1 for vector/object observations, whose small MLPs gain nothing from more and
+    lose much when cores are shared; torch's default for pixels)"""
     total_timesteps: Optional[int] = None
     """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
     resume: Optional[str] = None

@@ -234,6 +234,8 @@ def validate_args(args: Args) -> None:
         raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
     if args.architecture == "IMPALA" and args.num_envs % args.num_actors:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
+    if args.torch_threads is not None:
+        positive("torch_threads")
     if args.total_timesteps is not None:
         positive("total_timesteps")
     if args.max_episode_steps is not None:

@@ -103,6 +103,13 @@ def check_modifications(args: Args, factory: mf.ModificationFactory, extra: Sequ
     return regimes
 
 
+def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
+    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs)."""
+    threads = args.torch_threads if args.torch_threads else (1 if len(obs_shape) != 3 else None)
+    if threads:
+        torch.set_num_threads(threads)
+
+
 def seed_everything(seed: int, torch_deterministic: bool) -> np.random.Generator:
     random.seed(seed)
     np.random.seed(seed)
