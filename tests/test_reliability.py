@@ -207,7 +207,11 @@ def test_broken_checkpoints_give_clear_errors(tmp_path, reference):
     torch.save(state, tmp_path / "dqn.cleanrl_model")
     proc = run_script("eval.py", "--agent_path", str(tmp_path / "dqn.cleanrl_model"), check=False)
     assert proc.returncode == 2 and "DQN" in proc.stderr
-    state["architecture"] = "PPO_CBP"  # weights of a PPO agent: missing CBP buffers
+    state["architecture"] = "PPO_CBP"  # says PPO_CBP, trained as PPO: inconsistent
+    torch.save(state, tmp_path / "inconsistent.cleanrl_model")
+    proc = run_script("eval.py", "--agent_path", str(tmp_path / "inconsistent.cleanrl_model"), check=False)
+    assert proc.returncode == 2 and "inconsistent" in proc.stderr and "Traceback" not in proc.stderr
+    state["args"]["architecture"] = "PPO_CBP"  # consistent, but the weights of a PPO agent lack the CBP buffers
     torch.save(state, tmp_path / "wrong.cleanrl_model")
     proc = run_script("eval.py", "--agent_path", str(tmp_path / "wrong.cleanrl_model"), check=False)
     assert proc.returncode == 2 and "do not fit" in proc.stderr and "Traceback" not in proc.stderr
