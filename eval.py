@@ -32,8 +32,9 @@ from continual.tracking import check_writable
 
 @dataclasses.dataclass
 class EvalArgs:
-    agent_path: str
-    """checkpoint (.cleanrl_model) or run directory (its newest checkpoint)"""
+    agent_path: list[str]
+    """checkpoint (.cleanrl_model) or run directory (its newest checkpoint); several: matrix mode, one table with a
+    row per checkpoint and a column per modification, plus a heatmap PNG"""
     modifs: Optional[list[str]] = None
     """modification strings to evaluate, one row each (quote each string); default: every regime of the training
     curriculum"""
@@ -102,11 +103,16 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(EvalArgs, argv, default=None, description=__doc__.splitlines()[0])
+    return matrix(args) if len(args.agent_path) > 1 else evaluate_checkpoint(args)
+
+
+def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
+    """One checkpoint (args.agent_path[0]): a row per modification, printed and written as CSV/JSON."""
     if args.eval_episodes <= 0:
         raise UserError(f"eval_episodes: must be positive, got {args.eval_episodes}")
     if args.num_envs is not None and args.num_envs <= 0:
         raise UserError(f"num_envs: must be positive, got {args.num_envs}")
-    state = load_checkpoint(args.agent_path)
+    state = load_checkpoint(args.agent_path[0])
     if state["architecture"] not in AGENT_MODULES:
         raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
     train_args = args_from_dict(state["args"])
@@ -172,6 +178,84 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
                          group=os.path.basename(run_dir), config=None if args.wandb_run_id else meta)
         table = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
         run.log({"eval/table": table, **{f"eval/{regime_slug(r['modification'])}": r["mean"] for r in rows}})
+        run.finish()
+    return rows
+
+
+def matrix(args: EvalArgs) -> list[dict]:
+    """Matrix mode: every checkpoint under every modification (default: the union of their curricula's regimes).
+
+    Writes <output>.csv / .json (one row per checkpoint x modification), <output>_matrix.csv (rows checkpoints,
+    columns modifications, mean returns) and <output>_matrix.png (heatmap); each checkpoint's own table goes to
+    <output>__<label>.csv/.json.
+    """
+    states = [load_checkpoint(p) for p in args.agent_path]
+    modifs = args.modifs
+    if modifs is None:
+        modifs = []
+        for st in states:
+            for m in st.get("regimes") or [args_from_dict(st["args"]).modifs]:
+                if m not in modifs:
+                    modifs.append(m)
+    modifs = list(dict.fromkeys(" ".join(sorted(set(m.split()))) for m in modifs))
+    first_run = os.path.dirname(os.path.dirname(os.path.abspath(states[0]["path"])))
+    output = args.output or os.path.join(first_run, "eval", f"matrix__{int(time.time())}")
+    check_writable(os.path.dirname(os.path.abspath(output)) or ".")
+    labels: list[str] = []
+    for st in states:
+        run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(st["path"]))))
+        label = f"{run}/{os.path.basename(st['path']).replace('.cleanrl_model', '')}"
+        labels.append(label if label not in labels else f"{label} ({len(labels)})")
+    rows: list[dict] = []
+    for label, st in zip(labels, states):
+        print(f"\n{label}")
+        sub = dataclasses.replace(args, agent_path=[st["path"]], modifs=modifs, track=False,
+                                  output=f"{output}__{label.replace('/', '__').replace(' ', '_')}")
+        torch.manual_seed(args.seed)  # the same action-sampling stream for every checkpoint
+        rows += [{"checkpoint": label, "global_step": st["global_step"], **r} for r in evaluate_checkpoint(sub)]
+    means = {(r["checkpoint"], r["modification"]): r["mean"] for r in rows}
+    grid = [[means.get((lab, m), float("nan")) for m in modifs] for lab in labels]
+    with open(output + "_matrix.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
+        writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
+    with open(output + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(output + ".json", "w") as f:
+        json.dump({"checkpoints": labels, "modifications": modifs, "mean": grid, "greedy": args.greedy,
+                   "seed": args.seed, "eval_episodes": args.eval_episodes, "results": rows}, f, indent=2)
+    import numpy as np
+
+    from continual.plots import heatmap, regime_label
+
+    png = heatmap(np.array(grid, dtype=float), labels, [regime_label(m) for m in modifs], output + "_matrix.png",
+                  f"Mean return over {args.eval_episodes} games ({'greedy' if args.greedy else 'sampled'} actions)",
+                  "modification", "checkpoint", "mean return")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="evaluation matrix (mean return)")
+        table.add_column("checkpoint")
+        for m in modifs:
+            table.add_column(m or "(none)", justify="right")
+        for lab, g in zip(labels, grid):
+            table.add_row(lab, *(f"{v:.2f}" for v in g))
+        Console().print(table)
+    except ImportError:  # pragma: no cover
+        print(grid)
+    print(f"wrote {output}.csv, {output}.json, {output}_matrix.csv and {png}")
+    if args.track:
+        import wandb
+
+        run = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, dir=args.wandb_dir or first_run,
+                         id=args.wandb_run_id, resume="must" if args.wandb_run_id else None, job_type="eval",
+                         config=None if args.wandb_run_id else {"checkpoints": labels, "modifications": modifs})
+        run.log({"eval/matrix": wandb.Table(columns=["checkpoint", *modifs], data=[[lab, *g] for lab, g in
+                                                                                 zip(labels, grid)]),
+                 "eval/matrix_heatmap": wandb.Image(png)})
         run.finish()
     return rows
 

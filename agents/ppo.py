@@ -30,6 +30,7 @@ from torch.distributions.categorical import Categorical
 
 from continual.args import Args
 from continual.config import Curriculum
+from continual.continual_eval import attach as attach_evaluator
 from continual.diagnostics import PlasticityMonitor
 from continual.envs import EnvSettings, episode_stats, make_vector_env, regime_slug
 from continual.errors import TrainingError, UserError, exit_on_user_error
@@ -162,6 +163,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "goal_dim": agent.goal_dim,
         }
+        attach_evaluator(session, agent, device)  # continual evaluation (--eval_every): step 0 now, then session hooks
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         # HER: observations are Dicts; `her` keeps goals, achieved goals and what relabelling needs (None without HER)

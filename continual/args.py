@@ -190,6 +190,35 @@ class Args:
     her_is_clip: float = 1.0
     """HER: clip of the importance weight pi_old(a|s,g')/mu(a|s,g) of relabelled samples"""
 
+    # --- continual evaluation ----------------------------------------------------------------------------------------
+    eval_every: int = 0
+    """evaluate the policy on every regime the curriculum can emit (+ --eval_modifs) every this many agent steps, and
+    at step 0 and at the end of the run (0: off); results in <run>/eval_table.csv and eval/<regime> scalars"""
+    eval_at_switches: bool = False
+    """also evaluate right before every regime switch (the end of each visit; turns evaluation on by itself)"""
+    eval_episodes: int = 5
+    """games per regime at each evaluation (whole games, no life cuts, unless --eval_max_episode_steps)"""
+    eval_modifs: str = ""
+    """held-out modification strings to evaluate too, separated by ';' (an empty item, as in 'disable_cars;', is the
+    unmodified game); checked against the game before any env is built"""
+    eval_greedy: bool = False
+    """evaluate with the most likely action instead of sampling (sampling uses a private generator, never the
+    training RNG)"""
+    eval_num_envs: Optional[int] = None
+    """evaluation envs (default: min(eval_episodes, 4)); env i gets eval_seed+i at every evaluation"""
+    eval_seed: Optional[int] = None
+    """seed of the evaluation envs and action sampling (default: seed + 10000)"""
+    eval_max_episode_steps: Optional[int] = None
+    """cap evaluation games at this many agent steps (default: --max_episode_steps); a capped game counts as one"""
+    eval_background: bool = False
+    """evaluate in a background process on a CPU copy of the weights, so training does not wait for it"""
+    metrics: bool = True
+    """with evaluation on: write metrics.json (final/average performance, forgetting, transfer, plasticity) at the
+    end of the run (python -m continual.metrics recomputes it)"""
+    plots: bool = False
+    """write PNG plots (training returns, evaluation curves and heatmap, plasticity) to <run>/plots at the end of
+    the run, and to W&B with --track (python -m continual.plots redraws them)"""
+
     # --- filled at run time ------------------------------------------------------------------------------------------
     def rollout_size(self) -> int:
         """PPO: agent steps per rollout (num_envs x num_steps), the curriculum's granularity."""

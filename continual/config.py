@@ -253,6 +253,12 @@ def validate_args(args: Args) -> None:
         )
     if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):
         raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
+    if args.eval_every < 0:  # continual evaluation
+        raise UserError(f"eval_every: must be >= 0, got {args.eval_every}")
+    positive("eval_episodes")
+    for name in ("eval_num_envs", "eval_max_episode_steps"):
+        if getattr(args, name) is not None:
+            positive(name)
     validate_her_args(args)
 
 

@@ -25,6 +25,7 @@ from continual.args import Args
 from continual.backends import game_name, normalize, validate_env_id, validate_modification
 from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args,
                               validate_args)
+from continual.continual_eval import parse_eval_modifs
 from continual.envs import regime_slug
 from continual.errors import UserError
 from continual.faults import inject
@@ -33,7 +34,10 @@ from continual.tracking import RunLogger, check_writable, create_run_dir, write_
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
 RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
                       "wandb_dir", "checkpoint_every", "keep_checkpoints", "capture_video", "video_every",
-                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir"}
+                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
+                      # continual evaluation never changes training
+                      "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
+                      "eval_seed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
@@ -150,6 +154,10 @@ class RunSession:
         self.modification: str = resume_state["modification"] if resume_state else factory.get_modification(0)
         self.before_switch: list[SwitchHook] = []
         self.after_switch: list[SwitchHook] = []
+        # hooks taking the session: after each iteration's logging, before the final checkpoint, at close
+        self.iteration_hooks: list[Callable[["RunSession"], None]] = []
+        self.finish_hooks: list[Callable[["RunSession"], None]] = []
+        self.close_hooks: list[Callable[["RunSession"], None]] = []
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.start_time = time.time()
         self.start_step = self._last_iteration_step = self.global_step
@@ -182,6 +190,8 @@ class RunSession:
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
         (then the process exits with 128 + signal number, as a shell would report it)."""
+        for hook in self.finish_hooks:
+            hook(self)
         kind = "final" if self.stop_signal is None else "interrupted"
         path = self.save(f"{kind}__step{self.global_step}")
         print(f"{kind} checkpoint: {path}")
@@ -237,6 +247,8 @@ class RunSession:
                            **scalars)
         if self.args.capture_video:
             self.logger.log_new_videos(self.video_dir, self.global_step)
+        for hook in self.iteration_hooks:
+            hook(self)
         every = self.args.checkpoint_every
         if every and self.global_step // every != self._last_iteration_step // every:
             self.request_checkpoint(f"periodic__step{self.global_step}")
@@ -275,7 +287,11 @@ class RunSession:
         return path
 
     def close(self) -> None:
-        self.logger.close()
+        try:
+            for hook in self.close_hooks:
+                hook(self)
+        finally:
+            self.logger.close()
 
 
 def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
@@ -283,7 +299,7 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
     factory = build_factory(args, curriculum, granularity)
     total = resolve_total(args, factory, granularity)
-    regimes = check_modifications(args, factory, [args.modifs])
+    regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
     if args.capture_video:
         try:
             import moviepy  # noqa: F401

@@ -1,0 +1,653 @@
+"""Continual-learning metrics from run directories: performance, forgetting, forward transfer, plasticity.
+
+    python -m continual.metrics RUN_DIR [RUN_DIR ...] [--reference RUN_DIR ...] [--normalize raw|max_abs|reference_scores]
+                                [--scores JSON] [--plasticity_window K] [--group_by KEY[,KEY]] [--out PATH]
+
+Inputs (written by training): `eval_table.csv` (continual evaluation, `continual.continual_eval`), `metrics.jsonl`
+(switches -> the visits of the schedule; training episodes -> plasticity) and `config.json`.
+
+Notation. Visits V_k = (m_k, s_k, e_k), k = 1..K: regime m_k trained on steps (s_k, e_k], s_1 = 0, e_K = T (the
+last step). y_i(t): the evaluation return of regime i at evaluation step t, after normalisation. last_i(a, b]: y_i at
+the last evaluation step t with a < t <= b; at_i(b): y_i at the last evaluation step t <= b. An evaluation at a
+switch step belongs to the visit that ends there.
+
+- final_i = y_i at the last evaluation step. `final` = mean over trained regimes (Continual World's average
+  performance P(T)); `final_unseen` = mean over evaluated regimes never trained (held-out).
+- average_i = time-average of the piecewise-linear evaluation curve over [first, last evaluation step].
+- Isolated forgetting (CORA), for each visit k of another regime after regime i was trained (m_k != i, i in
+  {m_1..m_{k-1}}): F(i, k) = at_i(s_k) - last_i(s_k, e_k]. Positive = forgetting. forgetting_isolated_i = mean over
+  k; `forgetting_isolated` = mean over regimes.
+- Forgetting, max-before minus final (Continual World with revisits): F_i = max{y_i(t): t <= end of i's last visit}
+  - final_i, for trained regimes whose last visit ends before T.
+- Zero-shot forward transfer (CORA), for each visit k before regime i's first visit (all visits for never-trained
+  regimes): Z(i, k) = last_i(s_k, e_k] - at_i(s_k) (at_i(0) is the step-0 evaluation; without one, CORA's first
+  evaluation point). Regimes trained from step 0 have none.
+- Forward transfer against a reference run (Continual World, --reference): over i's first visit (s, e),
+  L = min(e - s, length of i's first visit in the reference), AUC_i = mean of y_i over [s, s + L],
+  AUC_i^ref the same over the reference's first visit of i; FT_i = (AUC_i - AUC_i^ref) / (C_i - AUC_i^ref) with
+  the ceiling C_i = 1 on a normalised scale (max_abs, reference_scores) and max|R_i| over all runs for raw returns
+  (the same value as with max_abs).
+- Plasticity: for the n-th visit of a regime (s, e), window W = min(K, e - s) (K = --plasticity_window, default the
+  whole visit): gain = mean return of the training episodes ending in (s + W/2, s + W] minus those ending in
+  (s, s + W/2]. Reported per visit, per visit number (mean over regimes), and overall.
+
+Normalisation (--normalize): raw; max_abs: R_i / max|R_i| (over the evaluations of every run given, references
+included); reference_scores: --scores maps each regime to a score s (R / s) or to [low, high] ((R - low) / (high -
+low)). Several runs are grouped (config.json keys, --group_by; default: architecture, + S&P) and each scalar is
+reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import sys
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+import tyro
+
+METRICS_FILE = "metrics.json"
+EVAL_TABLE = "eval_table.csv"
+Curve = list[tuple[int, float]]  # (step, value), sorted by step
+SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_max", "transfer_zero_shot",
+                "transfer_reference", "plasticity")
+REGIME_KEYS = ("final", "average", "forgetting_isolated", "forgetting_max", "transfer_zero_shot",
+               "transfer_reference")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Visit:
+    regime: str
+    start: int
+    end: int
+    number: int = 1  # 1 = the first visit of this regime
+
+
+@dataclasses.dataclass
+class RunData:
+    run_dir: str
+    config: dict
+    evals: dict[str, Curve]  # regime -> eval curve (raw mean returns)
+    visits: list[Visit]
+    end_step: int
+    episodes: list[tuple[int, str, float]] = dataclasses.field(default_factory=list)  # (step, regime, return)
+    plasticity: list[dict] = dataclasses.field(default_factory=list)  # "plasticity" records of metrics.jsonl
+    heldout: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(os.path.normpath(self.run_dir))
+
+    @property
+    def trained(self) -> list[str]:
+        out: list[str] = []
+        for v in self.visits:
+            if v.regime not in out:
+                out.append(v.regime)
+        return out
+
+    @property
+    def regimes(self) -> list[str]:
+        """Every evaluated regime: trained ones in order of first visit, then the curriculum's other regimes, then
+        held-out ones."""
+        order = list(self.trained)
+        order += [r for r in self.config.get("possible_modifications") or [] if r not in order]
+        order += [r for r in self.evals if r not in order and r not in self.heldout]
+        order += [r for r in self.heldout if r not in order]
+        return [r for r in order if r in self.evals]
+
+
+def number_visits(visits: Sequence[Visit]) -> list[Visit]:
+    seen: dict[str, int] = {}
+    out = []
+    for v in visits:
+        seen[v.regime] = seen.get(v.regime, 0) + 1
+        out.append(Visit(v.regime, v.start, v.end, seen[v.regime]))
+    return out
+
+
+def make_visits(first: str, switches: Iterable[tuple[int, str]], end_step: int) -> list[Visit]:
+    """Visits from the first regime and the (step, new regime) switches."""
+    visits: list[Visit] = []
+    cur, start = first, 0
+    for step, new in sorted(switches):
+        if step > start:
+            visits.append(Visit(cur, start, step))
+        cur, start = new, step
+    if end_step > start or not visits:
+        visits.append(Visit(cur, start, max(end_step, start)))
+    return number_visits(visits)
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+    return out
+
+
+def read_eval_table(path: str) -> list[dict]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["step"] = int(r["step"])
+        r["mean"] = float(r["mean"])
+    return rows
+
+
+def load_run(run_dir: str) -> RunData:
+    """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
+    from continual.backends import normalize
+
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory")
+    config_path = os.path.join(run_dir, "config.json")
+    config = json.load(open(config_path)) if os.path.exists(config_path) else {}
+    records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    evals: dict[str, Curve] = {}
+    heldout: list[str] = []
+    table = os.path.join(run_dir, EVAL_TABLE)
+    rows = read_eval_table(table) if os.path.exists(table) else [
+        {"step": r["global_step"], "modification": r["modification"], "mean": r["mean"], "split": r.get("split")}
+        for r in records if r.get("kind") == "eval"]
+    for r in rows:
+        m = normalize(r["modification"] or "")
+        evals.setdefault(m, []).append((int(r["step"]), float(r["mean"])))
+        if r.get("split") == "heldout" and m not in heldout:
+            heldout.append(m)
+    for m in evals:
+        evals[m] = sorted(dict(evals[m]).items())  # one value per step (the last written)
+    switches = sorted((r["global_step"], normalize(r["modification"] or "")) for r in records
+                      if r.get("kind") == "switch")
+    sw_records = sorted((r for r in records if r.get("kind") == "switch"), key=lambda r: r["global_step"])
+    iterations = [r for r in records if r.get("kind") == "iteration"]
+    if sw_records:
+        first = sw_records[0].get("previous", "")
+    elif iterations:
+        first = iterations[0].get("modification", "")
+    else:
+        first = config.get("modifs", "")
+    steps = [r["global_step"] for r in iterations] + [s for c in evals.values() for s, _ in c]
+    end_step = max(steps) if steps else int(config.get("resolved_total_timesteps") or 0)
+    visits = make_visits(normalize(first or ""), switches, end_step)
+    episodes = [(r["global_step"], normalize(r.get("modification") or ""), float(r["return"])) for r in records
+                if r.get("kind") == "episode"]
+    plasticity = [r for r in records if r.get("kind") == "plasticity"]
+    return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# curve helpers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def at_or_before(curve: Curve, t: float) -> Optional[float]:
+    """y at the last evaluation step <= t."""
+    val = None
+    for s, y in curve:
+        if s <= t:
+            val = y
+        else:
+            break
+    return val
+
+
+def last_in(curve: Curve, a: float, b: float) -> Optional[float]:
+    """y at the last evaluation step in (a, b]."""
+    val = None
+    for s, y in curve:
+        if a < s <= b:
+            val = y
+    return val
+
+
+def curve_mean(curve: Curve, a: float, b: float) -> Optional[float]:
+    """Mean over [a, b] of the piecewise-linear curve through the points (constant beyond its ends)."""
+    if not curve:
+        return None
+    ts = np.array([s for s, _ in curve], dtype=np.float64)
+    ys = np.array([y for _, y in curve], dtype=np.float64)
+    if b <= a:
+        return float(np.interp(a, ts, ys))
+    knots = np.unique(np.concatenate([[a, b], ts[(ts > a) & (ts < b)]]))
+    vals = np.interp(knots, ts, ys)
+    return float(np.sum((vals[1:] + vals[:-1]) / 2 * np.diff(knots)) / (b - a))
+
+
+def time_average(curve: Curve) -> Optional[float]:
+    if not curve:
+        return None
+    if len(curve) == 1:
+        return curve[0][1]
+    return curve_mean(curve, curve[0][0], curve[-1][0])
+
+
+def _mean(xs: Iterable[Optional[float]]) -> Optional[float]:
+    vals = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(vals)) if vals else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# metrics on one run (normalised curves)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def isolated_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
+    out = []
+    for k, v in enumerate(visits):
+        if v.regime == regime or regime not in {w.regime for w in visits[:k]}:
+            continue
+        before, after = at_or_before(curve, v.start), last_in(curve, v.start, v.end)
+        if before is not None and after is not None:
+            out.append({"visit": k + 1, "during": v.regime, "start": v.start, "end": v.end, "before": before,
+                        "after": after, "value": before - after})
+    return out
+
+
+def max_minus_final(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
+    ends = [v.end for v in visits if v.regime == regime]
+    if not ends or max(ends) >= end_step or not curve:
+        return None
+    before = [y for s, y in curve if s <= max(ends)]
+    if not before:
+        return None
+    return max(before) - curve[-1][1]
+
+
+def zero_shot_transfer(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
+    out = []
+    if not curve:
+        return out
+    for k, v in enumerate(visits):
+        if v.regime == regime:
+            break  # only before the regime is trained for the first time
+        base = at_or_before(curve, v.start)
+        if base is None and k == 0:
+            base = curve[0][1]  # CORA: the first evaluation point when there is none at step 0
+        after = last_in(curve, v.start, v.end)
+        if base is not None and after is not None:
+            out.append({"visit": k + 1, "during": v.regime, "start": v.start, "end": v.end, "baseline": base,
+                        "after": after, "value": after - base})
+    return out
+
+
+def reference_transfer(curve: Curve, visit: Visit, ref_curve: Curve, ref_visit: Visit, ceiling: float
+                       ) -> Optional[dict]:
+    length = min(visit.end - visit.start, ref_visit.end - ref_visit.start)
+    if length <= 0 or not curve or not ref_curve:
+        return None
+    auc = curve_mean(curve, visit.start, visit.start + length)
+    auc_ref = curve_mean(ref_curve, ref_visit.start, ref_visit.start + length)
+    denom = ceiling - auc_ref
+    value = (auc - auc_ref) / denom if denom > 1e-12 else None
+    return {"auc": auc, "auc_reference": auc_ref, "length": length, "ceiling": ceiling, "value": value}
+
+
+def plasticity_gains(episodes: Sequence[tuple[int, str, float]], visits: Sequence[Visit],
+                     window: Optional[int] = None, transform=None) -> list[dict]:
+    out = []
+    for v in visits:
+        w = v.end - v.start if window is None else min(window, v.end - v.start)
+        mid = v.start + w / 2
+        rets = [(s, transform(v.regime, r) if transform else r) for s, m, r in episodes if m == v.regime]
+        first = [r for s, r in rets if v.start < s <= mid]
+        second = [r for s, r in rets if mid < s <= v.start + w]
+        gain = float(np.mean(second) - np.mean(first)) if first and second else None
+        out.append({"regime": v.regime, "visit": v.number, "start": v.start, "window": w,
+                    "episodes": len(first) + len(second), "first_half": _mean(first), "second_half": _mean(second),
+                    "gain": gain})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# normalisation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class Normalizer:
+    def __init__(self, mode: str = "raw", scores: Optional[dict] = None, runs: Sequence[RunData] = ()):
+        if mode not in ("raw", "max_abs", "reference_scores"):
+            raise ValueError(f"normalize: must be raw, max_abs or reference_scores, got {mode!r}")
+        self.mode = mode
+        self.abs_max: dict[str, float] = {}
+        for run in runs:
+            for m, c in run.evals.items():
+                self.abs_max[m] = max([self.abs_max.get(m, 0.0)] + [abs(y) for _, y in c])
+            for _, m, r in run.episodes:
+                if m not in run.evals:
+                    self.abs_max[m] = max(self.abs_max.get(m, 0.0), abs(r))
+        self.affine: dict[str, tuple[float, float]] = {}
+        if mode == "reference_scores":
+            from continual.backends import normalize
+
+            if not scores:
+                raise ValueError("normalize reference_scores: needs --scores")
+            for k, v in scores.items():
+                key = "" if k in ("(none)", "none") else normalize(k)
+                if isinstance(v, (int, float)) and v != 0:
+                    self.affine[key] = (0.0, float(v))
+                elif isinstance(v, (list, tuple)) and len(v) == 2 and v[1] != v[0]:
+                    self.affine[key] = (float(v[0]), float(v[1]) - float(v[0]))
+                else:
+                    raise ValueError(f"scores: {k!r} must be a non-zero number or [low, high], got {v!r}")
+            missing = sorted({m for run in runs for m in run.evals} - set(self.affine))
+            if missing:
+                raise ValueError(f"scores: no reference score for {', '.join(repr(m) for m in missing)}")
+
+    def __call__(self, regime: str, value: float) -> float:
+        if self.mode == "raw":
+            return value
+        if self.mode == "max_abs":
+            scale = self.abs_max.get(regime, 0.0)
+            return value / scale if scale > 0 else value
+        low, span = self.affine.get(regime, (0.0, 1.0))
+        return (value - low) / span
+
+    def ceiling(self, regime: str) -> float:
+        """The best value on this scale (Continual World's 1), for the reference transfer."""
+        if self.mode == "raw":
+            return self.abs_max.get(regime, 1.0) or 1.0
+        return 1.0
+
+    def curve(self, regime: str, curve: Curve) -> Curve:
+        return [(s, self(regime, y)) for s, y in curve]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# putting it together
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, references: Sequence[RunData] = (),
+                plasticity_window: Optional[int] = None) -> dict:
+    """Every metric of one run (normalised by `normalizer`, raw by default)."""
+    norm = normalizer or Normalizer("raw", runs=[run, *references])
+    trained = run.trained
+    per_regime: dict[str, dict] = {}
+    forgetting_entries, transfer_entries = [], []
+    for regime in run.regimes:
+        curve = norm.curve(regime, run.evals[regime])
+        iso = isolated_forgetting(curve, regime, run.visits)
+        zs = zero_shot_transfer(curve, regime, run.visits)
+        forgetting_entries += [{"regime": regime, **e} for e in iso]
+        transfer_entries += [{"regime": regime, **e} for e in zs]
+        ref = None
+        first = next((v for v in run.visits if v.regime == regime), None)
+        if first is not None:
+            for r in references:
+                ref_visit = next((v for v in r.visits if v.regime == regime), None)
+                if ref_visit is not None and regime in r.evals:
+                    ref = reference_transfer(curve, first, norm.curve(regime, r.evals[regime]), ref_visit,
+                                             norm.ceiling(regime))
+                    if ref is not None:
+                        ref["reference_run"] = r.run_dir
+                        break
+        per_regime[regime] = {
+            "trained": regime in trained,
+            "heldout": regime in run.heldout,
+            "visits": sum(v.regime == regime for v in run.visits),
+            "evaluations": len(curve),
+            "final": curve[-1][1] if curve else None,
+            "final_step": curve[-1][0] if curve else None,
+            "average": time_average(curve),
+            "forgetting_isolated": _mean(e["value"] for e in iso),
+            "forgetting_max": max_minus_final(curve, regime, run.visits, run.end_step),
+            "transfer_zero_shot": _mean(e["value"] for e in zs),
+            "transfer_reference": ref["value"] if ref else None,
+            "reference": ref,
+        }
+    gains = plasticity_gains(run.episodes, run.visits, plasticity_window, transform=norm)
+    by_visit: dict[str, Optional[float]] = {}
+    for n in sorted({g["visit"] for g in gains}):
+        by_visit[str(n)] = _mean(g["gain"] for g in gains if g["visit"] == n)
+    seen = [r for r in run.regimes if per_regime[r]["trained"]]
+    unseen = [r for r in run.regimes if not per_regime[r]["trained"]]
+    summary = {
+        "final": _mean(per_regime[r]["final"] for r in seen),
+        "average": _mean(per_regime[r]["average"] for r in seen),
+        "final_unseen": _mean(per_regime[r]["final"] for r in unseen),
+        "forgetting_isolated": _mean(per_regime[r]["forgetting_isolated"] for r in run.regimes),
+        "forgetting_max": _mean(per_regime[r]["forgetting_max"] for r in run.regimes),
+        "transfer_zero_shot": _mean(per_regime[r]["transfer_zero_shot"] for r in run.regimes),
+        "transfer_reference": _mean(per_regime[r]["transfer_reference"] for r in run.regimes),
+        "plasticity": _mean(g["gain"] for g in gains),
+        "plasticity_by_visit": by_visit,
+    }
+    return {
+        "run_dir": os.path.abspath(run.run_dir), "run": run.name, "method": method_label(run.config),
+        "normalize": norm.mode, "plasticity_window": plasticity_window, "end_step": run.end_step,
+        "visits": [dataclasses.asdict(v) for v in run.visits], "summary": summary, "regimes": per_regime,
+        "forgetting_matrix": forgetting_entries, "transfer_matrix": transfer_entries, "plasticity": gains,
+    }
+
+
+def compute_run_metrics(run_dir: str, write: bool = True, **kwargs: Any) -> dict:
+    """metrics.json of one run (raw returns), as written at the end of training."""
+    run = load_run(run_dir)
+    result = run_metrics(run, **kwargs)
+    if write:
+        _write_json(os.path.join(run_dir, METRICS_FILE), result)
+    return result
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=lambda x: None)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# several runs: groups, confidence intervals
+# ---------------------------------------------------------------------------------------------------------------------
+
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t_quantile_975(df: int) -> float:
+    """Two-sided 95% Student-t critical value (table up to 30 degrees of freedom, then a Cornish-Fisher series)."""
+    if df < 1:
+        return float("nan")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def mean_ci(values: Iterable[Optional[float]]) -> dict:
+    """mean, 95% CI half-width (t-distribution; None for one value) and n of the non-missing values."""
+    xs = [float(x) for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    if not xs:
+        return {"mean": None, "ci95": None, "n": 0}
+    if len(xs) == 1:
+        return {"mean": xs[0], "ci95": None, "n": 1}
+    sd = float(np.std(xs, ddof=1))
+    return {"mean": float(np.mean(xs)), "ci95": t_quantile_975(len(xs) - 1) * sd / math.sqrt(len(xs)), "n": len(xs)}
+
+
+def method_label(config: dict, group_by: Optional[Sequence[str]] = None) -> str:
+    """The group of a run: the given config.json keys, or architecture (+S&P, +opt reset)."""
+    if group_by:
+        return ", ".join(f"{k}={config.get(k)}" for k in group_by)
+    label = str(config.get("architecture") or "?")
+    if config.get("shrink_and_perturb"):
+        label += "+S&P"
+    if config.get("reset_optimizer_on_switch"):
+        label += "+opt-reset"
+    return label
+
+
+def aggregate(results: Sequence[dict], configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> dict:
+    """Group per-run results; every summary scalar and per-regime metric as mean +- 95% CI over the group's runs."""
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(configs):
+        groups.setdefault(method_label(cfg, group_by), []).append(i)
+    out = {}
+    for label, idx in groups.items():
+        rs = [results[i] for i in idx]
+        summary = {k: mean_ci(r["summary"].get(k) for r in rs) for k in SUMMARY_KEYS}
+        visits = sorted({n for r in rs for n in r["summary"]["plasticity_by_visit"]}, key=int)
+        summary["plasticity_by_visit"] = {n: mean_ci(r["summary"]["plasticity_by_visit"].get(n) for r in rs)
+                                          for n in visits}
+        regimes: dict[str, dict] = {}
+        for r in rs:
+            for reg in r["regimes"]:
+                regimes.setdefault(reg, {})
+        for reg in regimes:
+            regimes[reg] = {k: mean_ci(r["regimes"].get(reg, {}).get(k) for r in rs) for k in REGIME_KEYS}
+        out[label] = {"runs": [r["run_dir"] for r in rs], "summary": summary, "regimes": regimes}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# printing
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _fmt_ci(d: dict) -> str:
+    if d["mean"] is None:
+        return "-"
+    return f"{d['mean']:.3g} ± {d['ci95']:.2g} ({d['n']})" if d["ci95"] is not None else f"{d['mean']:.3g} (1)"
+
+
+def _print(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for i, c in enumerate(columns):
+            table.add_column(c, justify="left" if i == 0 else "right")
+        for r in rows:
+            table.add_row(*r)
+        Console(width=max(120, 16 * len(columns))).print(table)
+    except ImportError:  # pragma: no cover
+        print(title)
+        for r in [columns, *rows]:
+            print("  ".join(r))
+
+
+def print_run_table(result: dict) -> None:
+    cols = ["regime", "visits", "final", "average", "forget (iso)", "forget (max)", "ZS transfer", "FT (ref)"]
+    rows = []
+    for reg, m in result["regimes"].items():
+        name = (reg or "(none)") + (" [held-out]" if m["heldout"] else "")
+        rows.append([name, str(m["visits"]), *(_fmt(m[k]) for k in REGIME_KEYS)])
+    s = result["summary"]
+    rows.append(["mean (trained regimes)", "", _fmt(s["final"]), _fmt(s["average"]), _fmt(s["forgetting_isolated"]),
+                 _fmt(s["forgetting_max"]), _fmt(s["transfer_zero_shot"]), _fmt(s["transfer_reference"])])
+    _print(f"{result['run']} ({result['method']}, {result['normalize']})", cols, rows)
+    gains = s["plasticity_by_visit"]
+    if gains and all(g is None for g in gains.values()):
+        print("plasticity: no visit has training episodes in both halves of its window (games outlast the visits, "
+              "or set --plasticity_window)")
+    elif gains:
+        print("plasticity (return gained within the window, by visit number): "
+              + ", ".join(f"visit {n}: {_fmt(g)}" for n, g in gains.items()) + f"; overall {_fmt(s['plasticity'])}")
+
+
+def print_group_table(groups: dict) -> None:
+    cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (max)", "ZS transfer",
+            "FT (ref)", "plasticity"]
+    rows = [[label, *(_fmt_ci(g["summary"][k]) for k in SUMMARY_KEYS)] for label, g in groups.items()]
+    _print("methods: mean ± 95% CI (runs)", cols, rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MetricsArgs:
+    run_dirs: tyro.conf.Positional[list[str]]
+    """run directories (with eval_table.csv from --eval_every)"""
+    reference: Optional[list[str]] = None
+    """reference run directories (e.g. one single-regime run per regime) for the Continual World forward transfer"""
+    normalize: str = "raw"
+    """raw | max_abs (R / max|R| per regime over all runs given) | reference_scores (needs --scores)"""
+    scores: Optional[str] = None
+    """reference scores: a JSON file or inline JSON object, regime -> score or [low, high]"""
+    plasticity_window: Optional[int] = None
+    """steps from the start of each visit used for the plasticity gain (default: the whole visit)"""
+    group_by: Optional[str] = None
+    """comma-separated config.json keys that define a method (default: architecture, + S&P)"""
+    out: Optional[str] = None
+    """write the results here (JSON); default: RUN_DIR/metrics.json for a single run, nothing for several"""
+
+
+def _load_scores(text: Optional[str]) -> Optional[dict]:
+    from continual.errors import UserError
+
+    if text is None:
+        return None
+    try:
+        data = json.load(open(text)) if os.path.exists(text) else json.loads(text)
+    except (OSError, ValueError) as e:
+        raise UserError(f"scores: neither a readable JSON file nor a JSON object: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError("scores: expected a JSON object regime -> score or [low, high]")
+    return data
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict:
+    from continual.config import cli
+    from continual.errors import UserError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = cli(MetricsArgs, argv, default=None, description=__doc__.splitlines()[0])
+    if args.normalize not in ("raw", "max_abs", "reference_scores"):
+        raise UserError(f"normalize: must be raw, max_abs or reference_scores, got {args.normalize!r}")
+    if args.plasticity_window is not None and args.plasticity_window <= 0:
+        raise UserError(f"plasticity_window: must be positive, got {args.plasticity_window}")
+    try:
+        runs = [load_run(d) for d in args.run_dirs]
+        refs = [load_run(d) for d in (args.reference or [])]
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        raise UserError(str(e)) from None
+    for r in runs:
+        if not r.evals:
+            raise UserError(f"{r.run_dir}: no evaluation table (train with --eval_every N or --eval_at_switches)")
+    try:
+        norm = Normalizer(args.normalize, _load_scores(args.scores), runs=[*runs, *refs])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    results = [run_metrics(r, norm, refs, args.plasticity_window) for r in runs]
+    group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None
+    for res in results:
+        print_run_table(res)
+    out: dict = {"runs": results}
+    if len(runs) > 1:
+        out["groups"] = aggregate(results, [r.config for r in runs], group_by)
+        print_group_table(out["groups"])
+    path = args.out or (os.path.join(runs[0].run_dir, METRICS_FILE) if len(runs) == 1 else None)
+    if path:
+        _write_json(path, results[0] if len(runs) == 1 and not args.out else out)
+        print(f"wrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    from continual.errors import exit_on_user_error
+
+    exit_on_user_error(main)()

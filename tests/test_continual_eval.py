@@ -1,0 +1,250 @@
+"""Continual evaluation during training: it never changes training, writes the evaluation table, TensorBoard tags,
+metrics.json and plots; background evaluation matches foreground evaluation and leaves no process behind;
+eval.py matrix mode."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, run_script
+from continual.continual_eval import parse_eval_modifs
+from continual.tracking import read_metrics
+
+TOTAL = 2304  # 18 iterations of 2 envs x 64 steps
+CURRICULUM = {
+    "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
+    "reward_scaling": "none", "seed": 3,
+    "modification_factory": "SequentialModificationFactory",
+    "modification_factory_kwargs": {"num_total_steps": TOTAL, "modifications": ["gravity=9.8", "gravity=15", "gravity=5"],
+                                    "switching_thresholds": [768, 1536]},
+}
+EVAL_FLAGS = ["--eval_every", "512", "--eval_at_switches", "--eval_episodes", "2", "--eval_modifs", "length=0.8"]
+REGIMES = {"gravity=9.8", "gravity=15", "gravity=5", "length=0.8"}
+EVAL_STEPS = {0, 512, 768, 1024, 1536, 2048, 2304}  # step 0, every 512, before both switches, the end
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same seeded run three times, in parallel: without evaluation, with it, with it in the background."""
+    tmp = tmp_path_factory.mktemp("ce")
+    cfg = tmp / "cfg.json"
+    cfg.write_text(json.dumps(CURRICULUM))
+    runs_dir = str(tmp / "runs")
+    common = ["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir, "--no-progress-bar",
+              "--save_agent_with_switch", "--plots"]
+    variants = {"plain": [], "fg": EVAL_FLAGS, "bg": EVAL_FLAGS + ["--eval_background"]}
+    # one torch thread each: the three runs share the CPU (the same setting for all, so results are comparable)
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = {name: subprocess.Popen([sys.executable, *common, "--run_name", name, *extra], cwd=ROOT, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, extra in variants.items()}
+    out = {}
+    for name, p in procs.items():
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, f"{name}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        out[name] = (os.path.join(runs_dir, name), stdout)
+    return out
+
+
+def training_records(run_dir: str) -> list[dict]:
+    """Episodes, iterations (losses) and switches, without timing fields."""
+    keep = []
+    for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")):
+        if r["kind"] in ("episode", "iteration", "switch"):
+            keep.append({k: v for k, v in r.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")})
+    return keep
+
+
+def eval_table(run_dir: str) -> dict[tuple[int, str], dict]:
+    with open(os.path.join(run_dir, "eval_table.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    table = {(int(r["step"]), r["modification"]): r for r in rows}
+    assert len(table) == len(rows), "duplicated (step, regime) rows"
+    return table
+
+
+def test_evaluation_does_not_change_training(runs):
+    plain = training_records(runs["plain"][0])
+    assert sum(r["kind"] == "episode" for r in plain) > 20 and sum(r["kind"] == "switch" for r in plain) == 2
+    assert any("losses/value_loss" in r for r in plain)
+    for name in ("fg", "bg"):
+        assert training_records(runs[name][0]) == plain, name
+    # and the final weights are the same tensors
+    import torch
+
+    finals = [torch.load(os.path.join(runs[n][0], "checkpoints", f"final__step{TOTAL}.cleanrl_model"),
+                         weights_only=True)["model"] for n in ("plain", "fg", "bg")]
+    for other in finals[1:]:
+        assert all(torch.equal(finals[0][k], other[k]) for k in finals[0])
+
+
+def test_evaluation_table_tags_metrics_and_plots(runs):
+    run_dir, stdout = runs["fg"]
+    table = eval_table(run_dir)
+    assert {s for s, _ in table} == EVAL_STEPS
+    assert {m for _, m in table} == REGIMES
+    assert all(int(r["episodes"]) == 2 and float(r["seconds"]) >= 0 for r in table.values())
+    assert {r["split"] for (_, m), r in table.items() if m == "length=0.8"} == {"heldout"}
+    assert {r["split"] for (_, m), r in table.items() if m != "length=0.8"} == {"curriculum"}
+
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    assert sum(r["kind"] == "eval" for r in records) == len(table)
+    summary = [r for r in records if r["kind"] == "eval_summary"]
+    assert len(summary) == 1 and 0 < summary[0]["time_share"] < 1
+    assert "continual evaluation:" in stdout
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("eval/gravity=9.8", "eval/gravity=15", "eval/gravity=5", "eval/length=0.8", "eval/average",
+                "eval/heldout_average", "eval/time_share"):
+        assert tag in tags, tag
+    assert [e.step for e in acc.Scalars("eval/gravity=15")] == sorted(EVAL_STEPS)
+
+    metrics = json.load(open(os.path.join(run_dir, "metrics.json")))
+    assert [(v["regime"], v["start"], v["end"]) for v in metrics["visits"]] == [
+        ("gravity=9.8", 0, 768), ("gravity=15", 768, 1536), ("gravity=5", 1536, TOTAL)]
+    assert set(metrics["regimes"]) == REGIMES and metrics["regimes"]["length=0.8"]["heldout"]
+    final = {m: float(table[(TOTAL, m)]["mean"]) for m in REGIMES}
+    assert metrics["regimes"]["gravity=15"]["final"] == pytest.approx(final["gravity=15"])
+    # isolated forgetting of the first regime during the second visit, from the table
+    iso = float(table[(768, "gravity=9.8")]["mean"]) - float(table[(1536, "gravity=9.8")]["mean"])
+    cell = [e for e in metrics["forgetting_matrix"] if e["regime"] == "gravity=9.8" and e["visit"] == 2]
+    assert cell and cell[0]["value"] == pytest.approx(iso)
+
+    pngs = sorted(os.listdir(os.path.join(run_dir, "plots")))
+    assert pngs == ["eval_curves.png", "eval_heatmap.png", "plasticity.png", "training_returns.png"]
+    assert sorted(os.listdir(os.path.join(runs["plain"][0], "plots"))) == ["plasticity.png", "training_returns.png"]
+    assert not os.path.exists(os.path.join(runs["plain"][0], "eval_table.csv"))
+    assert not os.path.exists(os.path.join(runs["plain"][0], "metrics.json"))
+
+
+def test_background_evaluation_matches_and_stops(runs):
+    fg, bg = eval_table(runs["fg"][0]), eval_table(runs["bg"][0])
+    assert set(fg) == set(bg)
+    for key in fg:  # same weights, same seeds: the same games
+        assert (fg[key]["mean"], fg[key]["episodes"]) == (bg[key]["mean"], bg[key]["episodes"]), key
+    summary = [r for r in read_metrics(os.path.join(runs["bg"][0], "metrics.jsonl")) if r["kind"] == "eval_summary"]
+    assert summary[0]["background"] and summary[0]["background_seconds"] > 0
+    assert not alive(summary[0]["background_pid"])
+
+
+def test_background_worker_exits_when_the_trainer_dies(tmp_path):
+    """The trainer is killed without any cleanup (os._exit): its evaluation process notices and exits."""
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {ROOT!r})
+        from continual.args import Args
+        from continual.continual_eval import BackgroundEvaluation
+        from continual.envs import EnvSettings
+
+        if __name__ == "__main__":
+            args = Args(env_id="CartPole-v1", backend="Gymnasium")
+            bg = BackgroundEvaluation(args, EnvSettings.from_args(args, episodic_life=False), ["", "gravity=15"], 1,
+                                      1, 0, False)
+            assert bg.results.get(timeout=60)[0] == "ready"
+            print(bg.pid, flush=True)
+            os._exit(0)
+    """)
+    path = tmp_path / "die.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout.split()[0])
+    deadline = time.time() + 20
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive(pid)
+
+
+def test_interrupted_background_run_stops_its_worker_and_resumes_the_table(tmp_path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({**CURRICULUM, "modification_factory_kwargs": {
+        **CURRICULUM["modification_factory_kwargs"], "num_total_steps": 4608, "switching_thresholds": [1536, 3072]}}))
+    runs_dir = str(tmp_path / "runs")
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir,
+            "--run_name", "cut", "--no-progress-bar", "--eval_every", "256", "--eval_episodes", "1",
+            "--eval_background"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(runs_dir, "cut", "metrics.jsonl")
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(metrics) and sum('"iteration"' in ln for ln in open(metrics)) >= 8:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    summary = [r for r in read_metrics(metrics) if r["kind"] == "eval_summary"]
+    assert summary and not alive(summary[-1]["background_pid"])
+    cut = max(eval_table(os.path.join(runs_dir, "cut")))[0]
+    assert 0 < cut < 4608
+
+    run_script("continual_training_example.py", "--resume", os.path.join(runs_dir, "cut"), "--no-progress-bar",
+               env={"OMP_NUM_THREADS": "1"})
+    table = eval_table(os.path.join(runs_dir, "cut"))  # asserts no duplicated (step, regime) rows
+    steps = sorted({s for s, _ in table})
+    assert steps[0] == 0 and steps[-1] == 4608 and set(range(0, 4609, 256)) <= set(steps)
+    assert all(len({m for s2, m in table if s2 == s}) == 3 for s in steps)
+
+
+def test_eval_flags_are_checked_before_any_env(tmp_path):
+    base = ["continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+            "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", str(tmp_path / "runs")]
+    proc = run_script(*base, "--eval_every", "128", "--eval_modifs", "gravity=15;wings=3", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "wings" in proc.stderr
+    assert not os.path.exists(tmp_path / "runs")  # nothing was created
+
+    from continual.config import parse_args
+    from continual.errors import UserError
+
+    for flag, value in (("--eval_episodes", "0"), ("--eval_every", "-1"), ("--eval_num_envs", "0"),
+                        ("--eval_max_episode_steps", "0")):
+        with pytest.raises(UserError, match=flag.lstrip("-")):
+            parse_args([*base[1:], flag, value])
+
+
+def test_parse_eval_modifs():
+    assert parse_eval_modifs("") == [] and parse_eval_modifs("  ") == []
+    assert parse_eval_modifs("b a;c") == ["a b", "c"]
+    assert parse_eval_modifs("disable_cars;") == ["disable_cars", ""]
+    assert parse_eval_modifs("x;x ; x") == ["x"]
+
+
+def test_eval_matrix_mode(runs, tmp_path):
+    run_dir = runs["fg"][0]
+    ckpts = [os.path.join(run_dir, "checkpoints", n) for n in
+             ("switch__gravity=9.8__step768.cleanrl_model", f"final__step{TOTAL}.cleanrl_model")]
+    out = str(tmp_path / "m")
+    proc = run_script("eval.py", "--agent_path", *ckpts, "--modifs", "gravity=9.8", "gravity=5",
+                      "--eval_episodes", "2", "--greedy", "--output", out, env={"OMP_NUM_THREADS": "1"})
+    assert "evaluation matrix" in proc.stdout
+    with open(out + "_matrix.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["checkpoint", "global_step", "gravity=9.8", "gravity=5"]
+    assert [r[:2] for r in rows[1:]] == [["fg/switch__gravity=9.8__step768", "768"],
+                                         [f"fg/final__step{TOTAL}", str(TOTAL)]]
+    data = json.load(open(out + ".json"))
+    assert len(data["results"]) == 4 and all(r["episodes"] == 2 for r in data["results"])
+    with open(out + "_matrix.png", "rb") as f:
+        assert f.read(4) == b"\x89PNG"

@@ -1,0 +1,299 @@
+"""Continual metrics on crafted evaluation tables, every value computed by hand below; loaders, CLI and plots on a
+crafted run directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import pytest
+
+from continual import metrics as M
+from continual import plots
+
+# Schedule: A (0,100], B (100,200], A again (200,300], C (300,400]; H is held-out (never trained).
+VISITS = [("A", 0, 100), ("B", 100, 200), ("A", 200, 300), ("C", 300, 400)]
+STEPS = [0, 50, 100, 150, 200, 250, 300, 350, 400]
+CURVES = {
+    "A": [0, 5, 10, 6, 4, 8, 12, 9, 7],
+    "B": [1, 2, 3, 8, 10, 7, 6, 5, 5],
+    "C": [2, 2, 4, 4, 5, 5, 3, 9, 11],
+    "H": [1, 1, 2, 2, 3, 3, 4, 4, 6],
+}
+# training episodes (step, regime, return)
+EPISODES = [(10, "A", 1.0), (40, "A", 3.0), (60, "A", 5.0), (90, "A", 7.0),
+            (120, "B", 2.0), (180, "B", 4.0),
+            (220, "A", 6.0), (260, "A", 6.0), (290, "A", 9.0),
+            (330, "C", 3.0)]
+
+
+def make_run(curves=CURVES, steps=STEPS, visits=VISITS, episodes=EPISODES, heldout=("H",), end=400, config=None):
+    return M.RunData(
+        run_dir="crafted", config=config or {"architecture": "PPO", "possible_modifications": ["A", "B", "C"]},
+        evals={m: list(zip(steps, map(float, ys))) for m, ys in curves.items()},
+        visits=M.number_visits([M.Visit(*v) for v in visits]), end_step=end, episodes=list(episodes),
+        heldout=list(heldout))
+
+
+@pytest.fixture
+def result():
+    return M.run_metrics(make_run())
+
+
+def test_visits_are_numbered_per_regime():
+    run = make_run()
+    assert [(v.regime, v.number) for v in run.visits] == [("A", 1), ("B", 1), ("A", 2), ("C", 1)]
+    assert run.trained == ["A", "B", "C"]
+    assert run.regimes == ["A", "B", "C", "H"]
+
+
+def test_final_and_average_performance(result):
+    r = result["regimes"]
+    assert (r["A"]["final"], r["B"]["final"], r["C"]["final"], r["H"]["final"]) == (7, 5, 11, 6)
+    # trapezoid over 50-step spacing on [0, 400]
+    a = 50 * ((0 + 5) + (5 + 10) + (10 + 6) + (6 + 4) + (4 + 8) + (8 + 12) + (12 + 9) + (9 + 7)) / 2 / 400
+    assert r["A"]["average"] == pytest.approx(a) == pytest.approx(7.1875)
+    s = result["summary"]
+    assert s["final"] == pytest.approx((7 + 5 + 11) / 3)   # trained regimes only (Continual World's P(T))
+    assert s["final_unseen"] == pytest.approx(6)            # the held-out regime
+
+
+def test_isolated_forgetting(result):
+    r = result["regimes"]
+    # A: during B (100,200]: y_A(100) - y_A(200) = 10 - 4; during C (300,400]: y_A(300) - y_A(400) = 12 - 7.
+    # The revisit of A itself is not forgetting.
+    assert r["A"]["forgetting_isolated"] == pytest.approx(((10 - 4) + (12 - 7)) / 2)
+    # B: during A's revisit: y_B(200) - y_B(300) = 10 - 6; during C: y_B(300) - y_B(400) = 6 - 5
+    assert r["B"]["forgetting_isolated"] == pytest.approx(((10 - 6) + (6 - 5)) / 2)
+    # C is trained last (nothing after it) and H never: no forgetting
+    assert r["C"]["forgetting_isolated"] is None and r["H"]["forgetting_isolated"] is None
+    assert result["summary"]["forgetting_isolated"] == pytest.approx((5.5 + 2.5) / 2)
+    cells = {(e["regime"], e["visit"]): e["value"] for e in result["forgetting_matrix"]}
+    assert cells == {("A", 2): 6, ("A", 4): 5, ("B", 3): 4, ("B", 4): 1}
+
+
+def test_forgetting_max_before_minus_final(result):
+    r = result["regimes"]
+    assert r["A"]["forgetting_max"] == pytest.approx(12 - 7)  # max up to the end of A's last visit (300)
+    assert r["B"]["forgetting_max"] == pytest.approx(10 - 5)  # max up to 200 (B never revisited)
+    assert r["C"]["forgetting_max"] is None                   # its last visit ends the run
+    assert r["H"]["forgetting_max"] is None                   # never trained
+    assert result["summary"]["forgetting_max"] == pytest.approx(5)
+
+
+def test_zero_shot_forward_transfer(result):
+    r = result["regimes"]
+    assert r["A"]["transfer_zero_shot"] is None  # trained from step 0: no visit before it
+    # B before its first visit: visit 1 (A), baseline = step-0 evaluation: y_B(100) - y_B(0) = 3 - 1
+    assert r["B"]["transfer_zero_shot"] == pytest.approx(2)
+    # C: visits 1..3 before its first visit: (4 - 2), (5 - 4), (3 - 5)
+    assert r["C"]["transfer_zero_shot"] == pytest.approx((2 + 1 - 2) / 3)
+    # H (held-out): every visit: (2-1), (3-2), (4-3), (6-4)
+    assert r["H"]["transfer_zero_shot"] == pytest.approx((1 + 1 + 1 + 2) / 4)
+    assert result["summary"]["transfer_zero_shot"] == pytest.approx((2 + 1 / 3 + 5 / 4) / 3)
+
+
+def test_zero_shot_baseline_without_a_step0_evaluation():
+    steps = STEPS[1:]
+    curves = {m: ys[1:] for m, ys in CURVES.items()}
+    res = M.run_metrics(make_run(curves=curves, steps=steps))
+    # CORA: the first evaluation point (step 50) is the baseline of visit 1: y_B(100) - y_B(50) = 3 - 2
+    assert res["regimes"]["B"]["transfer_zero_shot"] == pytest.approx(1)
+    assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx((1 + 1 + 1 + 2) / 4)  # y_H(50) = y_H(0)
+
+
+def test_plasticity_gain_by_visit(result):
+    gains = {(g["regime"], g["visit"]): g["gain"] for g in result["plasticity"]}
+    # window = the whole visit, halves (s, s+50] and (s+50, s+100]
+    assert gains[("A", 1)] == pytest.approx((5 + 7) / 2 - (1 + 3) / 2)
+    assert gains[("B", 1)] == pytest.approx(4 - 2)
+    assert gains[("A", 2)] == pytest.approx((6 + 9) / 2 - 6)
+    assert gains[("C", 1)] is None  # no episode in the second half
+    s = result["summary"]
+    assert s["plasticity_by_visit"] == {"1": pytest.approx(3.0), "2": pytest.approx(1.5)}
+    assert s["plasticity"] == pytest.approx((4 + 2 + 1.5) / 3)
+
+
+def test_plasticity_window():
+    res = M.run_metrics(make_run(), plasticity_window=40)
+    gains = {(g["regime"], g["visit"]): g["gain"] for g in res["plasticity"]}
+    assert gains[("A", 1)] == pytest.approx(3 - 1)  # (0,20] vs (20,40]
+    assert gains[("B", 1)] is None and gains[("A", 2)] is None
+    assert res["summary"]["plasticity_by_visit"] == {"1": pytest.approx(2.0), "2": None}
+
+
+def test_reference_forward_transfer():
+    ref = make_run(curves={"B": [0, 4, 8]}, steps=[0, 100, 200], visits=[("B", 0, 200)], episodes=[], heldout=(),
+                   end=200)
+    run = make_run()
+    res = M.run_metrics(run, references=[ref])
+    # B's first visit (100,200] (length 100): AUC = mean of the B curve over [100,200] through 3, 8, 10;
+    # reference: mean over [0,100] through 0, 4; ceiling for raw returns = max|R_B| over both runs = 10
+    auc = ((3 + 8) / 2 * 50 + (8 + 10) / 2 * 50) / 100
+    auc_ref = (0 + 4) / 2
+    assert res["regimes"]["B"]["reference"]["auc"] == pytest.approx(auc)
+    assert res["regimes"]["B"]["transfer_reference"] == pytest.approx((auc - auc_ref) / (10 - auc_ref))
+    assert res["regimes"]["A"]["transfer_reference"] is None  # no reference for A
+    # scale-free: the same value with max_abs normalisation
+    norm = M.Normalizer("max_abs", runs=[run, ref])
+    assert M.run_metrics(run, norm, [ref])["regimes"]["B"]["transfer_reference"] == pytest.approx(0.65625)
+
+
+def test_normalisation_options():
+    run = make_run()
+    res = M.run_metrics(run, M.Normalizer("max_abs", runs=[run]))
+    assert res["regimes"]["A"]["final"] == pytest.approx(7 / 12)
+    assert res["regimes"]["A"]["forgetting_isolated"] == pytest.approx(5.5 / 12)
+    scores = {"A": [0, 20], "B": 10, "C": [1, 11], "H": 2}
+    res = M.run_metrics(run, M.Normalizer("reference_scores", scores, runs=[run]))
+    assert res["regimes"]["A"]["final"] == pytest.approx(7 / 20)
+    assert res["regimes"]["C"]["final"] == pytest.approx((11 - 1) / 10)
+    assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(5 / 4 / 2)
+    with pytest.raises(ValueError, match="'C'"):
+        M.Normalizer("reference_scores", {"A": 1, "B": 1, "H": 1}, runs=[run])
+
+
+def test_single_regime_run():
+    res = M.run_metrics(make_run(curves={"A": [0, 4, 6], "H": [1, 2, 3]}, steps=[0, 50, 100], visits=[("A", 0, 100)],
+                                 episodes=[(30, "A", 1.0), (80, "A", 2.0)], end=100))
+    r, s = res["regimes"], res["summary"]
+    assert r["A"]["final"] == 6 and r["A"]["average"] == pytest.approx((2 + 5) / 2)
+    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_max"] is None
+    assert r["A"]["transfer_zero_shot"] is None
+    assert r["H"]["transfer_zero_shot"] == pytest.approx(3 - 1)
+    assert s["forgetting_isolated"] is None and s["transfer_zero_shot"] == pytest.approx(2)
+    assert s["plasticity_by_visit"] == {"1": pytest.approx(1.0)}
+    assert res["forgetting_matrix"] == []
+
+
+def test_mean_ci_uses_the_t_distribution():
+    d = M.mean_ci([1.0, 2.0, 3.0])
+    assert d["mean"] == 2 and d["n"] == 3
+    assert d["ci95"] == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert M.mean_ci([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
+    assert M.mean_ci([None]) == {"mean": None, "ci95": None, "n": 0}
+    try:
+        from scipy import stats
+    except ImportError:
+        return
+    for df in (1, 2, 5, 29, 30, 31, 45, 100, 1000):
+        assert M.t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=2e-3)
+
+
+def test_aggregate_groups_runs_by_method():
+    results, configs = [], []
+    for arch, sp, shift in (("PPO", False, 0), ("PPO", False, 2), ("PPO", True, 1), ("PPO_CBP", False, 0)):
+        curves = {m: [y + shift for y in ys] for m, ys in CURVES.items()}
+        cfg = {"architecture": arch, "shrink_and_perturb": sp}
+        results.append(M.run_metrics(make_run(curves=curves, config=cfg)))
+        configs.append(cfg)
+    groups = M.aggregate(results, configs)
+    assert set(groups) == {"PPO", "PPO+S&P", "PPO_CBP"}
+    ppo = groups["PPO"]["summary"]["final"]
+    assert ppo["n"] == 2 and ppo["mean"] == pytest.approx(23 / 3 + 1)
+    assert ppo["ci95"] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))  # sd of (x, x + 2) = sqrt(2)
+    assert groups["PPO+S&P"]["summary"]["final"]["ci95"] is None
+    assert groups["PPO"]["regimes"]["A"]["forgetting_isolated"]["mean"] == pytest.approx(5.5)  # shifts cancel
+    by_exp = M.aggregate(results, [{**c, "exp_name": "x"} for c in configs], group_by=["exp_name"])
+    assert list(by_exp) == ["exp_name=x"]
+
+
+# --- run directories -------------------------------------------------------------------------------------------------
+
+
+def write_run_dir(path, curves=CURVES, steps=STEPS, visits=VISITS, episodes=EPISODES, arch="PPO", plasticity=True):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"architecture": arch, "env_id": "CartPole-v1", "shrink_and_perturb": False,
+                   "possible_modifications": ["A", "B", "C"], "resolved_total_timesteps": 400}, f)
+    with open(os.path.join(path, M.EVAL_TABLE), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
+                    "seconds", "greedy"])
+        for m, ys in curves.items():
+            for s, y in zip(steps, ys):
+                w.writerow([s, m, m, "heldout" if m == "H" else "curriculum", 2, y, 0.5, y - 1, y + 1, 10, 0.1,
+                            False])
+    recs = []
+    for s in range(50, 401, 50):
+        regime = next(v[0] for v in visits if v[1] < s <= v[2])
+        recs.append({"kind": "iteration", "global_step": s, "modification": regime})
+    for (old, _, _), (new, start, _) in zip(visits, visits[1:]):
+        recs.append({"kind": "switch", "global_step": start, "modification": new, "previous": old})
+        if plasticity:
+            recs.append({"kind": "plasticity", "global_step": start, "plasticity/dormant_fraction/layer0": 0.1,
+                         "plasticity/dormant_fraction/all": 0.1, "plasticity/effective_rank": 30.0 - start / 100})
+    for s, m, r in episodes:
+        recs.append({"kind": "episode", "global_step": s, "modification": m, "return": r, "length": 5})
+    recs.sort(key=lambda r: r["global_step"])
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    return str(path)
+
+
+def test_cli_on_run_directories(tmp_path, capsys):
+    a = write_run_dir(tmp_path / "a")
+    loaded = M.load_run(a)
+    assert [(v.regime, v.start, v.end) for v in loaded.visits] == VISITS
+    assert loaded.heldout == ["H"] and loaded.end_step == 400 and len(loaded.episodes) == len(EPISODES)
+
+    M.main([a])
+    out = json.load(open(os.path.join(a, M.METRICS_FILE)))
+    assert out["summary"]["forgetting_isolated"] == pytest.approx(4.0)
+    assert out["summary"]["transfer_zero_shot"] == pytest.approx((2 + 1 / 3 + 5 / 4) / 3)
+    assert "forget (iso)" in capsys.readouterr().out
+
+    b = write_run_dir(tmp_path / "b", curves={m: [y + 2 for y in ys] for m, ys in CURVES.items()})
+    c = write_run_dir(tmp_path / "c", arch="PPO_CBP")
+    agg_path = str(tmp_path / "agg.json")
+    res = M.main([a, b, c, "--normalize", "max_abs", "--out", agg_path, "--plasticity_window", "40"])
+    assert set(res["groups"]) == {"PPO", "PPO_CBP"} and len(res["runs"]) == 3
+    assert json.load(open(agg_path))["groups"]["PPO"]["summary"]["final"]["n"] == 2
+    assert "methods: mean ± 95% CI" in capsys.readouterr().out
+
+
+def test_cli_errors(tmp_path, capsys):
+    from continual.errors import exit_on_user_error
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(M.main)([str(empty)])
+    assert e.value.code == 2 and "no evaluation table" in capsys.readouterr().err
+    a = write_run_dir(tmp_path / "a")
+    with pytest.raises(SystemExit):
+        exit_on_user_error(M.main)([a, "--normalize", "reference_scores"])  # no --scores
+    M.main([a, "--normalize", "reference_scores", "--scores", json.dumps({"A": 12, "B": 10, "C": 11, "H": 6})])
+    assert json.load(open(os.path.join(a, M.METRICS_FILE)))["regimes"]["C"]["final"] == pytest.approx(1.0)
+
+
+def test_plots_are_written(tmp_path):
+    a = write_run_dir(tmp_path / "a")
+    b = write_run_dir(tmp_path / "b", curves={m: [y + 2 for y in ys] for m, ys in CURVES.items()})
+    out = tmp_path / "plots"
+    paths = plots.main([a, b, "--out", str(out)])
+    names = sorted(os.path.relpath(p, out) for p in paths)
+    assert names == sorted(["comparison.png"] + [f"{r}/{n}.png" for r in ("a", "b") for n in
+                                                  ("training_returns", "eval_curves", "eval_heatmap", "plasticity")])
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.getsize(p) > 10_000
+    # a run without evaluation or episodes still gets its training plot
+    bare = write_run_dir(tmp_path / "bare", curves={}, episodes=[], plasticity=False)
+    os.remove(os.path.join(bare, M.EVAL_TABLE))
+    assert [os.path.basename(p) for p in plots.plot_run(bare)] == ["training_returns.png"]
+
+
+def test_single_regime_run_directory_without_switches(tmp_path):
+    d = write_run_dir(tmp_path / "one", curves={"A": CURVES["A"], "H": CURVES["H"]}, visits=[("A", 0, 400)],
+                      episodes=[(100, "A", 1.0), (300, "A", 4.0)])
+    run = M.load_run(d)
+    assert [(v.regime, v.start, v.end, v.number) for v in run.visits] == [("A", 0, 400, 1)]
+    res = M.compute_run_metrics(d)
+    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_max"] is None
+    assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(6 - 1)  # y_H(400) - y_H(0)
+    assert res["summary"]["plasticity"] == pytest.approx(4 - 1)
+    assert os.path.exists(os.path.join(d, M.METRICS_FILE))
