@@ -593,9 +593,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             session.finish()
             return session.run_dir
         # a dead or failed actor, a NaN loss caught before the step: checkpoint the last completed update
-        saved = session.save_after_failure() if getattr(e, "weights_ok", True) else None
-        raise TrainingError(f"{e}; " + (f"saved {saved}" if saved else "the newest checkpoint in "
-                                        f"{session.checkpoint_dir} is the last good one")) from None
+        raise session.failure(e) from None
     finally:
         if fleet is not None:
             fleet.close()

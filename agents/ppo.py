@@ -371,9 +371,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         return session.run_dir
     except TrainingError as e:
         # a fault with good weights (a dead env worker, a NaN loss caught before the step) keeps the last iteration
-        saved = session.save_after_failure() if getattr(e, "weights_ok", True) else None
-        raise TrainingError(f"{e}; " + (f"saved {saved}" if saved else "the newest checkpoint in "
-                                        f"{session.checkpoint_dir} is the last good one")) from None
+        raise session.failure(e) from None
     finally:
         envs.close()
         session.close()

@@ -22,12 +22,12 @@ import torch
 import modification_factories as mf
 from continual import checkpoint as ckpt_lib
 from continual.args import Args
-from continual.backends import game_name, normalize, validate_env_id, validate_modification
+from continual.backends import game_name, validate_env_id, validate_modification
 from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args,
                               validate_args)
 from continual.continual_eval import parse_eval_modifs
 from continual.envs import regime_slug
-from continual.errors import UserError
+from continual.errors import TrainingError, UserError
 from continual.faults import inject
 from continual.tracking import RunLogger, check_writable, create_run_dir, write_json
 
@@ -186,6 +186,13 @@ class RunSession:
             return self.save(f"crash__step{self.global_step}")
         except Exception:  # the fault may be the disk itself
             return None
+
+    def failure(self, error: Exception) -> TrainingError:
+        """The error to raise after a run-stopping fault, once the last good state is saved (unless the weights
+        themselves are broken)."""
+        saved = self.save_after_failure() if getattr(error, "weights_ok", True) else None
+        where = f"saved {saved}" if saved else f"the newest checkpoint in {self.checkpoint_dir} is the last good one"
+        return TrainingError(f"{error}; {where}")
 
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
