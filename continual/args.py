@@ -205,9 +205,12 @@ class Args:
     """evaluate with the most likely action instead of sampling (sampling uses a private generator, never the
     training RNG)"""
     eval_num_envs: Optional[int] = None
-    """evaluation envs (default: min(eval_episodes, 4)); env i gets eval_seed+i at every evaluation"""
+    """evaluation envs (default: min(eval_episodes, 4)); env i is seeded eval_seed+i"""
     eval_seed: Optional[int] = None
     """seed of the evaluation envs and action sampling (default: seed + 10000)"""
+    eval_reseed: bool = False
+    """re-seed the evaluation envs before every regime of every evaluation: the same games each time up to the
+    policy (an Atari seed reloads the ROM, ~0.2 s per regime); default: seeded once, at the first evaluation"""
     eval_max_episode_steps: Optional[int] = None
     """cap evaluation games at this many agent steps (default: --max_episode_steps); a capped game counts as one"""
     eval_background: bool = False

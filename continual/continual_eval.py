@@ -2,8 +2,9 @@
 `--eval_modifs`), at step 0, every `--eval_every` steps, optionally right before every switch, and at the end.
 
 - Evaluation envs are separate from the training envs: built once (whole games, no life cuts, capped by
-  `--eval_max_episode_steps` when given), switched in place between regimes, re-seeded at every evaluation
-  (env i gets `eval_seed + i`), so every evaluation of a regime plays the same games up to the policy.
+  `--eval_max_episode_steps` when given), switched in place between regimes, seeded at their first evaluation (env
+  i gets `eval_seed + i`; with `--eval_reseed` before every regime of every evaluation, so every evaluation of a
+  regime plays the same games up to the policy, at the cost of an ALE ROM reload each time).
 - Actions are the argmax (`--eval_greedy`) or sampled from a private `torch.Generator` seeded per regime; the
   global Python/NumPy/torch RNG states are saved and restored around everything the evaluator does in the training
   process, so a run with evaluation trains exactly as the same run without it.
@@ -127,10 +128,12 @@ def switch_without_reset(envs, modification: str) -> None:
 
 
 def evaluate_regimes(actor: PolicyActor, envs, modifs: Sequence[str], episodes: int, device: torch.device,
-                     seed: int, her: bool = False) -> list[tuple[dict, float]]:
+                     seed: int, her: bool = False, reseed: bool = False) -> list[tuple[dict, float]]:
     """Every modification in turn on the same envs (switched in place): [(EvalResult.row(), seconds)].
 
-    HER agents (goal-conditioned) play through `continual.her.evaluate`, which adds the success rate.
+    The envs are seeded (env i: seed + i) at their first evaluation, and again before every regime with `reseed`
+    (then every evaluation plays the same games up to the policy; an ALE seed reloads the ROM, ~0.2 s). HER agents
+    (goal-conditioned) play through `continual.her.evaluate`, which adds the success rate.
     """
     out = []
     for m in modifs:
@@ -138,12 +141,14 @@ def evaluate_regimes(actor: PolicyActor, envs, modifs: Sequence[str], episodes: 
         if envs.modification != m:
             switch_without_reset(envs, m)
         actor.reseed(regime_seed(seed, m))
+        env_seed = seed if reseed or not getattr(envs, "_continual_eval_seeded", False) else None
+        envs._continual_eval_seeded = True
         if her:
             from continual.her import evaluate as her_evaluate
 
-            row = her_evaluate(actor.agent, envs, episodes, device, seed, greedy=actor.greedy)
+            row = her_evaluate(actor.agent, envs, episodes, device, env_seed, greedy=actor.greedy)
         else:
-            row = evaluate(actor, envs, episodes, device, seed=seed).row()
+            row = evaluate(actor, envs, episodes, device, seed=env_seed).row()
         out.append((row, time.time() - t0))
     return out
 
@@ -187,7 +192,7 @@ def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episod
             agent.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
             t0 = time.time()
             rows = evaluate_regimes(actor, envs, modifs, episodes, torch.device("cpu"), seed,
-                                    her=bool(getattr(args, "her", False)))
+                                    her=bool(getattr(args, "her", False)), reseed=args.eval_reseed)
             results.put(("result", step, rows, time.time() - t0))
     except BaseException:  # noqa: BLE001 - reported to the learner, which raises it
         results.put(("error", traceback.format_exc()))
@@ -367,7 +372,8 @@ class ContinualEvaluator:
                                                     self.args.vector_env)
                         self.actor = PolicyActor(self.agent, self.args.eval_greedy)
                     rows = evaluate_regimes(self.actor, self.envs, self.modifs, self.episodes, self.device,
-                                            self.seed, her=bool(getattr(self.args, "her", False)))
+                                            self.seed, her=bool(getattr(self.args, "her", False)),
+                                            reseed=self.args.eval_reseed)
                     self.eval_seconds += time.time() - t0
                     t0 = time.time()
                     self._write(step, rows)

@@ -248,3 +248,32 @@ def test_eval_matrix_mode(runs, tmp_path):
     assert len(data["results"]) == 4 and all(r["episodes"] == 2 for r in data["results"])
     with open(out + "_matrix.png", "rb") as f:
         assert f.read(4) == b"\x89PNG"
+
+
+def test_evaluate_regimes_seeding_and_private_sampling():
+    """--eval_reseed replays the same games; sampling never touches the global RNG states."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from agents.ppo import Agent
+    from continual import continual_eval as ce
+    from continual.args import Args
+    from continual.envs import EnvSettings, make_vector_env
+
+    args = Args(env_id="CartPole-v1", backend="Gymnasium")
+    envs = make_vector_env(EnvSettings.from_args(args, episodic_life=False), 2, "", "sync")
+    try:
+        torch.manual_seed(0)
+        actor = ce.PolicyActor(Agent((4,), 2), greedy=False)
+        before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+        cpu = torch.device("cpu")
+        first = [r for r, _ in ce.evaluate_regimes(actor, envs, ["", "gravity=15"], 4, cpu, seed=7, reseed=True)]
+        again = [r for r, _ in ce.evaluate_regimes(actor, envs, ["", "gravity=15"], 4, cpu, seed=7, reseed=True)]
+        assert first == again and [r["modification"] for r in first] == ["", "gravity=15"]
+        ce.evaluate_regimes(actor, envs, ["gravity=15"], 4, cpu, seed=7)  # seeded once already: streams go on
+        after = (random.getstate(), np.random.get_state()[1], torch.get_rng_state())
+        assert before[0] == after[0] and np.array_equal(before[1], after[1]) and torch.equal(before[2], after[2])
+    finally:
+        envs.close()
