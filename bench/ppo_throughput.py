@@ -29,7 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
 
 KINDS = ("ours", "sb3", "ours_switch")
-LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)"}
+# diagnostic kinds (not run by default): the same runs with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads sleep
+# instead of spinning when idle)
+EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive")
+LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
+          "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
+          "ours_switch_passive": "ours switch, OMP PASSIVE"}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -218,7 +223,8 @@ def orchestrate(args: argparse.Namespace) -> dict:
                 name = f"{kind}_r{rep}"
                 out = os.path.join(tmp, name + ".json")
                 log = os.path.join(tmp, name + ".log")
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--worker-out", out,
+                worker = kind.removesuffix("_passive")
+                cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--worker-out", out,
                        "--tmp", tmp, "--run-name", name, "--iterations", str(args.iterations),
                        "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                        "--env-id", args.env_id, "--seed", str(args.seed), "--modification", args.modification,
@@ -231,6 +237,8 @@ def orchestrate(args: argparse.Namespace) -> dict:
                 env = dict(os.environ)
                 if args.omp_wait_policy:
                     env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+                if kind.endswith("_passive"):
+                    env["OMP_WAIT_POLICY"] = "PASSIVE"
                 with open(log, "w", encoding="utf-8") as lf:
                     rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, cwd=common.REPO_ROOT, env=env,
                                         timeout=args.run_timeout).returncode
@@ -302,6 +310,19 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
                 (sw_other if first + j in idx else plain_other).append(p["other"])
         out["switch_vs_noswitch"]["other_s_switch_iterations_median"] = common.median(sw_other)
         out["switch_vs_noswitch"]["other_s_plain_iterations_median"] = common.median(plain_other)
+    pairs = [("ours_passive", "ours"), ("sb3_passive", "sb3"), ("ours_passive", "sb3_passive"),
+             ("ours_switch_passive", "ours_passive")]
+    out["diagnostic_ratios"] = {f"{a} / {b}": {"ratio_of_medians": common.ratio(med[a], med[b]),
+                                               "median_paired_ratio": paired(a, b)}
+                                for a, b in pairs if a in med and b in med}
+    # the same comparisons restricted to runs during which other processes used < `quiet` cores
+    quiet = args.quiet_below if args.quiet_below is not None else 0.5
+    q = {k: [r["analysis"]["sps"] for r in v if r["load"]["foreign_cores"] < quiet] for k, v in runs.items()}
+    qmed = {k: common.median(v) for k, v in q.items()}
+    out["quiet"] = {"threshold_cores": quiet, "sps": q, "median_sps": qmed,
+                    "ours_vs_sb3": common.ratio(qmed.get("ours", float("nan")), qmed.get("sb3", float("nan"))),
+                    "switch_vs_noswitch": common.ratio(qmed.get("ours_switch", float("nan")),
+                                                       qmed.get("ours", float("nan")))}
     breakdown = {}
     for k, v in runs.items():
         per = [p for r in v for p in r["analysis"]["per_iteration"]]
@@ -352,6 +373,12 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
         print(f"  non-env/act/learn time of iterations starting with a switch: median "
               f"{o['other_s_switch_iterations_median'] * 1e3:.0f} ms (other iterations "
               f"{o['other_s_plain_iterations_median'] * 1e3:.0f} ms)")
+    for name, o in s.get("diagnostic_ratios", {}).items():
+        print(f"{name}: {o['ratio_of_medians']:.2f} (paired {o['median_paired_ratio']:.2f})")
+    qt = s["quiet"]
+    print(f"runs with other processes < {qt['threshold_cores']} cores: " + ", ".join(
+        f"{LABELS[k]} n={len(v)} median {common.fmt(qt['median_sps'][k])}" for k, v in qt["sps"].items())
+        + f"; ours/SB3 {qt['ours_vs_sb3']:.2f}; switching/no switching {qt['switch_vs_noswitch']:.2f}")
     rows = []
     for k, b in s["breakdown"].items():
         rows.append([LABELS[k]] + [f"{b[c]['median_s']:.2f} ({b[c]['share'] * 100:.0f}%)"
@@ -371,7 +398,8 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--warmup", type=int, default=2, help="first iterations excluded from steady-state steps/s")
-    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="run kinds to compare")
+    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS, default=list(KINDS),
+                   help="run kinds to compare (the *_passive kinds set OMP_WAIT_POLICY=PASSIVE for that run)")
     p.add_argument("--modification", default="all_green_cars", help="the regime alternated with '' in switch runs")
     p.add_argument("--switch-every", type=int, default=2, help="iterations between switches in switch runs")
     p.add_argument("--seed", type=int, default=1)
