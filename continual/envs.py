@@ -117,6 +117,29 @@ class SwitchHandle(gym.Wrapper):
         return self.env.unwrapped.ale.getRAM()
 
 
+class NoopReset(gym.Wrapper):
+    """SB3's NoopResetEnv semantics (1..noop_max no-ops drawn from the env's np_random), with the frame
+    processing of all but the last `buffer_window_size` no-ops skipped: the observation is the same, and a
+    switch (which resets every env) costs mostly emulation."""
+
+    def __init__(self, env: gym.Env, noop_max: int, window: int):
+        super().__init__(env)
+        assert env.unwrapped.get_action_meanings()[0] == "NOOP"
+        self.noop_max, self.window = noop_max, window
+        self.lazy = hasattr(env.unwrapped, "skip_observations")
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        noops = int(self.unwrapped.np_random.integers(1, self.noop_max + 1))
+        if self.lazy:
+            self.unwrapped.skip_observations = max(0, noops - self.window)
+        for _ in range(noops):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the backend's reset clears skip_observations: the rest fill the stack
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
 def _her_needs_objects(settings: EnvSettings) -> bool:
     from continual.her import needs_objects
 
@@ -125,7 +148,7 @@ def _her_needs_objects(settings: EnvSettings) -> bool:
 
 def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
-        from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv, NoopResetEnv
+        from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
 
         if mp.current_process().name != "MainProcess":
             # Ctrl-C reaches the whole process group: the learner checkpoints and closes the workers itself
@@ -149,7 +172,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
         if settings.atari:
             if settings.noop_max > 0 and not gym_atari:
-                env = NoopResetEnv(env, noop_max=settings.noop_max)
+                env = NoopReset(env, settings.noop_max, settings.buffer_window_size)
             if settings.episodic_life:
                 env = EpisodicLifeEnv(env)
             if "FIRE" in env.unwrapped.get_action_meanings():

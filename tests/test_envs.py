@@ -119,6 +119,35 @@ def test_restored_reset_equals_a_fresh_reset():
     assert (a.get_ram() == b.get_ram()).all()
 
 
+@pytest.mark.parametrize("modification", ["", "strobo_mode"])
+def test_noop_reset_skipping_frame_processing_gives_the_same_observations(modification: str):
+    """NoopReset processes only the frames that end up in the stack; the result equals SB3's NoopResetEnv."""
+    from stable_baselines3.common.atari_wrappers import NoopResetEnv
+
+    from continual.envs import NoopReset
+
+    ours = NoopReset(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30, window=4)
+    sb3 = NoopResetEnv(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30)
+    assert ours.lazy
+    skipped = []
+    original_step = ours.unwrapped.step
+
+    def counting_step(action):
+        skipped.append(ours.unwrapped.skip_observations)
+        return original_step(action)
+
+    ours.unwrapped.step = counting_step
+    for episode in range(6):
+        oa, _ = ours.reset(seed=11) if episode == 0 else ours.reset()
+        ob, _ = sb3.reset(seed=11) if episode == 0 else sb3.reset()
+        assert (oa == ob).all(), f"reset {episode}"
+        for act in np.random.default_rng(episode).integers(0, 3, 25):
+            ra, rb = ours.step(int(act)), sb3.step(int(act))
+            assert (ra[0] == rb[0]).all() and ra[1:4] == rb[1:4]
+        assert (ours.unwrapped.get_ram() == sb3.unwrapped.get_ram()).all()
+    assert max(skipped) > 0  # some no-ops really skipped their frame processing
+
+
 def test_random_modifications_are_seeded_per_env():
     def trace(seed: int) -> list[np.ndarray]:
         env = make_backend_env("HackAtari", FREEWAY, "strobo_mode", repeat_action_probability=0.0)
