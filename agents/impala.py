@@ -70,6 +70,7 @@ from continual.faults import check_losses, check_parameters
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
+from continual.continual_eval import attach as attach_evaluator
 from continual.runtime import RunSession, parse_train_args, print_config, start_run
 
 STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever
@@ -456,10 +457,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
-        agent = make_agent(obs_space, n_actions, args).to(device)
+        agent = make_agent(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
         pixels = len(obs_space.shape) == 3
-        if pixels:  # channels-last convolutions: the learner's forward + backward ~25% faster on CPU
-            agent = agent.to(memory_format=torch.channels_last)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
         if resume_state is not None:
@@ -479,6 +478,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
         }
+        attach_evaluator(session, agent, device)  # continual evaluation (--eval_every): step 0 now, then session hooks
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
@@ -519,7 +519,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
             monitor.observe(obs[:T])
             flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
-            if pixels:
+            if pixels:  # the batch in the weights' channels-last layout: one conversion instead of one per conv
                 flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
             logits, values = logits_and_values(agent, flat_obs)
             logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)

@@ -45,7 +45,7 @@ from continual.evaluation import evaluate
 
 EVAL_TABLE = "eval_table.csv"
 COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
-           "seconds", "greedy"]
+           "seconds", "greedy", "success_rate"]  # success_rate: HER agents only (share of games that reached the goal)
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
 
 
@@ -335,10 +335,14 @@ class ContinualEvaluator:
                 writer.writerow({"step": step, "modification": m, "slug": regime_slug(m), "split": split,
                                  "episodes": row["episodes"], "mean": row["mean"], "std": row["std"],
                                  "min": row["min"], "max": row["max"], "mean_length": row["mean_length"],
-                                 "seconds": round(secs, 3), "greedy": self.args.eval_greedy})
+                                 "seconds": round(secs, 3), "greedy": self.args.eval_greedy,
+                                 "success_rate": row.get("success_rate", "")})
+                her = {"success_rate": row["success_rate"]} if "success_rate" in row else {}
                 logger.record("eval", step, modification=m, split=split, mean=row["mean"], std=row["std"],
-                              episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3))
+                              episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3), **her)
                 scalars[f"eval/{regime_slug(m)}"] = row["mean"]
+                if her:
+                    scalars[f"eval/success_rate/{regime_slug(m)}"] = row["success_rate"]
         cur = [r["mean"] for r, _ in rows if r["modification"] in self.curriculum]
         held = [r["mean"] for r, _ in rows if r["modification"] not in self.curriculum]
         if cur:
@@ -474,7 +478,7 @@ def read_eval_table(path: str) -> list[dict]:
         rows = list(csv.DictReader(f))
     for r in rows:
         r["step"] = int(r["step"])
-        for k in ("mean", "std", "min", "max", "mean_length", "seconds"):
+        for k in ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate"):
             r[k] = float(r[k]) if r.get(k) not in (None, "") else float("nan")
         r["episodes"] = int(r["episodes"])
     return rows

@@ -406,3 +406,15 @@ def test_agents_without_her_are_unchanged():
 def test_bad_her_flags_are_one_line_errors(argv, message):
     with pytest.raises(UserError, match=message):
         parse_args(argv)
+
+
+def test_continual_evaluation_of_her_agents_reports_success_rate(tmp_path):
+    from continual.continual_eval import read_eval_table
+
+    run_dir = train_grid(tmp_path, "ceval", "--eval_every", "64", "--eval_episodes", "2", "--no-metrics")
+    rows = read_eval_table(os.path.join(run_dir, "eval_table.csv"))
+    assert sorted({r["step"] for r in rows}) == [0, 64, 128]
+    for r in rows:
+        assert r["episodes"] == 2 and 0.0 <= r["success_rate"] <= 1.0 and r["success_rate"] in (0.0, 0.5, 1.0)
+    evals = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "eval"]
+    assert len(evals) == len(rows) and all("success_rate" in r for r in evals)

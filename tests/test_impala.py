@@ -318,3 +318,26 @@ def test_impala_learns_cartpole(tmp_path):
     records = read_metrics(os.path.join(runs, "learn", "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     assert np.mean(returns[-20:]) >= 400, returns[-20:]
+
+
+def test_impala_continual_evaluation(tmp_path):
+    """--eval_every works for IMPALA as for PPO: every curriculum regime evaluated at step 0, every N learner steps
+    and at the end, in eval_table.csv and metrics.jsonl."""
+    import csv
+
+    runs = str(tmp_path / "runs")
+    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+               "--total_timesteps", "12000", "--eval_every", "4000", "--eval_episodes", "2", "--seed", "3",
+               "--runs_dir", runs, "--run_name", "ev", "--no-progress-bar", "--no-metrics")
+    run = os.path.join(runs, "ev")
+    rows = list(csv.DictReader(open(os.path.join(run, "eval_table.csv"))))
+    steps = sorted({int(r["step"]) for r in rows})
+    assert steps[0] == 0 and steps[-1] >= 12000 - 4000 and len(steps) >= 3, steps
+    by_step: dict[int, set] = {}
+    for r in rows:
+        by_step.setdefault(int(r["step"]), set()).add(r["modification"])
+        assert int(r["episodes"]) == 2 and float(r["mean"]) >= 1.0  # CartPole: every episode lasts >= 1 step
+    assert len({frozenset(v) for v in by_step.values()}) == 1  # the same regimes every round
+    assert by_step[0] == {"", "gravity=15.0", "gravity=5.0 length=0.3", "length=0.8"}  # configs/impala_cartpole.json
+    evals = [r for r in read_metrics(os.path.join(run, "metrics.jsonl")) if r["kind"] == "eval"]
+    assert len(evals) == len(rows)
