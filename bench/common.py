@@ -11,6 +11,8 @@ import sys
 from importlib import metadata
 from typing import Any, Iterable, Optional, Sequence
 
+from continual.processes import alive, descendants  # noqa: F401  (the bench scripts use them as common.*)
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # `python bench/x.py` puts bench/ first; the library lives in the repository root
     sys.path.insert(0, REPO_ROOT)
@@ -134,46 +136,6 @@ def write_json(path: Optional[str], data: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=False, default=str)
     print(f"results written to {path}")
-
-
-# --- processes ----------------------------------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> Optional[tuple[str, int]]:
-    """(state, ppid) of a process, None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            data = f.read()
-    except (OSError, ValueError):
-        return None
-    rest = data[data.rfind(")") + 2:].split()  # the command name may contain spaces and parentheses
-    return rest[0], int(rest[1])
-
-
-def alive(pid: int) -> bool:
-    """True if `pid` exists and is not a zombie."""
-    st = _proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def descendants(root: int) -> set[int]:
-    """Live (non-zombie) descendants of `root`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        st = _proc_stat(int(name))
-        if st is None or st[0] in ("Z", "X"):
-            continue
-        children.setdefault(st[1], []).append(int(name))
-    out: set[int] = set()
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
 
 
 # --- CPU load of other processes ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, run_script
 from continual.continual_eval import parse_eval_modifs
+from continual.processes import alive
 from continual.tracking import read_metrics
 
 TOTAL = 2304  # 18 iterations of 2 envs x 64 steps
@@ -30,14 +31,6 @@ CURRICULUM = {
 EVAL_FLAGS = ["--eval_every", "512", "--eval_at_switches", "--eval_episodes", "2", "--eval_modifs", "length=0.8"]
 REGIMES = {"gravity=9.8", "gravity=15", "gravity=5", "length=0.8"}
 EVAL_STEPS = {0, 512, 768, 1024, 1536, 2048, 2304}  # step 0, every 512, before both switches, the end
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")

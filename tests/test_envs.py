@@ -12,16 +12,9 @@ from continual.backends import available_modifications, make_backend_env, valida
 from continual.envs import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.modifications.freeway import CAR_COLOUR, CAR_SPEED, CAR_X
+from continual.processes import alive as _alive
 
 FREEWAY = "ALE/Freeway-v5"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def test_freeway_names_cover_hackatari_and_our_registry():

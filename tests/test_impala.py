@@ -18,6 +18,7 @@ import torch
 
 from conftest import ROOT, run_script
 from continual.checkpoint import load_checkpoint
+from continual.processes import alive, descendants
 from continual.config import args_from_dict
 from continual.tracking import read_metrics
 
@@ -49,37 +50,6 @@ def write_config(tmp_path, data: dict, name: str = "cfg.json") -> str:
 
 
 # --- processes (from /proc) ---------------------------------------------------------------------------------------
-
-
-def proc_stat(pid: int):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()
-    return rest[0], int(rest[1])
-
-
-def alive(pid: int) -> bool:
-    st = proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st is not None and st[0] not in ("Z", "X"):
-                children.setdefault(st[1], []).append(int(name))
-    out, todo = set(), [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
 
 
 def wait_gone(pids, timeout: float = 15.0) -> list[int]:

@@ -21,6 +21,7 @@ import torch
 from conftest import ROOT, run_script
 from continual.checkpoint import latest_checkpoint, load_checkpoint
 from continual.errors import UserError
+from continual.processes import alive as _alive
 from continual.tracking import read_metrics
 
 ROLLOUT = 128  # 2 envs x 64 steps
@@ -31,14 +32,6 @@ CURRICULUM = {
     "modification_factory_kwargs": {"num_total_steps": 6144, "num_repetitions": 3,
                                     "modifications": ["", "gravity=15", "length=0.8", "gravity=5 length=0.3"]},
 }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def _start(cfg: str, runs: str, name: str, extra_env: dict | None = None, *args: str) -> subprocess.Popen:
