@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import torch
 
 from agents import AGENT_MODULES
+from continual import console
 from continual.backends import validate_env_id, validate_modification
 from continual.checkpoint import load_checkpoint
 from continual.config import args_from_dict, cli
@@ -82,21 +83,10 @@ def load_policy(state: dict, obs_space, n_actions: int, device: torch.device):
 
 
 def print_table(rows: list[dict]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="evaluation")
-        her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
-        for col in ("modification", "episodes", "mean", "std", "min", "max", *her):
-            table.add_column(col, justify="left" if col == "modification" else "right")
-        for r in rows:
-            table.add_row(r["modification"] or "(none)", str(r["episodes"]),
-                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max", *her)))
-        Console().print(table)
-    except ImportError:  # pragma: no cover
-        for r in rows:
-            print(r)
+    her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
+    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", *her],
+                        [[r["modification"] or "(none)", r["episodes"],
+                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max", *her))] for r in rows])
 
 
 @exit_on_user_error
@@ -233,19 +223,8 @@ def matrix(args: EvalArgs) -> list[dict]:
     png = heatmap(np.array(grid, dtype=float), labels, [regime_label(m) for m in modifs], output + "_matrix.png",
                   f"Mean return over {args.eval_episodes} games ({'greedy' if args.greedy else 'sampled'} actions)",
                   "modification", "checkpoint", "mean return")
-    try:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="evaluation matrix (mean return)")
-        table.add_column("checkpoint")
-        for m in modifs:
-            table.add_column(m or "(none)", justify="right")
-        for lab, g in zip(labels, grid):
-            table.add_row(lab, *(f"{v:.2f}" for v in g))
-        Console().print(table)
-    except ImportError:  # pragma: no cover
-        print(grid)
+    console.print_table("evaluation matrix (mean return)", ["checkpoint", *(m or "(none)" for m in modifs)],
+                        [[lab, *(f"{v:.2f}" for v in g)] for lab, g in zip(labels, grid)])
     print(f"wrote {output}.csv, {output}.json, {output}_matrix.csv and {png}")
     if args.track:
         import wandb

@@ -11,11 +11,12 @@ import sys
 from importlib import metadata
 from typing import Any, Iterable, Optional, Sequence
 
-from continual.processes import alive, descendants  # noqa: F401  (the bench scripts use them as common.*)
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # `python bench/x.py` puts bench/ first; the library lives in the repository root
     sys.path.insert(0, REPO_ROOT)
+
+from continual import console  # noqa: E402
+from continual.processes import alive, descendants  # noqa: E402,F401  (the bench scripts use them as common.*)
 
 PACKAGES = ("torch", "gymnasium", "ale-py", "hackatari", "ocatari", "stable-baselines3", "numpy")
 
@@ -98,23 +99,26 @@ def fmt(x: Optional[float], digits: int = 1) -> str:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    rows = [[str(c) for c in r] for r in rows]
-    try:
-        from rich.console import Console
-        from rich.table import Table
+    console.print_table(title, columns, rows, width=160)
 
-        table = Table(title=title, title_justify="left")
-        for i, c in enumerate(columns):
-            table.add_column(c, justify="left" if i == 0 else "right")
-        for r in rows:
-            table.add_row(*r)
-        Console(width=160).print(table)
-    except ImportError:
-        print(f"\n{title}")
-        widths = [max(len(columns[i]), *(len(r[i]) for r in rows)) for i in range(len(columns))]
-        print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+def run_worker(cmd: Sequence[str], name: str, log: str, out: str, timeout: float, failures: list[dict],
+               env: Optional[dict[str, str]] = None) -> Optional[dict[str, Any]]:
+    """One benchmark run in a subprocess (stdout+stderr to `log`, result JSON at `out`): the result, or None after
+    recording and printing the failure."""
+    import subprocess
+
+    with open(log, "w", encoding="utf-8") as lf:
+        rc = subprocess.run(list(cmd), stdout=lf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+                            timeout=timeout).returncode
+    if rc != 0 or not os.path.exists(out):
+        with open(log, encoding="utf-8") as lf:
+            tail = lf.read()[-3000:]
+        failures.append({"run": name, "rc": rc, "log_tail": tail})
+        print(f"  {name}: FAILED (rc={rc})\n{tail}", flush=True)
+        return None
+    with open(out, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def print_machine(info: dict[str, Any]) -> None:

@@ -34,6 +34,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # `python bench/her_experiment.py` puts bench/ first
     sys.path.insert(0, REPO_ROOT)
 
+from continual.console import print_table  # noqa: E402
+
 CONDITIONS = {
     "no_her": ["--her_ratio", "0"],
     "her_future": ["--her_strategy", "future", "--her_k", "4", "--her_ratio", "1"],
@@ -65,12 +67,6 @@ def machine_info() -> dict:
     return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "nproc": len(os.sched_getaffinity(0)), "cpu_model": cpu, "torch": torch.__version__,
             "loadavg_start": loadavg()}
-
-
-def print_table(columns: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    for r in [columns] + rows:
-        print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
 
 
 def run_one(condition: str, seed: int, total: int, runs_dir: str, eval_episodes: int) -> dict:
@@ -131,8 +127,6 @@ def random_policy_success(episodes: int, seed: int = 12_345) -> float:
 
 def steps_to(curve: list[tuple[int, float]], level: float, smooth: int) -> float:
     """First step at which the smoothed success rate reaches `level` (nan if never)."""
-    import numpy as np
-
     s = smoothed([v for _, v in curve], smooth)
     for (step, _), v in zip(curve, s):
         if v >= level:
@@ -257,7 +251,7 @@ def main() -> None:
     chance = random_policy_success(1000)
     rows = summary_rows(results, args.conditions, args.smooth)
     rows.append(["uniformly random policy", "-", "-", f"{chance:.3f}", "-", "-", "-", "-"])
-    print_table(COLUMNS, rows)
+    print_table(None, COLUMNS, rows)
     plot(results, args.conditions, args.png, args.smooth, args.total_timesteps, chance)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as f:

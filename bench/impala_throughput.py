@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -132,17 +131,9 @@ def orchestrate(args: argparse.Namespace) -> dict:
                        "--num-steps", str(args.num_steps), "--unroll-length", str(args.unroll_length),
                        "--batch-size", str(args.batch_size), "--env-id", args.env_id, "--seed", str(args.seed)]
                 t = time.time()
-                with open(log, "w", encoding="utf-8") as lf:
-                    rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, cwd=common.REPO_ROOT,
-                                        timeout=args.run_timeout).returncode
-                if rc != 0 or not os.path.exists(out):
-                    with open(log, encoding="utf-8") as lf:
-                        tail = lf.read()[-3000:]
-                    failures.append({"run": name, "rc": rc, "log_tail": tail})
-                    print(f"  {name}: FAILED (rc={rc})\n{tail}", flush=True)
+                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
+                if run is None:
                     continue
-                with open(out, encoding="utf-8") as f:
-                    run = json.load(f)
                 run["analysis"] = steady(kind, run, args.warmup_steps)
                 runs[kind].append(run)
                 print(f"  repeat {rep + 1}/{args.repeats} {LABELS[kind]:<26} steady {run['analysis']['sps']:7.1f} "
@@ -251,6 +242,10 @@ def main() -> None:
         return
     if not 0 < args.warmup_steps < args.steps:
         p.error("--warmup-steps must be in (0, steps)")
+    ppo_batch = args.num_envs * args.num_steps
+    if any(k.startswith("ppo") for k in args.kinds) and args.steps // ppo_batch * ppo_batch < args.warmup_steps + ppo_batch:
+        p.error(f"--steps {args.steps} leaves no PPO iteration ({ppo_batch} steps each) after --warmup-steps "
+                f"{args.warmup_steps} to measure")
 
     if args.reanalyze:
         with open(args.reanalyze, encoding="utf-8") as f:

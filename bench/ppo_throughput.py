@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -239,17 +238,9 @@ def orchestrate(args: argparse.Namespace) -> dict:
                     env["OMP_WAIT_POLICY"] = args.omp_wait_policy
                 if kind.endswith("_passive"):
                     env["OMP_WAIT_POLICY"] = "PASSIVE"
-                with open(log, "w", encoding="utf-8") as lf:
-                    rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, cwd=common.REPO_ROOT, env=env,
-                                        timeout=args.run_timeout).returncode
-                if rc != 0 or not os.path.exists(out):
-                    with open(log, encoding="utf-8") as lf:
-                        tail = lf.read()[-3000:]
-                    failures.append({"run": name, "rc": rc, "log_tail": tail})
-                    print(f"  {name}: FAILED (rc={rc})\n{tail}", flush=True)
+                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures, env=env)
+                if run is None:
                     continue
-                with open(out, encoding="utf-8") as f:
-                    run = json.load(f)
                 run["analysis"] = steady(run, args.warmup)
                 its = run["iterations"]
                 w = run["analysis"]["iterations_measured"]

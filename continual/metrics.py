@@ -50,6 +50,8 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import tyro
 
+from continual.console import print_table
+
 METRICS_FILE = "metrics.json"
 EVAL_TABLE = "eval_table.csv"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
@@ -530,23 +532,6 @@ def _fmt_ci(d: dict) -> str:
     return f"{d['mean']:.3g} ± {d['ci95']:.2g} ({d['n']})" if d["ci95"] is not None else f"{d['mean']:.3g} (1)"
 
 
-def _print(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title, title_justify="left")
-        for i, c in enumerate(columns):
-            table.add_column(c, justify="left" if i == 0 else "right")
-        for r in rows:
-            table.add_row(*r)
-        Console(width=max(120, 16 * len(columns))).print(table)
-    except ImportError:  # pragma: no cover
-        print(title)
-        for r in [columns, *rows]:
-            print("  ".join(r))
-
-
 def print_run_table(result: dict) -> None:
     cols = ["regime", "visits", "final", "average", "forget (iso)", "forget (max)", "ZS transfer", "FT (ref)"]
     rows = []
@@ -556,7 +541,8 @@ def print_run_table(result: dict) -> None:
     s = result["summary"]
     rows.append(["mean (trained regimes)", "", _fmt(s["final"]), _fmt(s["average"]), _fmt(s["forgetting_isolated"]),
                  _fmt(s["forgetting_max"]), _fmt(s["transfer_zero_shot"]), _fmt(s["transfer_reference"])])
-    _print(f"{result['run']} ({result['method']}, {result['normalize']})", cols, rows)
+    print_table(f"{result['run']} ({result['method']}, {result['normalize']})", cols, rows,
+                width=max(120, 16 * len(cols)))
     gains = s["plasticity_by_visit"]
     if gains and all(g is None for g in gains.values()):
         print("plasticity: no visit has training episodes in both halves of its window (games outlast the visits, "
@@ -570,7 +556,7 @@ def print_group_table(groups: dict) -> None:
     cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (max)", "ZS transfer",
             "FT (ref)", "plasticity"]
     rows = [[label, *(_fmt_ci(g["summary"][k]) for k in SUMMARY_KEYS)] for label, g in groups.items()]
-    _print("methods: mean ± 95% CI (runs)", cols, rows)
+    print_table("methods: mean ± 95% CI (runs)", cols, rows, width=max(120, 16 * len(cols)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
