@@ -76,6 +76,17 @@ def _steps_fmt(x: float, _pos: int = 0) -> str:
 STEPS = FuncFormatter(_steps_fmt)
 
 
+def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> None:
+    """Title, labels, k/M step ticks and grid of a panel whose x axis is agent steps."""
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_formatter(STEPS)
+    ax.grid(alpha=0.25)
+    if legend is not None:
+        ax.legend(**legend)
+
+
 def _save(fig: Figure, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
@@ -323,20 +334,12 @@ def plot_plasticity(run: M.RunData, path: str, gains: Optional[list[dict]] = Non
                     color="black" if k.endswith("/all") else None, label=k.rsplit("/", 1)[1])
         top = max([r.get(k, 0) or 0 for r in recs for k in keys] + [0.0])
         ax.set_ylim(0, max(0.05, 1.15 * top))
-        ax.set_title("Dormant units (fraction, per layer)", fontsize=11)
-        ax.set_ylabel("dormant fraction")
-        ax.set_xlabel("agent steps")
-        ax.xaxis.set_major_formatter(STEPS)
-        ax.grid(alpha=0.25)
-        ax.legend(fontsize=8, title="layer", title_fontsize=8)
+        _step_axes(ax, "Dormant units (fraction, per layer)", "dormant fraction",
+                   legend=dict(fontsize=8, title="layer", title_fontsize=8))
         ax = axes.pop(0)
         _bands(ax, run.visits, colors, alpha=0.12)
         ax.plot(steps, [r.get("plasticity/effective_rank", np.nan) for r in recs], marker="o", ms=3, color="tab:purple")
-        ax.set_title("Effective rank of the penultimate features", fontsize=11)
-        ax.set_ylabel("effective rank")
-        ax.set_xlabel("agent steps")
-        ax.xaxis.set_major_formatter(STEPS)
-        ax.grid(alpha=0.25)
+        _step_axes(ax, "Effective rank of the penultimate features", "effective rank")
     if gains:
         ax = axes.pop(0)
         visits = sorted({g["visit"] for g in gains})
@@ -432,12 +435,8 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
             mean, half = _ci_band(rows)
             ax.plot(grid, mean, color=gcol[g], lw=2, marker="o", ms=3, label=f"{g} (n={len(rs)})")
             ax.fill_between(grid, mean - half, mean + half, color=gcol[g], alpha=0.2, lw=0)
-        ax.set_title("Mean evaluation return over the curriculum's regimes", fontsize=11)
-        ax.set_xlabel("agent steps")
-        ax.set_ylabel("evaluation return")
-        ax.xaxis.set_major_formatter(STEPS)
-        ax.grid(alpha=0.25)
-        ax.legend(fontsize=9)
+        _step_axes(ax, "Mean evaluation return over the curriculum's regimes", "evaluation return",
+                   legend=dict(fontsize=9))
     if "train" in axes:
         ax = axes["train"]
         if same_schedule:
@@ -455,12 +454,8 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
             ok = np.isfinite(mean)
             ax.plot(centres[ok], mean[ok], color=gcol[g], lw=2, label=f"{g} (n={len(rs)})")
             ax.fill_between(centres[ok], (mean - half)[ok], (mean + half)[ok], color=gcol[g], alpha=0.2, lw=0)
-        ax.set_title(f"Training episode return (mean per {_steps_fmt(end / bins)}-step bin)", fontsize=11)
-        ax.set_xlabel("agent steps")
-        ax.set_ylabel("episode return")
-        ax.xaxis.set_major_formatter(STEPS)
-        ax.grid(alpha=0.25)
-        ax.legend(fontsize=9)
+        _step_axes(ax, f"Training episode return (mean per {_steps_fmt(end / bins)}-step bin)", "episode return",
+                   legend=dict(fontsize=9))
     if "bars" in axes:
         ax = axes["bars"]
         keys = [("final", "final"), ("average", "average"), ("forgetting_isolated", "forgetting\n(isolated)"),
