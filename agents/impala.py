@@ -63,6 +63,7 @@ import torch.optim as optim
 from agents import ppo
 from continual.args import Args
 from continual.config import Curriculum
+from continual.continual_eval import attach as attach_evaluator
 from continual.envs import EnvSettings, episode_stats, make_env, make_vector_env
 from continual.diagnostics import PlasticityMonitor
 from continual.errors import TrainingError, exit_on_user_error
@@ -70,7 +71,6 @@ from continual.faults import check_losses, check_parameters
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
-from continual.continual_eval import attach as attach_evaluator
 from continual.runtime import RunSession, parse_train_args, print_config, start_run
 
 STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever

@@ -248,8 +248,7 @@ def _make_hackatari_class():
             self._start_state = self._start_screen = self._screen = None
             self.modification = ""
             self._pending: Optional[str] = None
-            # steps whose observation nobody reads (all but the last no-ops of a reset, see envs.NoopReset)
-            self.skip_observations = 0
+            self.skip_observations = 0  # coming steps whose observation nobody reads (see upcoming_noops)
             self.set_modifications(modification)
             self._apply_pending()
 
@@ -277,6 +276,11 @@ def _make_hackatari_class():
                     post += list(p)
             self.step_modifs, self.reset_modifs, self.post_detection_modifs = step, reset, post
             self.modification, self._pending = self._pending, None
+
+        def upcoming_noops(self, n: int) -> None:
+            """The next n steps are reset no-ops (envs.NoopReset): only the last buffer_window_size of them
+            reach the frame stack, so the others skip the frame processing."""
+            self.skip_observations = max(0, n - self.buffer_window_size)
 
         def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
             self.skip_observations = 0

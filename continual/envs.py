@@ -118,21 +118,22 @@ class SwitchHandle(gym.Wrapper):
 
 
 class NoopReset(gym.Wrapper):
-    """SB3's NoopResetEnv semantics (1..noop_max no-ops drawn from the env's np_random), with the frame
-    processing of all but the last `buffer_window_size` no-ops skipped: the observation is the same, and a
-    switch (which resets every env) costs mostly emulation."""
+    """SB3's NoopResetEnv semantics (after the reset, 1..noop_max no-ops drawn from the env's np_random), written
+    out because the backend must hear the count before the steps: a HackAtari backend then skips the frame
+    processing of the no-ops whose frames never reach the observation, so a switch (which resets every env) costs
+    mostly emulation. Same observations as SB3's wrapper (tested)."""
 
-    def __init__(self, env: gym.Env, noop_max: int, window: int):
+    def __init__(self, env: gym.Env, noop_max: int):
         super().__init__(env)
         assert env.unwrapped.get_action_meanings()[0] == "NOOP"
-        self.noop_max, self.window = noop_max, window
-        self.lazy = hasattr(env.unwrapped, "skip_observations")
+        self.noop_max = noop_max
+        self.lazy = hasattr(env.unwrapped, "upcoming_noops")
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
         noops = int(self.unwrapped.np_random.integers(1, self.noop_max + 1))
         if self.lazy:
-            self.unwrapped.skip_observations = max(0, noops - self.window)
+            self.unwrapped.upcoming_noops(noops)
         for _ in range(noops):
             obs, _, terminated, truncated, info = self.env.step(0)
             if terminated or truncated:  # the backend's reset clears skip_observations: the rest fill the stack
@@ -172,7 +173,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
         if settings.atari:
             if settings.noop_max > 0 and not gym_atari:
-                env = NoopReset(env, settings.noop_max, settings.buffer_window_size)
+                env = NoopReset(env, settings.noop_max)
             if settings.episodic_life:
                 env = EpisodicLifeEnv(env)
             if "FIRE" in env.unwrapped.get_action_meanings():

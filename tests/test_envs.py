@@ -119,7 +119,7 @@ def test_noop_reset_skipping_frame_processing_gives_the_same_observations(modifi
 
     from continual.envs import NoopReset
 
-    ours = NoopReset(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30, window=4)
+    ours = NoopReset(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30)
     sb3 = NoopResetEnv(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30)
     assert ours.lazy
     skipped = []
