@@ -69,10 +69,10 @@ class EvalArgs:
     """attach the results to this existing W&B run instead of creating an evaluation run"""
 
 
-def load_policy(state: dict, obs_space, n_actions: int, device: torch.device):
+def load_policy(state: dict, obs_space, action_space, device: torch.device):
     train_args = args_from_dict(state["args"])
     module = importlib.import_module(AGENT_MODULES[state["architecture"]])
-    agent = module.make_agent(obs_space, n_actions, train_args).to(device)
+    agent = module.make_agent(obs_space, action_space, train_args).to(device)
     try:
         agent.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -131,7 +131,7 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     rows: list[dict] = []
     envs = make_vector_env(settings, num_envs, modifs[0])
     try:
-        agent = load_policy(state, envs.single_observation_space, int(envs.single_action_space.n), device)
+        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device)
 
         def act(obs: torch.Tensor) -> torch.Tensor:
             return agent.get_action_and_value(obs, greedy=args.greedy)[0]

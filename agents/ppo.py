@@ -10,6 +10,12 @@ Continual specifics:
   the last observation (the rollout ends there), never treated as a termination;
 - time-limit truncations inside a rollout are bootstrapped from the value of the final observation;
 - the learning rate anneals over the whole run and Adam's state carries across switches.
+
+Box action spaces (Pendulum, ...) follow CleanRL `ppo_continuous_action`: a Normal policy whose mean is the actor
+head and whose log-std is a state-independent parameter; log-probs and entropies are summed over action dimensions;
+the envs clip the sampled actions to the space's bounds (gymnasium ClipAction, `continual.envs`) while the rollout
+keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are that script's normalisations;
+`configs/pendulum_ppo.json` has its hyperparameters.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from typing import Callable, Optional, Sequence
 if __package__ in (None, ""):  # `python agents/ppo.py` from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
+from torch.distributions.normal import Normal
 
 from continual.args import Args
 from continual.config import Curriculum
@@ -53,13 +61,24 @@ class Agent(nn.Module):
 
     HER (goal_dim > 0): the MLP takes [observation, goal] as input; the CNN's 512 features h join the goal g in one
     fused layer before the heads, ReLU(W_h h + W_g g + b) (a linear layer on [h, g]).
+
+    continuous (a Box action space of n_actions dimensions): `actor` gives the mean of a Normal policy (CleanRL's
+    actor_mean) and `actor_logstd` its state-independent log standard deviation.
+    norm_obs: observations are standardised by running statistics kept as buffers (saved with the weights) and
+    clipped to [-10, 10], as gymnasium NormalizeObservation + clip in CleanRL's continuous script.
     """
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0, goal_dim: int = 0):
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0, goal_dim: int = 0,
+                 continuous: bool = False, norm_obs: bool = False):
         super().__init__()
         self.obs_shape, self.n_actions = tuple(obs_shape), n_actions
         self.obs_scale = obs_scale
         self.goal_dim = goal_dim
+        self.continuous, self.norm_obs = continuous, norm_obs
+        if norm_obs:  # float64: the counts grow to millions
+            self.register_buffer("obs_mean", torch.zeros(self.obs_shape, dtype=torch.float64))
+            self.register_buffer("obs_var", torch.ones(self.obs_shape, dtype=torch.float64))
+            self.register_buffer("obs_count", torch.tensor(1e-4, dtype=torch.float64))
         if len(obs_shape) == 3:
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
@@ -78,6 +97,8 @@ class Agent(nn.Module):
                 layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
             )
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
+        if continuous:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, n_actions))
         self.critic = layer_init(nn.Linear(hidden, 1), std=1)
         if goal_dim and len(obs_shape) == 3:  # HER: the goal joins the CNN features before the heads
             self.goal_fusion = layer_init(nn.Linear(hidden, hidden))
@@ -90,6 +111,8 @@ class Agent(nn.Module):
 
     def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
         x = x.float() * self.obs_scale
+        if self.norm_obs:
+            x = ((x - self.obs_mean.float()) / torch.sqrt(self.obs_var.float() + 1e-8)).clamp(-10.0, 10.0)
         if not self.goal_dim:
             if goal is not None:
                 raise ValueError("this agent is not goal-conditioned (trained without --her); pass no goal")
@@ -106,11 +129,29 @@ class Agent(nn.Module):
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
                              goal: Optional[torch.Tensor] = None):
         hidden = self.features(x, goal)
+        if self.continuous:
+            action_mean = self.actor(hidden)
+            probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp())
+            if action is None:
+                action = action_mean if greedy else probs.sample()
+            # independent dimensions: the joint log-density and entropy are sums
+            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden)
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
             action = logits.argmax(-1) if greedy else probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: torch.Tensor) -> None:
+        """--norm_obs: fold a batch of observations (leading dims flattened) into the running mean/variance."""
+        x = obs.reshape((-1,) + self.obs_shape).double() * self.obs_scale
+        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta, total = b_mean - self.obs_mean, self.obs_count + b_count
+        m2 = self.obs_var * self.obs_count + b_var * b_count + delta**2 * self.obs_count * b_count / total
+        self.obs_mean += delta * b_count / total
+        self.obs_var.copy_(m2 / total)
+        self.obs_count.copy_(total)
 
     # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
     def before_update(self) -> None:
@@ -130,9 +171,24 @@ def obs_scale(obs_space, args: Args) -> float:
     return 1.0 / 255.0 if obs_space.dtype == np.uint8 or (args.obs_mode == "obj" and args.backend != "Gymnasium") else 1.0
 
 
-def make_agent(obs_space, n_actions: int, args: Args) -> Agent:
+def action_dims(action_space) -> tuple[int, bool]:
+    """(n_actions, continuous): Discrete(n) (or a bare n) -> (n, False); a Box -> (its number of elements, True)
+    (`continual.envs` presents multi-dimensional Boxes flattened)."""
+    if isinstance(action_space, (int, np.integer)):
+        return int(action_space), False
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(action_space.n), False
+    if isinstance(action_space, gym.spaces.Box):
+        return int(np.prod(action_space.shape)), True
+    raise UserError(f"action space {action_space} is not supported (Discrete or Box)")
+
+
+def make_agent(obs_space, action_space, args: Args) -> Agent:
+    """`action_space`: the env's single action space (or, for Discrete, its number of actions)."""
     obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
-    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim)
+    n_actions, continuous = action_dims(action_space)
+    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim,
+                 continuous=continuous, norm_obs=getattr(args, "norm_obs", False))
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
@@ -148,7 +204,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
     envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
-        agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
+        agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
@@ -159,12 +215,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
-            envs.single_observation_space, int(envs.single_action_space.n), args).to(device))
+            envs.single_observation_space, envs.single_action_space, args).to(device))
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "goal_dim": agent.goal_dim,
+            "goal_dim": agent.goal_dim, "continuous": agent.continuous,
         }
         attach_evaluator(session, agent, device)  # continual evaluation (--eval_every): step 0 now, then session hooks
 
@@ -174,7 +230,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         obs_space, _ = split_goal_space(envs.single_observation_space)
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         obs = torch.zeros((args.num_steps, args.num_envs) + obs_space.shape, dtype=obs_dtype).to(device)
-        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long).to(device)
+        # Box actions: float vectors of n_actions dims (the unclipped samples: their log-probs are the policy's)
+        action_shape = (agent.n_actions,) if agent.continuous else ()
+        actions = torch.zeros((args.num_steps, args.num_envs) + action_shape,
+                              dtype=torch.float32 if agent.continuous else torch.long).to(device)
         logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
         rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
@@ -267,7 +326,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             # flatten the batch
             b_obs = obs.reshape((-1,) + obs_space.shape)
             b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape(-1)
+            b_actions = actions.reshape((-1,) + action_shape)
             b_advantages = advantages.reshape(-1)
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
@@ -348,6 +407,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
             agent.after_update()
+            if agent.norm_obs:  # after the update: the stored log-probs and values were those of the old statistics
+                agent.update_obs_stats(obs)
             check_parameters(agent, global_step)
 
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()

@@ -36,8 +36,9 @@ class CBPAgent(ppo.Agent):
     """ppo.Agent plus one CBP unit tracker per hidden layer."""
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, args: Args, obs_scale: float = 1.0,
-                 goal_dim: int = 0):
-        super().__init__(obs_shape, n_actions, obs_scale=obs_scale, goal_dim=goal_dim)
+                 goal_dim: int = 0, continuous: bool = False, norm_obs: bool = False):
+        super().__init__(obs_shape, n_actions, obs_scale=obs_scale, goal_dim=goal_dim, continuous=continuous,
+                         norm_obs=norm_obs)
         # (incoming layer, its activation) pairs of the torso, in order
         mods = list(self.network)
         pairs = [(m, mods[i + 1]) for i, m in enumerate(mods) if isinstance(m, (nn.Linear, nn.Conv2d))]
@@ -60,9 +61,11 @@ class CBPAgent(ppo.Agent):
         self.cbp.capture(False)
 
 
-def make_agent(obs_space, n_actions: int, args: Args) -> CBPAgent:
+def make_agent(obs_space, action_space, args: Args) -> CBPAgent:
     obs_space, goal_dim = ppo.split_goal_space(obs_space)  # HER: Dict observations carry the goal
-    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args), goal_dim=goal_dim)
+    n_actions, continuous = ppo.action_dims(action_space)  # Box actions: the Gaussian head of ppo.Agent
+    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args), goal_dim=goal_dim,
+                    continuous=continuous, norm_obs=args.norm_obs)
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:

@@ -66,6 +66,8 @@ class Args:
     """do not end training episodes at a life loss (episode statistics are always whole games)"""
     reward_scaling: Literal["clip", "normalize", "none"] = "clip"
     """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return"""
+    norm_obs: bool = False
+    """standardise observations by running statistics saved with the weights (CleanRL's continuous-action PPO)"""
     max_episode_steps: Optional[int] = None
     """truncate episodes after this many agent steps (Atari: also caps emulator frames at frameskip x this)"""
 

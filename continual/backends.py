@@ -162,6 +162,36 @@ def validate_env_id(backend: str, env_id: str) -> None:
             raise UserError(f"env_id: {game} is not supported by OCAtari/HackAtari")
 
 
+@functools.lru_cache(maxsize=None)
+def action_space_of(backend: str, env_id: str) -> Optional[gym.Space]:
+    """The action space of a Gymnasium-backend, non-Atari env (built once and closed); None for Atari backends and ids
+    (always Discrete) and for ids that cannot be made (validate_env_id reports those)."""
+    if backend != "Gymnasium" or is_atari(env_id):
+        return None
+    try:
+        env = gym.make(env_id)
+    except Exception:  # noqa: BLE001 - reported by validate_env_id
+        return None
+    try:
+        return env.action_space
+    finally:
+        env.close()
+
+
+def validate_action_space(architecture: str, backend: str, env_id: str, her: bool = False) -> None:
+    """Discrete and Box actions are supported by PPO/PPO_CBP; IMPALA and HER need Discrete ones."""
+    space = action_space_of(backend, env_id)
+    if space is None or isinstance(space, gym.spaces.Discrete):
+        return
+    if not isinstance(space, gym.spaces.Box):
+        raise UserError(f"env_id: {env_id} has a {type(space).__name__} action space; supported: Discrete, Box")
+    if architecture not in ("PPO", "PPO_CBP"):
+        raise UserError(f"architecture: {architecture} needs a discrete action space; {env_id} has continuous "
+                        f"(Box) actions: use PPO or PPO_CBP")
+    if her:
+        raise UserError(f"her: needs a discrete action space; {env_id} has continuous (Box) actions")
+
+
 def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> dict[str, float]:
     """Parse `name=value` tokens; `ale` (a live ALE interface) avoids building an env to check modes."""
     params = gym_parameters(env_id)

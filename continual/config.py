@@ -260,6 +260,9 @@ def validate_args(args: Args) -> None:
         if getattr(args, name) is not None:
             positive(name)
     validate_her_args(args)
+    from continual.backends import validate_action_space  # builds the env once: Box actions need PPO, no HER
+
+    validate_action_space(args.architecture, args.backend, args.env_id, args.her)
 
 
 def validate_her_args(args: Args) -> None:

@@ -113,7 +113,13 @@ class PolicyActor:
 
     @torch.no_grad()
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        logits = self.agent.actor(self.agent.features(obs))
+        out = self.agent.actor(self.agent.features(obs))
+        if getattr(self.agent, "continuous", False):  # Box actions: the Normal's mean, or a sample from it
+            if self.greedy:
+                return out
+            noise = torch.randn(out.shape, generator=self.generator).to(out.device)
+            return out + self.agent.actor_logstd.exp() * noise
+        logits = out
         if self.greedy:
             return logits.argmax(-1)
         probs = torch.softmax(logits.float(), dim=-1).cpu()
@@ -175,7 +181,7 @@ def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episod
 
         envs = make_vector_env(settings, num_envs, modifs[0], "sync")
         module = importlib.import_module(AGENT_MODULES[args.architecture])
-        agent = module.make_agent(envs.single_observation_space, int(envs.single_action_space.n), args)
+        agent = module.make_agent(envs.single_observation_space, envs.single_action_space, args)
         actor = PolicyActor(agent, greedy)
         results.put(("ready", os.getpid()))
         while True:

@@ -5,8 +5,8 @@ the new modification string to every worker, which swaps its hooks, then resets 
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
-backend env (`continual.backends`) -> [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] ->
-RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
+backend env (`continual.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
+[Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] -> RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
 NoopReset -> EpisodicLife -> FireReset -> [--her: GoalEnvWrapper (Dict observations, `continual.her`)] ->
 SwitchHandle. Reward clipping/normalisation happens in the learner.
 """
@@ -100,6 +100,18 @@ class RegimeVideo(gym.wrappers.RecordVideo):
         self._force = True
 
 
+class FlattenBoxAction(gym.ActionWrapper):
+    """A Box action space of any shape seen as a flat vector: the policy has one Normal dimension per element."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.action_space
+        self.action_space = gym.spaces.Box(space.low.reshape(-1), space.high.reshape(-1), dtype=space.dtype)
+
+    def action(self, action):
+        return np.reshape(action, self.env.action_space.shape)
+
+
 class SwitchHandle(gym.Wrapper):
     """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset)."""
 
@@ -163,6 +175,12 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
             need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
         )
+        if isinstance(env.action_space, gym.spaces.Box):
+            # CleanRL ppo_continuous_action: the env gets the sample clipped to the bounds (read at every step, so a
+            # modification that changes them, Pendulum max_torque=, is followed); the learner keeps the sample
+            env = gym.wrappers.ClipAction(env)
+            if len(env.action_space.shape) != 1:
+                env = FlattenBoxAction(env)
         gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
         if gym_atari:
             env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
