@@ -14,8 +14,8 @@ Continual specifics:
 Box action spaces (Pendulum, ...) follow CleanRL `ppo_continuous_action`: a Normal policy whose mean is the actor
 head and whose log-std is a state-independent parameter; log-probs and entropies are summed over action dimensions;
 the envs clip the sampled actions to the space's bounds (gymnasium ClipAction, `continual.envs`) while the rollout
-keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are that script's normalisations;
-`configs/pendulum_ppo.json` has its hyperparameters.
+keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are that script's normalisations
+(`configs/pendulum_gravity.json`: a Pendulum curriculum).
 """
 
 from __future__ import annotations
