@@ -219,6 +219,8 @@ def validate_args(args: Args) -> None:
     for name in ("noop_max", "checkpoint_every"):
         if getattr(args, name) < 0:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
+        raise UserError(f"checkpoint_minutes: must be a non-negative finite number, got {args.checkpoint_minutes}")
     for name in ("num_actors", "unroll_length", "batch_size"):
         positive(name)
     for name in ("replacement_rate", "shrink_factor", "decay_rate"):

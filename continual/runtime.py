@@ -33,8 +33,8 @@ from continual.tracking import RunLogger, check_writable, create_run_dir, write_
 
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
 RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
-                      "wandb_dir", "checkpoint_every", "keep_checkpoints", "capture_video", "video_every",
-                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
+                      "wandb_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
+                      "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
                       "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
                       "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
@@ -168,6 +168,7 @@ class RunSession:
                 f"switch__{regime_slug(ev.old)}__step{ev.global_step}"))
         self._checkpoint_requests: list[str] = []
         self.save_fn: Optional[Callable[[], dict]] = None
+        self._last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
@@ -256,8 +257,11 @@ class RunSession:
             self.logger.log_new_videos(self.video_dir, self.global_step)
         for hook in self.iteration_hooks:
             hook(self)
-        every = self.args.checkpoint_every
-        if every and self.global_step // every != self._last_iteration_step // every:
+        every, minutes = self.args.checkpoint_every, self.args.checkpoint_minutes
+        due_steps = every and self.global_step // every != self._last_iteration_step // every
+        # wall time since the last checkpoint of any kind: by default a crash (SIGKILL, OOM) loses at most minutes
+        due_time = minutes and time.monotonic() - self._last_save_time >= 60.0 * minutes
+        if (due_steps or due_time) and not self._checkpoint_requests:
             self.request_checkpoint(f"periodic__step{self.global_step}")
         self.flush_checkpoints()
         self._last_iteration_step = self.global_step
@@ -286,6 +290,7 @@ class RunSession:
             **self.save_fn(),
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
+        self._last_save_time = time.monotonic()
         if name.startswith("periodic__"):
             ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
         if self.args.save_agent_wandb:
