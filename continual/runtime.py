@@ -302,6 +302,8 @@ class RunSession:
         try:
             for hook in self.close_hooks:
                 hook(self)
+            if self.args.capture_video:  # the last video is written when the envs close, after the last iteration
+                self.logger.log_new_videos(self.video_dir, self.global_step)
         finally:
             self.logger.close()
 
