@@ -156,7 +156,7 @@ def _count(path: str, kind: str) -> int:
 
 
 def _kill_after_first_checkpoint(run_dir: str, argv: list[str], rng: random.Random, total: int,
-                                 wait_s: float) -> dict:
+                                 wait_s: float, skip_if_done: bool = False) -> dict:
     """Start a training run in its own process group, wait for its first checkpoint, let it run on for a random
     fraction of an iteration or more, SIGKILL the whole group (a preempted node, the OOM killer)."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
@@ -169,6 +169,9 @@ def _kill_after_first_checkpoint(run_dir: str, argv: list[str], rng: random.Rand
         deadline = t_start + wait_s
         while proc.poll() is None and not glob.glob(ckpts) and time.time() < deadline:
             time.sleep(0.05)
+        if skip_if_done and proc.poll() == 0 and not glob.glob(os.path.join(run_dir, "checkpoints", "periodic__*")):
+            pytest.skip(f"the run ended after {time.time() - t_start:.0f} s, before its first periodic checkpoint: "
+                        f"on this machine a crash could not lose more than the interval")
         assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()[-2000:]}"
         assert glob.glob(ckpts), f"no checkpoint within {wait_s} s"
         # a random number of further iterations (0 .. all but the last), then a random moment inside the next one
@@ -239,7 +242,9 @@ def test_default_run_killed_after_a_checkpoint_resumes_with_the_same_schedule(tm
 @pytest.mark.slow
 def test_true_defaults_killed_after_the_first_5_minute_checkpoint(tmp_path):
     """Every default (run_config.json as shipped, --checkpoint_minutes 5): the first periodic checkpoint comes 5
-    minutes in; SIGKILL at a random moment after it, resume, and the full curriculum ends as an uninterrupted run."""
+    minutes in; SIGKILL at a random moment after it, resume, and the full curriculum ends as an uninterrupted run.
+    About twice a full default run (~4 min on a quiet 2-core machine, then skipped: no checkpoint before the end;
+    ~30-90 min on a loaded one)."""
     args, _ = parse_args(["--config", SHIPPED])
     total = 73728
     runs, name = str(tmp_path / "runs"), "cut"
@@ -247,7 +252,7 @@ def test_true_defaults_killed_after_the_first_5_minute_checkpoint(tmp_path):
     argv = ["--config", SHIPPED, "--runs_dir", runs, "--run_name", name, "--no-progress-bar"]
     t0 = time.time()
     killed = _kill_after_first_checkpoint(run_dir, argv, random.Random(5), total // args.rollout_size(),
-                                          wait_s=3600)
+                                          wait_s=3600, skip_if_done=True)
     first = min(glob.glob(os.path.join(run_dir, "checkpoints", "*.cleanrl_model")), key=os.path.getmtime)
     assert os.path.getmtime(first) - t0 >= 300, "a periodic checkpoint before 5 minutes"
     run_script("continual_training_example.py", "--resume", run_dir, "--no-progress-bar", timeout=7200)
