@@ -1,10 +1,11 @@
 """Benchmark: the cost of the default periodic checkpoints (--checkpoint_minutes 5).
 
 Builds what a default run checkpoints (run_config.json: PPO, Nature CNN on 4x84x84 Freeway frames, Adam state
-filled by one update, the plasticity probe batch, the factory, RNG and reward-scaler state) and times `RunSession.save`, the production path
-(payload, torch.save to a temporary file, fsync, rename, pruning to --keep_checkpoints), `--repeats` times. Reported:
-seconds per checkpoint (median, max), file size, and the share of training time at the default interval,
-t / (60 x checkpoint_minutes) (one checkpoint per interval of training; the final checkpoint is written either way).
+filled by one update, the plasticity probe batch, the factory, RNG and reward-scaler state) and times
+`RunSession.save`, the production path (payload, torch.save to a temporary file, fsync, rename, pruning to
+--keep_checkpoints), `--repeats` times. Reported: seconds per checkpoint (median, max), file size, and the share of
+training time at the default interval, t / (60 x checkpoint_minutes) (one checkpoint per interval of training; the
+final checkpoint is written either way).
 
     python bench/checkpoint_cost.py [--config run_config.json] [--repeats 10] [--json out.json]
 """
