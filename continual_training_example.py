@@ -22,7 +22,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     if args.architecture not in AGENT_MODULES:
         raise UserError(f"architecture: {args.architecture} is not available yet; available: "
                         f"{', '.join(AGENT_MODULES)}")
-    print_config(args, curriculum)
+    print_config(args, curriculum, resume_state)  # validates everything first
     agent_module = importlib.import_module(AGENT_MODULES[args.architecture])
     return agent_module.train(args, curriculum, resume_state)
 

@@ -118,10 +118,15 @@ class Args:
     """checkpoint at every regime switch, named after the outgoing regime and the step"""
     save_agent_wandb: bool = False
     """with --track: upload checkpoints as W&B artifacts"""
+    checkpoint_minutes: float = 5.0
+    """checkpoint when this many minutes have passed since the last checkpoint (checked after every iteration, so a
+    crash loses at most this plus one iteration; 0: off)"""
     checkpoint_every: int = 0
-    """also checkpoint every this many agent steps (0: only at switches with --save_agent_with_switch, and at the end)"""
+    """also checkpoint every this many agent steps (0: off; switch checkpoints need --save_agent_with_switch, the
+    final one is always written)"""
     keep_checkpoints: int = 3
-    """periodic checkpoints to keep (switch and final checkpoints are always kept)"""
+    """periodic checkpoints (--checkpoint_minutes, --checkpoint_every) to keep; switch, crash, interrupted and final
+    checkpoints are always kept"""
     progress_bar: bool = True
     """show a progress bar (steps, SPS, regime, recent return)"""
 

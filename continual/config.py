@@ -219,6 +219,8 @@ def validate_args(args: Args) -> None:
     for name in ("noop_max", "checkpoint_every"):
         if getattr(args, name) < 0:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
+        raise UserError(f"checkpoint_minutes: must be a non-negative finite number, got {args.checkpoint_minutes}")
     for name in ("num_actors", "unroll_length", "batch_size"):
         positive(name)
     for name in ("replacement_rate", "shrink_factor", "decay_rate"):
@@ -251,6 +253,8 @@ def validate_args(args: Args) -> None:
             f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
             f"got {args.env_id!r}"
         )
+    if args.save_agent_wandb and not args.track:
+        raise UserError("save_agent_wandb: uploads checkpoints to W&B, which needs --track")
     if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):
         raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
     if args.eval_every < 0:  # continual evaluation

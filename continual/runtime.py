@@ -33,8 +33,8 @@ from continual.tracking import RunLogger, check_writable, create_run_dir, write_
 
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
 RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
-                      "wandb_dir", "checkpoint_every", "keep_checkpoints", "capture_video", "video_every",
-                      "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
+                      "wandb_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
+                      "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
                       "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
                       "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
@@ -168,6 +168,7 @@ class RunSession:
                 f"switch__{regime_slug(ev.old)}__step{ev.global_step}"))
         self._checkpoint_requests: list[str] = []
         self.save_fn: Optional[Callable[[], dict]] = None
+        self._last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
@@ -256,8 +257,11 @@ class RunSession:
             self.logger.log_new_videos(self.video_dir, self.global_step)
         for hook in self.iteration_hooks:
             hook(self)
-        every = self.args.checkpoint_every
-        if every and self.global_step // every != self._last_iteration_step // every:
+        every, minutes = self.args.checkpoint_every, self.args.checkpoint_minutes
+        due_steps = every and self.global_step // every != self._last_iteration_step // every
+        # wall time since the last checkpoint of any kind: by default a crash (SIGKILL, OOM) loses at most minutes
+        due_time = minutes and time.monotonic() - self._last_save_time >= 60.0 * minutes
+        if (due_steps or due_time) and not self._checkpoint_requests:
             self.request_checkpoint(f"periodic__step{self.global_step}")
         self.flush_checkpoints()
         self._last_iteration_step = self.global_step
@@ -286,6 +290,7 @@ class RunSession:
             **self.save_fn(),
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
+        self._last_save_time = time.monotonic()
         if name.startswith("periodic__"):
             ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
         if self.args.save_agent_wandb:
@@ -297,32 +302,122 @@ class RunSession:
         try:
             for hook in self.close_hooks:
                 hook(self)
+            if self.args.capture_video:  # the last video is written when the envs close, after the last iteration
+                self.logger.log_new_videos(self.video_dir, self.global_step)
         finally:
             self.logger.close()
 
 
-def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
-              ) -> RunSession:
-    """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
+@dataclasses.dataclass
+class Plan:
+    """What `preflight` resolved: the curriculum, the run's length and every regime it can emit."""
+
+    factory: mf.ModificationFactory
+    total: int
+    regimes: list[str]
+
+
+def granularity_of(args: Args) -> int:
+    """Agent steps per iteration, the curriculum's granularity (the agents pass the same to `start_run`)."""
+    if args.architecture == "IMPALA":
+        return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
+    return args.rollout_size()
+
+
+def check_action_space(args: Args) -> None:
+    """The agent must handle the env's actions: Atari games are Discrete; a Gymnasium id is built once to see.
+    An agent module lists what it handles in `ACTION_SPACES` (default: Discrete)."""
+    import importlib
+
+    import gymnasium as gym
+
+    from agents import AGENT_MODULES
+    from continual.backends import is_atari
+
+    if args.backend != "Gymnasium" or is_atari(args.env_id):
+        return
+    supported = getattr(importlib.import_module(AGENT_MODULES[args.architecture]), "ACTION_SPACES",
+                        (gym.spaces.Discrete,))
+    try:
+        env = gym.make(args.env_id)
+    except Exception as e:  # validate_env_id has already rejected unknown ids
+        raise UserError(f"env_id: cannot make {args.env_id!r}: {one_line_error(e)}") from None
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    if not isinstance(space, tuple(supported)):
+        raise UserError(f"env_id: {args.env_id} has {space} actions; {args.architecture} supports "
+                        f"{', '.join(t.__name__ for t in supported)} action spaces")
+
+
+def one_line_error(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def check_creatable(folder: str) -> None:
+    """Fail when `folder` could not be created, creating nothing: its nearest existing parent must be a writable
+    folder (create_run_dir then really writes)."""
+    parent = os.path.abspath(folder)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"output folder {folder!r} is not writable: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"output folder {folder!r} is not writable: permission denied on {parent!r}")
+
+
+def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
+              granularity: Optional[int] = None) -> Plan:
+    """Every check that needs no env and creates nothing: curriculum, length, modification names, action space,
+    output folders. Also resolves the effective --exp_name and --run_name. Runs before the configuration is printed
+    (so bad input is one line) and again in `start_run`."""
+    granularity = granularity_of(args) if granularity is None else granularity
+    if not args.exp_name:  # recorded in config.json, checkpoints and W&B as the name actually used
+        args.exp_name = args.architecture.lower()
+    if args.obs_mode == "ori" and args.backend != "Gymnasium":
+        raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
     factory = build_factory(args, curriculum, granularity)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
+    check_action_space(args)
     if args.capture_video:
         try:
             import moviepy  # noqa: F401
         except ImportError:
             raise UserError("capture_video: video support needs moviepy (pip install moviepy)") from None
     if resume_state is not None:
-        run_dir = os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
-        check_writable(run_dir)
-        ckpt_lib.remove_partial_writes(os.path.join(run_dir, "checkpoints"))
         try:
             factory.load_state_dict(resume_state["factory_state"])
         except mf.FactoryConfigError as e:
             raise UserError(f"checkpoint does not match its curriculum: {e}") from None
+        check_creatable(os.path.join(run_dir_of(resume_state), "checkpoints"))
     else:
         if args.run_name is None:
             args.run_name = default_run_name(args)
+        path = os.path.join(args.runs_dir, args.run_name)
+        if os.path.lexists(path):
+            raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
+                            f"--run_name")
+        check_creatable(path)
+    return Plan(factory, total, regimes)
+
+
+def run_dir_of(resume_state: dict) -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
+
+
+def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
+              ) -> RunSession:
+    """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
+    plan = preflight(args, curriculum, resume_state, granularity)
+    factory, total, regimes = plan.factory, plan.total, plan.regimes
+    if resume_state is not None:
+        run_dir = run_dir_of(resume_state)
+        check_writable(run_dir)
+        ckpt_lib.remove_partial_writes(os.path.join(run_dir, "checkpoints"))
+    else:
         run_dir = create_run_dir(args.runs_dir, args.run_name)
     config = {**args_to_dict(args), "modification_factory": curriculum.factory,
               "modification_factory_kwargs": curriculum.kwargs, "resolved_total_timesteps": total,
@@ -341,7 +436,9 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
 
 
-def print_config(args: Args, curriculum: Curriculum) -> None:
+def print_config(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> None:
+    """Validate everything `preflight` can (bad input stays one line, `error: ...`), then print the configuration."""
+    preflight(args, curriculum, resume_state)
     items = args_to_dict(args)
     width = max(map(len, items))
     print("resolved configuration:")

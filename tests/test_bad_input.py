@@ -1,7 +1,8 @@
 """Malformed input never gives a traceback: each case runs the real scripts as subprocesses.
 
 Every case must exit with code 2, print exactly one non-empty stderr line starting with "error:" that names the
-offending field or token, print no "Traceback", and leave the runs directory (and any run directory or evaluation
+offending field or token (and at most 3 lines in all, stdout included: nothing is printed before the input is
+validated), print no "Traceback", and leave the runs directory (and any run directory or evaluation
 output it points at) exactly as it was.
 
 The cases run in a pool of two threads (one subprocess each); a tiny real CartPole training run makes one valid
@@ -340,6 +341,9 @@ cartpole("range-clip-coef-zero", "clip_coef", {"clip_coef": 0})
 cartpole("range-ent-coef-negative", "ent_coef", {"ent_coef": -1})
 cartpole("range-noop-max-negative", "noop_max", {"noop_max": -1})
 cartpole("range-checkpoint-every-negative", "checkpoint_every", {"checkpoint_every": -10})
+cartpole("range-checkpoint-minutes-negative", "checkpoint_minutes", {"checkpoint_minutes": -5})
+flags("range-checkpoint-minutes-nan", "checkpoint_minutes", "--checkpoint_minutes", "nan")
+flags("save-agent-wandb-without-track", ("save_agent_wandb", "--track"), "--save_agent_wandb")
 cartpole("range-num-minibatches-over-batch", "num_minibatches", {"num_minibatches": 128})
 cartpole("range-target-kl-zero", "target_kl", {"target_kl": 0})
 cartpole("range-max-episode-steps-zero", "max_episode_steps", {"max_episode_steps": 0})
@@ -356,6 +360,11 @@ flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Fre
 flags("env-unknown-ale-id", ("env_id", "NotAGame"), "--env_id", "ALE/NotAGame-v5", "--num_envs", "1",
       "--num_steps", "32", "--total_timesteps", "64", base=())
 flags("env-unknown-gym-id", ("env_id", "NotAnEnv-v0"), "--env_id", "NotAnEnv-v0", "--backend", "Gymnasium",
+      "--num_envs", "1", "--num_steps", "32", "--total_timesteps", "64", base=())
+
+flags("env-box-actions-for-impala", ("Pendulum-v1", "Box", "IMPALA"), "--env_id", "Pendulum-v1", "--architecture",
+      "IMPALA", "--total_timesteps", "640")
+flags("env-ori-observations-for-training", ("obs_mode", "ori"), "--env_id", "ALE/Freeway-v5", "--obs_mode", "ori",
       "--num_envs", "1", "--num_steps", "32", "--total_timesteps", "64", base=())
 
 # command line
@@ -559,7 +568,8 @@ CORE = {
     # modification names, ranges, environments, command line
     "hackatari-unknown-modification", "hackatari-typo-in-nested-combined-phase", "gym-bad-value",
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
-    "env-bare-freeway-with-hackatari", "cli-unknown-flag", "cli-literal-lists-choices",
+    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "cli-unknown-flag", "cli-literal-lists-choices",
+    "output-run-name-exists", "save-agent-wandb-without-track",
     # --resume and eval.py
     "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",
     "eval-unknown-modification", "eval-architecture-field-mismatch", "eval-missing-agent-path",
@@ -703,6 +713,9 @@ def test_bad_input(case: Case, bad_input_results):
     assert result.returncode == 2, f"expected exit code 2{info}"
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, f"expected exactly one non-empty stderr line, got {len(lines)}{info}"
+    # validation comes before any output (no resolved configuration printed ahead of the error)
+    total = len(result.stdout.splitlines()) + len(result.stderr.splitlines())
+    assert total <= 3, f"expected at most 3 lines of output (stdout + stderr), got {total}{info}"
     line = lines[0]
     assert line.startswith("error: ") and line[len("error: "):].strip(), f"stderr must be 'error: ...'{info}"
     for needle in case.expect:

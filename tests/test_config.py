@@ -343,7 +343,7 @@ def test_every_field_can_be_set_from_json(tmp_path):
         "ent_coef": 0.0, "vf_coef": 1.0, "max_grad_norm": 1.0, "target_kl": 0.1, "track": True,
         "wandb_project_name": "p", "wandb_entity": "ent", "wandb_dir": "wd", "capture_video": True,
         "video_every": 3, "save_agent_with_switch": True, "save_agent_wandb": True, "checkpoint_every": 64,
-        "keep_checkpoints": 1, "progress_bar": False,
+        "checkpoint_minutes": 0.5, "keep_checkpoints": 1, "progress_bar": False,
     }
     assert set(non_default) <= field_names(), "a field was renamed or removed: update this test"
     args, _ = parse_with(tmp_path, non_default)

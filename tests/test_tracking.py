@@ -1,0 +1,101 @@
+"""W&B logging, offline (WANDB_MODE=offline): the run's records are read back from the offline `run-*.wandb` file.
+
+The file is wandb's LevelDB-style log (a 7-byte header, 32 KiB blocks of records with a crc32/length/type header,
+records split over blocks as FIRST/MIDDLE/LAST); each record is a `wandb_internal_pb2.Record`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import struct
+from typing import Iterator
+
+import pytest
+import torch
+
+from conftest import run_script
+from continual.config import parse_args
+from continual.errors import UserError
+
+
+def wandb_records(path: str) -> Iterator["object"]:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    with open(path, "rb") as f:
+        data = f.read()
+    ident, _magic, _version = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B", f"{path} is not a W&B log ({ident!r})"
+    pos, block, buf = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            break
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk  # FULL, FIRST start a record; MIDDLE, LAST continue it
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            yield record
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory):
+    runs = str(tmp_path_factory.mktemp("wandb") / "runs")
+    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+               "--num_steps", "32", "--total_timesteps", "128", "--runs_dir", runs, "--run_name", "w", "--track",
+               "--save_agent_wandb", "--capture_video", "--no-progress-bar", timeout=600)
+    run_dir = os.path.join(runs, "w")
+    logs = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    assert len(logs) == 1, logs
+    return run_dir, list(wandb_records(logs[0]))
+
+
+def test_every_video_reaches_wandb_the_last_one_included(tracked_run):
+    """The last video is finished when the envs close, after the last iteration: it must be logged too."""
+    run_dir, records = tracked_run
+    on_disk = sorted(os.path.getsize(p) for p in glob.glob(os.path.join(run_dir, "videos", "*.mp4")))
+    assert len(on_disk) >= 2, "the run should record several CartPole games"
+    logged = []
+    for r in records:
+        if r.WhichOneof("record_type") == "history":
+            items = {tuple(it.nested_key): it.value_json for it in r.history.item}
+            logged += [int(v) for k, v in items.items() if k[0].startswith("videos/") and k[-1] == "size"]
+    assert sorted(logged) == on_disk
+
+
+def test_effective_exp_name_in_wandb_config_json_and_checkpoints(tracked_run):
+    """No --exp_name: the name used in the run name (the architecture, lower case) is what every record says."""
+    run_dir, records = tracked_run
+    runs = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert runs and runs[0].display_name == "w"
+    config = {u.key: json.loads(u.value_json) for u in runs[0].config.update}
+    assert config["exp_name"] == "ppo" and config["run_name"] == "w"
+    assert json.load(open(os.path.join(run_dir, "config.json")))["exp_name"] == "ppo"
+    state = torch.load(os.path.join(run_dir, "checkpoints", "final__step128.cleanrl_model"), weights_only=True)
+    assert state["args"]["exp_name"] == "ppo"
+    artifacts = [r.artifact.name for r in records if r.WhichOneof("record_type") == "artifact"]
+    assert artifacts == ["w__final__step128"]  # --save_agent_wandb
+
+
+def test_default_run_name_uses_the_effective_exp_name(tmp_path):
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+               "--num_steps", "32", "--total_timesteps", "64", "--runs_dir", runs, "--architecture", "PPO_CBP",
+               "--no-progress-bar", timeout=600)
+    (name,) = os.listdir(runs)
+    assert name.startswith("CartPole__ppo_cbp__s1__")
+    assert json.load(open(os.path.join(runs, name, "config.json")))["exp_name"] == "ppo_cbp"
+
+
+def test_save_agent_wandb_without_track_is_an_error():
+    with pytest.raises(UserError, match="save_agent_wandb.*--track"):
+        parse_args(["--save_agent_wandb"])
+    args, _ = parse_args(["--save_agent_wandb", "--track"])
+    assert args.save_agent_wandb and args.track
