@@ -112,6 +112,9 @@ class Agent(nn.Module):
             action = logits.argmax(-1) if greedy else probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
+    def make_optimizer(self, lr: float) -> optim.Optimizer:
+        return optim.Adam(self.parameters(), lr=lr, eps=1e-5)
+
     # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
     def before_update(self) -> None:
         pass
@@ -150,7 +153,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         agent = make_agent_fn(envs.single_observation_space, int(envs.single_action_space.n), args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        optimizer = agent.make_optimizer(args.learning_rate)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = PlasticityMonitor(session, agent)
         if resume_state is not None:
