@@ -394,6 +394,37 @@ def test_dormant_fraction_on_crafted_activations():
     assert dormant_fraction(conv, 0.1) == pytest.approx(2 / 3)
 
 
+def test_dormant_fraction_all_counts_dormant_units_over_all_units():
+    """Sokar et al. 2023: the dormant share of a network is dormant units / all units, each unit scored against
+    the mean of its own layer. Layers of 4 and 12 units, 2 and 0 dormant: 2/16, not mean(2/4, 0/12)."""
+    from types import SimpleNamespace
+
+    from continual.diagnostics import PlasticityMonitor
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.network = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 12), nn.ReLU())
+
+        def features(self, x):
+            return self.network(x)
+
+    net = Net()
+    with torch.no_grad():
+        for layer in (net.network[0], net.network[2]):
+            layer.weight.zero_()
+            layer.bias.fill_(1.0)
+        net.network[0].bias[:2] = -1.0  # two dead units in the first layer
+    session = SimpleNamespace(args=SimpleNamespace(dormant_tau=0.025, diagnostics_every=0), before_switch=[],
+                              global_step=0, np_rng=np.random.default_rng(0))
+    monitor = PlasticityMonitor(session, net)
+    monitor.observe(torch.randn(4, 2, 3))
+    out = monitor.compute()
+    assert out["plasticity/dormant_fraction/layer0"] == pytest.approx(2 / 4)
+    assert out["plasticity/dormant_fraction/layer1"] == pytest.approx(0.0)
+    assert out["plasticity/dormant_fraction/all"] == pytest.approx(2 / 16)
+
+
 def test_effective_rank_on_known_matrices():
     eye = torch.eye(8)
     assert effective_rank(eye) == pytest.approx(8.0)
