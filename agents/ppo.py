@@ -153,6 +153,9 @@ class Agent(nn.Module):
         self.obs_var.copy_(m2 / total)
         self.obs_count.copy_(total)
 
+    def make_optimizer(self, lr: float) -> optim.Optimizer:
+        return optim.Adam(self.parameters(), lr=lr, eps=1e-5)
+
     # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
     def before_update(self) -> None:
         pass
@@ -206,7 +209,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        optimizer = agent.make_optimizer(args.learning_rate)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = PlasticityMonitor(session, agent)
         if resume_state is not None:

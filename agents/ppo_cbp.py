@@ -6,7 +6,10 @@ CBP (`continual/cbp.py`, Dohare et al., Nature 2024).
 
 Tracked layers: the 3 conv layers and the 512-unit fully connected layer for pixels, the two hidden layers of the
 MLP otherwise. The last hidden layer feeds both heads and is tracked once, over the actor AND critic weights.
-CBP runs after every optimizer update (ages count updates, whatever the batch and minibatch sizes).
+CBP runs after every optimizer update (ages count updates, whatever the batch and minibatch sizes). The optimizer is
+AdamGnT, Adam with a step count per weight (same hyper-parameters as PPO's Adam), so that a replaced weight restarts
+its bias correction with its moments. HER on pixels: the fused layer's units are fed by the image features AND the
+goal; a replaced unit gets both rows re-initialised.
 
 Presets: the seed project's values are the defaults (--replacement_rate 1e-5 --maturity_threshold 100
 --decay_rate 0.99); the paper's RL values are --replacement_rate 1e-4 --maturity_threshold 10000 --decay_rate 0.99.
@@ -26,7 +29,7 @@ import torch.optim as optim
 
 from agents import ppo
 from continual.args import Args
-from continual.cbp import CBP, UnitTracker
+from continual.cbp import CBP, AdamGnT, UnitTracker
 from continual.config import Curriculum
 from continual.errors import exit_on_user_error
 from continual.runtime import parse_train_args, print_config
@@ -47,9 +50,14 @@ class CBPAgent(ppo.Agent):
         trackers = []
         for i, (layer, act) in enumerate(pairs):
             outs = [pairs[i + 1][0]] if i + 1 < len(pairs) else [self.actor, self.critic]
+            extra = [self.goal_embed] if hasattr(self, "goal_fusion") and layer is self.goal_fusion else []
             trackers.append(UnitTracker(f"layer{i}", layer, act, outs, args.replacement_rate,
-                                        args.maturity_threshold, args.decay_rate, args.init, args.utility))
+                                        args.maturity_threshold, args.decay_rate, args.init, args.utility,
+                                        extra_in_layers=extra))
         self.cbp = CBP(trackers)
+
+    def make_optimizer(self, lr: float) -> optim.Optimizer:
+        return AdamGnT(self.parameters(), lr=lr, eps=1e-5)  # PPO's Adam, with a step count per weight
 
     def before_update(self) -> None:
         self.cbp.capture(True)

@@ -7,6 +7,7 @@ during a visit) and the dormant fraction of the hidden layers at every switch.
 
     python bench/plasticity.py                   # 3 methods x 3 seeds, ~10-15 min on 2 cores
     python bench/plasticity.py --seeds 1 --regimes 4 --steps_per_regime 8192   # quick look
+    python bench/plasticity.py --methods PPO_CBP   # one method (e.g. to compare a change to it)
 
 Writes bench/results/plasticity.json and bench/results/plasticity.png and prints a table.
 """
@@ -72,8 +73,14 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--regimes", type=int, default=8)
     p.add_argument("--steps_per_regime", type=int, default=12288)
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = p.parse_args()
+    methods = [m for m in a.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        print(f"error: --methods: unknown {unknown or 'empty'}; choose from {', '.join(METHODS)}", file=sys.stderr)
+        sys.exit(2)
     os.makedirs(a.out, exist_ok=True)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +88,7 @@ def main() -> None:
         with open(cfg_path, "w") as f:
             json.dump(curriculum(a.regimes, a.steps_per_regime), f)
         for seed in range(1, a.seeds + 1):  # round-robin over methods so machine noise hits all alike
-            for method in METHODS:
+            for method in methods:
                 out = run(method, seed, cfg_path, os.path.join(tmp, "runs"))
                 speed, dormant, erank = per_regime(out["records"], a.steps_per_regime, a.regimes)
                 results.setdefault(method, {"speed": [], "dormant": [], "erank": [], "wall_s": []})

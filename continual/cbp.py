@@ -15,8 +15,15 @@ a layer feeding both the actor and critic heads is tracked ONCE, over both heads
 4. a fraction rho (--replacement_rate) of the *mature* units (age > --maturity_threshold) is replaced: rho*n_eligible
    accumulates and each whole unit is replaced, lowest utility first. Replacing unit j: fresh incoming weights
    (--init), zero incoming bias, zero outgoing weights (the network's function is unchanged), its mean
-   contribution f_j * w_out[:, j] moved into the outgoing layers' biases, age/utility reset, and the Adam moments of
-   every replaced weight zeroed.
+   contribution f_j * w_out[:, j] moved into the outgoing layers' biases, age/utility reset, and the Adam state
+   (moments AND step count) of every replaced weight reset: incoming weights and bias, outgoing weights (as the
+   reference implementation does; the outgoing biases keep theirs). A unit fed by several layers (HER's fused layer:
+   image features and goal) gets ALL its incoming weights re-initialised.
+
+The step count must be per weight for that reset to mean anything: `AdamGnT` is Adam with a step count per element
+(the reference's optimizer of the same name). With torch.optim.Adam's one step count per tensor, a weight whose
+moments restart at zero late in training gets the bias correction of a long-trained one, and its first updates are
+several times larger than Adam's (about 3x on the first update after replacement with the default betas).
 
 All statistics are module buffers, so they are saved in checkpoints and restored with the weights.
 """
@@ -30,13 +37,59 @@ import torch
 import torch.nn as nn
 
 
-def init_bound(layer: nn.Module, init: str) -> float:
-    """Uniform bound for fresh incoming weights, by initialisation scheme."""
+class AdamGnT(torch.optim.Optimizer):
+    """Adam (Kingma & Ba 2015) with one step count per weight, so that a weight re-initialised by CBP restarts its
+    moments AND its bias correction (Dohare et al.'s AdamGnT). Equal to torch.optim.Adam (no weight decay, no
+    amsgrad) while nothing is reset. State per parameter: `step` (float tensor shaped like it), `exp_avg`,
+    `exp_avg_sq`."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"AdamGnT: invalid lr {lr}, eps {eps} or betas {betas}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                step = state["step"]
+                if step.shape != p.shape or step.device != p.device:
+                    # a checkpoint of torch.optim.Adam (one step count per tensor), or loaded onto the CPU
+                    step = state["step"] = torch.zeros_like(p, dtype=torch.float32).add_(step.to(p.device))
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                step.add_(1)
+                exp_avg.lerp_(p.grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                # bias corrections per element, in float64 (torch.optim.Adam computes its scalar ones in Python floats)
+                t = step.double()
+                step_size = (group["lr"] / (1 - beta1 ** t)).to(p.dtype)
+                bias_correction2_sqrt = (1 - beta2 ** t).sqrt_().to(p.dtype)
+                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(group["eps"])
+                p.addcdiv_(exp_avg * step_size, denom, value=-1.0)
+        return loss
+
+
+def init_bound(layer: nn.Module, init: str, extra_fan_in: int = 0) -> float:
+    """Uniform bound for fresh incoming weights, by initialisation scheme. `extra_fan_in`: inputs of the unit that
+    come through other layers (HER's goal embedding summed into the fused layer)."""
     if isinstance(layer, nn.Conv2d):
         fan_in = layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
         fan_out = layer.out_channels * layer.kernel_size[0] * layer.kernel_size[1]
     else:
         fan_in, fan_out = layer.in_features, layer.out_features
+    fan_in += extra_fan_in
     gain = math.sqrt(2.0)  # ReLU/Tanh networks here use sqrt(2) orthogonal init
     if init == "kaiming":
         return gain * math.sqrt(3.0 / fan_in)
@@ -51,12 +104,16 @@ class UnitTracker(nn.Module):
     """CBP state and replacement for one hidden layer."""
 
     def __init__(self, name: str, in_layer: nn.Module, act: nn.Module, out_layers: Sequence[nn.Module],
-                 replacement_rate: float, maturity_threshold: int, decay_rate: float, init: str, utility: str):
+                 replacement_rate: float, maturity_threshold: int, decay_rate: float, init: str, utility: str,
+                 extra_in_layers: Sequence[nn.Linear] = ()):
+        """`extra_in_layers`: Linear layers whose outputs are summed into `in_layer`'s before `act` (HER's goal
+        embedding): their rows are incoming weights of the same units."""
         super().__init__()
         self.name = name
         # plain references, not submodules: the layers belong to the network (no duplicated state_dict entries)
         object.__setattr__(self, "in_layer", in_layer)
         object.__setattr__(self, "out_layers", list(out_layers))
+        object.__setattr__(self, "extra_in_layers", list(extra_in_layers))
         self.rate, self.maturity, self.eta = replacement_rate, maturity_threshold, decay_rate
         self.init, self.utility_kind = init, utility
         n = in_layer.out_channels if isinstance(in_layer, nn.Conv2d) else in_layer.out_features
@@ -133,38 +190,42 @@ class UnitTracker(nn.Module):
                 if out.bias is not None:
                     out.bias += (w[:, units] * mean.view(1, -1, 1, 1)).sum(dim=(1, 2, 3))
                 w[:, units] = 0.0
-                _zero_moments(optimizer, w, (slice(None), units))
+                _reset_state(optimizer, w, (slice(None), units))
             elif isinstance(self.in_layer, nn.Conv2d):
                 w3 = w.view(w.shape[0], self.n_units, -1)
                 if out.bias is not None:
                     out.bias += (w3[:, units] * mean.view(1, -1, 1)).sum(dim=(1, 2))
                 w3[:, units] = 0.0
                 cols = (torch.arange(w3.shape[2], device=units.device) + units.view(-1, 1) * w3.shape[2]).flatten()
-                _zero_moments(optimizer, w, (slice(None), cols))
+                _reset_state(optimizer, w, (slice(None), cols))
             else:
                 if out.bias is not None:
                     out.bias += w[:, units] @ mean
                 w[:, units] = 0.0
-                _zero_moments(optimizer, w, (slice(None), units))
-        bound = init_bound(self.in_layer, self.init)
-        w_in = self.in_layer.weight
-        w_in[units] = torch.empty_like(w_in[units]).uniform_(-bound, bound)
-        _zero_moments(optimizer, w_in, (units,))
-        if self.in_layer.bias is not None:
-            self.in_layer.bias[units] = 0.0
-            _zero_moments(optimizer, self.in_layer.bias, (units,))
+                _reset_state(optimizer, w, (slice(None), units))
+        # one linear layer on the concatenated inputs: one bound over the unit's whole fan-in
+        bound = init_bound(self.in_layer, self.init, sum(m.in_features for m in self.extra_in_layers))
+        for layer in (self.in_layer, *self.extra_in_layers):
+            w_in = layer.weight
+            w_in[units] = torch.empty_like(w_in[units]).uniform_(-bound, bound)
+            _reset_state(optimizer, w_in, (units,))
+            if layer.bias is not None:
+                layer.bias[units] = 0.0
+                _reset_state(optimizer, layer.bias, (units,))
         self.utility[units] = 0.0
         self.mean_act[units] = 0.0
         self.age[units] = 0
 
 
-def _zero_moments(optimizer: Optional[torch.optim.Optimizer], param: torch.Tensor, index) -> None:
+def _reset_state(optimizer: Optional[torch.optim.Optimizer], param: torch.Tensor, index) -> None:
+    """Zero the optimizer's moments of param[index], and its step counts where they are per element (AdamGnT;
+    torch.optim.Adam's single step count cannot be reset for a part of a tensor)."""
     if optimizer is None:
         return
     state = optimizer.state.get(param)
     if not state:
         return
-    for key in ("exp_avg", "exp_avg_sq", "square_avg", "momentum_buffer"):
+    for key in ("step", "exp_avg", "exp_avg_sq", "square_avg", "momentum_buffer"):
         if key in state and torch.is_tensor(state[key]) and state[key].shape == param.shape:
             state[key][index] = 0.0
 

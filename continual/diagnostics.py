@@ -2,7 +2,10 @@
 regime) and every `--diagnostics_every` steps:
 
 - `plasticity/dormant_fraction/<layer>`: share of tau-dormant units (Sokar et al. 2023): unit i is dormant when
-  s_i = E|h_i| / mean_k E|h_k| <= tau (`--dormant_tau`), E over the probe batch (and positions for conv channels);
+  s_i = E|h_i| / mean_k E|h_k| <= tau (`--dormant_tau`), E over the probe batch (and positions for conv channels),
+  the mean over the units k of the same layer; `plasticity/dormant_fraction/all`: dormant units of every hidden
+  layer over all their units (as Sokar et al. count them; not the mean of the per-layer fractions, which would
+  weigh a 32-channel conv layer like a 512-unit one);
 - `plasticity/effective_rank`: effective rank of the penultimate features on the probe batch, exp(H(p)) with
   p = sigma / sum(sigma) the normalised singular values (Roy & Vetterli 2007);
 - `plasticity/weight_norm/<layer>`, `plasticity/grad_norm/<layer>` (last minibatch of the last update, before
@@ -24,14 +27,19 @@ import torch.nn as nn
 PROBE_SIZE = 256
 
 
-def dormant_fraction(act: torch.Tensor, tau: float) -> float:
-    """act: (batch, units) or (batch, channels, h, w) activations."""
+def dormant_units(act: torch.Tensor, tau: float) -> torch.Tensor:
+    """Boolean mask of the tau-dormant units of one layer; act: (batch, units) or (batch, channels, h, w)."""
     dims = (0, 2, 3) if act.dim() == 4 else (0,)
     score = act.abs().mean(dim=dims)
     mean = score.mean()
     if mean <= 0:
-        return 1.0
-    return float((score / mean <= tau).float().mean())
+        return torch.ones_like(score, dtype=torch.bool)
+    return score / mean <= tau
+
+
+def dormant_fraction(act: torch.Tensor, tau: float) -> float:
+    """act: (batch, units) or (batch, channels, h, w) activations."""
+    return float(dormant_units(act, tau).float().mean())
 
 
 def effective_rank(features: torch.Tensor) -> float:
@@ -92,8 +100,10 @@ class PlasticityMonitor:
         finally:
             for h in hooks:
                 h.remove()
-        out = {f"plasticity/dormant_fraction/{k}": dormant_fraction(v, self.args.dormant_tau) for k, v in acts.items()}
-        out["plasticity/dormant_fraction/all"] = float(np.mean([out[k] for k in list(out)])) if acts else 0.0
+        masks = {k: dormant_units(v, self.args.dormant_tau) for k, v in acts.items()}
+        out = {f"plasticity/dormant_fraction/{k}": float(m.float().mean()) for k, m in masks.items()}
+        n_units = sum(m.numel() for m in masks.values())
+        out["plasticity/dormant_fraction/all"] = sum(int(m.sum()) for m in masks.values()) / n_units if n_units else 0.0
         out["plasticity/effective_rank"] = effective_rank(features.flatten(1))
         for name, module in _layers(self.agent):
             out[f"plasticity/weight_norm/{name}"] = float(module.weight.norm())

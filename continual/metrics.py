@@ -17,8 +17,11 @@ switch step belongs to the visit that ends there.
 - Isolated forgetting (CORA), for each visit k of another regime after regime i was trained (m_k != i, i in
   {m_1..m_{k-1}}): F(i, k) = at_i(s_k) - last_i(s_k, e_k]. Positive = forgetting. forgetting_isolated_i = mean over
   k; `forgetting_isolated` = mean over regimes.
-- Forgetting, max-before minus final (Continual World with revisits): F_i = max{y_i(t): t <= end of i's last visit}
-  - final_i, for trained regimes whose last visit ends before T.
+- Forgetting (Continual World, Wolczyk et al. 2021: F_i = p_i(end of training on i) - p_i(T), on normalised
+  scores; with revisits, the end of i's last visit e_i): forgetting_cw_i = at_i(e_i) - final_i, for trained regimes
+  whose last visit ends before T; `forgetting_cw` = mean over regimes.
+- Forgetting from the best score: forgetting_from_best_i = max{y_i(t): t <= e_i} - final_i (same regimes). Never
+  below forgetting_cw: it also counts what was lost before the end of the last visit.
 - Zero-shot forward transfer (CORA), for each visit k before regime i's first visit (all visits for never-trained
   regimes): Z(i, k) = last_i(s_k, e_k] - at_i(s_k) (at_i(0) is the step-0 evaluation; without one, CORA's first
   evaluation point). Regimes trained from step 0 have none.
@@ -55,10 +58,10 @@ from continual.console import print_table
 METRICS_FILE = "metrics.json"
 EVAL_TABLE = "eval_table.csv"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
-SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_max", "transfer_zero_shot",
-                "transfer_reference", "plasticity")
-REGIME_KEYS = ("final", "average", "forgetting_isolated", "forgetting_max", "transfer_zero_shot",
-               "transfer_reference")
+SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
+                "transfer_zero_shot", "transfer_reference", "plasticity")
+REGIME_KEYS = ("final", "average", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
+               "transfer_zero_shot", "transfer_reference")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -261,14 +264,23 @@ def isolated_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> l
     return out
 
 
-def max_minus_final(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
+def _last_end(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[int]:
+    """End of the regime's last visit, when the regime was trained, evaluated by then, and left before the end."""
     ends = [v.end for v in visits if v.regime == regime]
-    if not ends or max(ends) >= end_step or not curve:
+    if not ends or max(ends) >= end_step or not curve or curve[0][0] > max(ends):
         return None
-    before = [y for s, y in curve if s <= max(ends)]
-    if not before:
-        return None
-    return max(before) - curve[-1][1]
+    return max(ends)
+
+
+def cw_forgetting(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
+    """Continual World's forgetting: the score when training on the regime ended minus the final score."""
+    end = _last_end(curve, regime, visits, end_step)
+    return None if end is None else at_or_before(curve, end) - curve[-1][1]
+
+
+def best_minus_final(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
+    end = _last_end(curve, regime, visits, end_step)
+    return None if end is None else max(y for s, y in curve if s <= end) - curve[-1][1]
 
 
 def zero_shot_transfer(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
@@ -408,7 +420,8 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
             "final_step": curve[-1][0] if curve else None,
             "average": time_average(curve),
             "forgetting_isolated": _mean(e["value"] for e in iso),
-            "forgetting_max": max_minus_final(curve, regime, run.visits, run.end_step),
+            "forgetting_cw": cw_forgetting(curve, regime, run.visits, run.end_step),
+            "forgetting_from_best": best_minus_final(curve, regime, run.visits, run.end_step),
             "transfer_zero_shot": _mean(e["value"] for e in zs),
             "transfer_reference": ref["value"] if ref else None,
             "reference": ref,
@@ -424,7 +437,8 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
         "average": _mean(per_regime[r]["average"] for r in seen),
         "final_unseen": _mean(per_regime[r]["final"] for r in unseen),
         "forgetting_isolated": _mean(per_regime[r]["forgetting_isolated"] for r in run.regimes),
-        "forgetting_max": _mean(per_regime[r]["forgetting_max"] for r in run.regimes),
+        "forgetting_cw": _mean(per_regime[r]["forgetting_cw"] for r in run.regimes),
+        "forgetting_from_best": _mean(per_regime[r]["forgetting_from_best"] for r in run.regimes),
         "transfer_zero_shot": _mean(per_regime[r]["transfer_zero_shot"] for r in run.regimes),
         "transfer_reference": _mean(per_regime[r]["transfer_reference"] for r in run.regimes),
         "plasticity": _mean(g["gain"] for g in gains),
@@ -533,14 +547,14 @@ def _fmt_ci(d: dict) -> str:
 
 
 def print_run_table(result: dict) -> None:
-    cols = ["regime", "visits", "final", "average", "forget (iso)", "forget (max)", "ZS transfer", "FT (ref)"]
+    cols = ["regime", "visits", "final", "average", "forget (iso)", "forget (CW)", "forget (best)", "ZS transfer",
+            "FT (ref)"]
     rows = []
     for reg, m in result["regimes"].items():
         name = (reg or "(none)") + (" [held-out]" if m["heldout"] else "")
         rows.append([name, str(m["visits"]), *(_fmt(m[k]) for k in REGIME_KEYS)])
     s = result["summary"]
-    rows.append(["mean (trained regimes)", "", _fmt(s["final"]), _fmt(s["average"]), _fmt(s["forgetting_isolated"]),
-                 _fmt(s["forgetting_max"]), _fmt(s["transfer_zero_shot"]), _fmt(s["transfer_reference"])])
+    rows.append(["mean (trained regimes)", "", *(_fmt(s[k]) for k in REGIME_KEYS)])
     print_table(f"{result['run']} ({result['method']}, {result['normalize']})", cols, rows,
                 width=max(120, 16 * len(cols)))
     gains = s["plasticity_by_visit"]
@@ -553,8 +567,8 @@ def print_run_table(result: dict) -> None:
 
 
 def print_group_table(groups: dict) -> None:
-    cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (max)", "ZS transfer",
-            "FT (ref)", "plasticity"]
+    cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (CW)", "forget (best)",
+            "ZS transfer", "FT (ref)", "plasticity"]
     rows = [[label, *(_fmt_ci(g["summary"][k]) for k in SUMMARY_KEYS)] for label, g in groups.items()]
     print_table("methods: mean ± 95% CI (runs)", cols, rows, width=max(120, 16 * len(cols)))
 

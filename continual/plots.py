@@ -459,7 +459,7 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
     if "bars" in axes:
         ax = axes["bars"]
         keys = [("final", "final"), ("average", "average"), ("forgetting_isolated", "forgetting\n(isolated)"),
-                ("forgetting_max", "forgetting\n(max - final)"), ("transfer_zero_shot", "zero-shot\ntransfer")]
+                ("forgetting_cw", "forgetting\n(Continual World)"), ("transfer_zero_shot", "zero-shot\ntransfer")]
         results = {g: [M.run_metrics(r) for r in rs if r.evals] for g, rs in groups.items()}
         width = 0.8 / max(1, len(groups))
         for gi, (g, res) in enumerate(results.items()):

@@ -324,38 +324,6 @@ def granularity_of(args: Args) -> int:
     return args.rollout_size()
 
 
-def check_action_space(args: Args) -> None:
-    """The agent must handle the env's actions: Atari games are Discrete; a Gymnasium id is built once to see.
-    An agent module lists what it handles in `ACTION_SPACES` (default: Discrete)."""
-    import importlib
-
-    import gymnasium as gym
-
-    from agents import AGENT_MODULES
-    from continual.backends import is_atari
-
-    if args.backend != "Gymnasium" or is_atari(args.env_id):
-        return
-    supported = getattr(importlib.import_module(AGENT_MODULES[args.architecture]), "ACTION_SPACES",
-                        (gym.spaces.Discrete,))
-    try:
-        env = gym.make(args.env_id)
-    except Exception as e:  # validate_env_id has already rejected unknown ids
-        raise UserError(f"env_id: cannot make {args.env_id!r}: {one_line_error(e)}") from None
-    try:
-        space = env.action_space
-    finally:
-        env.close()
-    if not isinstance(space, tuple(supported)):
-        raise UserError(f"env_id: {args.env_id} has {space} actions; {args.architecture} supports "
-                        f"{', '.join(t.__name__ for t in supported)} action spaces")
-
-
-def one_line_error(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def check_creatable(folder: str) -> None:
     """Fail when `folder` could not be created, creating nothing: its nearest existing parent must be a writable
     folder (create_run_dir then really writes)."""
@@ -381,7 +349,7 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
     factory = build_factory(args, curriculum, granularity)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
-    check_action_space(args)
+    # action spaces: validate_args (continual.backends.validate_action_space) has checked them
     if args.capture_video:
         try:
             import moviepy  # noqa: F401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import math
@@ -14,7 +15,7 @@ import torch.nn as nn
 
 from conftest import run_script
 from continual.args import Args
-from continual.cbp import CBP, UnitTracker, init_bound
+from continual.cbp import CBP, AdamGnT, UnitTracker, init_bound
 from continual.diagnostics import dormant_fraction, effective_rank
 from continual.plasticity import reset_optimizer_state, shrink_and_perturb
 from agents.ppo_cbp import CBPAgent
@@ -164,6 +165,196 @@ def test_cbp_state_round_trips_through_a_checkpoint(tmp_path):
     assert sum(int(t.replaced) for t in agent.cbp.trackers) > 0
 
 
+def _updates_against_float64_adam(make_opt, updates=300, start_step=10_000):
+    """Train a small float64 network with CBP; return each optimizer update (param after - before, flattened over
+    all parameters), the same update from an independent numpy Adam with a step count per weight whose moments AND
+    step restart at zero for every weight of a replaced unit (Dohare et al.: incoming row, incoming bias, outgoing
+    column), and the step count of each weight in that reference (1 = first update since (re)initialisation).
+    After the first update every step count is set to `start_step`, as deep into a long run."""
+    lr, b1, b2, eps = 1e-2, 0.9, 0.999, 1e-5
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(3)
+        fc1, act, fc2 = nn.Linear(6, 24), nn.ReLU(), nn.Linear(24, 3)
+        net = nn.Sequential(fc1, act, fc2)
+        teacher = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        tr = UnitTracker("h", fc1, act, [fc2], 0.02, 30, 0.9, "kaiming", "contribution")
+        opt = make_opt(net.parameters(), lr=lr, betas=(b1, b2), eps=eps)
+        params = [fc1.weight, fc1.bias, fc2.weight, fc2.bias]
+        m = [np.zeros(tuple(p.shape)) for p in params]
+        v = [np.zeros(tuple(p.shape)) for p in params]
+        t = [np.zeros(tuple(p.shape)) for p in params]
+        actual, expected, steps = [], [], []
+        for n in range(updates):
+            x = torch.randn(32, 6)
+            tr.capture = True
+            loss = (net(x) - teacher(x).detach()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            before = [p.detach().clone() for p in params]
+            if n == 1:  # as deep into a long run (torch.optim.Adam's step is a tensor too)
+                for st in opt.state.values():
+                    st["step"].fill_(start_step - 1)
+                for s in t:
+                    s.fill(start_step - 1)
+            opt.step()
+            exp_step = []
+            for i, p in enumerate(params):
+                g = p.grad.numpy()
+                t[i] += 1
+                m[i] = b1 * m[i] + (1 - b1) * g
+                v[i] = b2 * v[i] + (1 - b2) * g * g
+                m_hat, v_hat = m[i] / (1 - b1 ** t[i]), v[i] / (1 - b2 ** t[i])
+                exp_step.append(-lr * m_hat / (np.sqrt(v_hat) + eps))
+            actual.append(np.concatenate([(p.detach() - b).numpy().ravel() for p, b in zip(params, before)]))
+            expected.append(np.concatenate([e.ravel() for e in exp_step]))
+            steps.append(np.concatenate([s.ravel() for s in t]))
+            if tr.step(opt):
+                units = torch.nonzero(tr.age == 0).flatten().numpy()
+                for i, index in ((0, (units,)), (1, (units,)), (2, (slice(None), units))):
+                    m[i][index] = v[i][index] = t[i][index] = 0.0
+        assert int(tr.replaced) >= 20, "the test needs replacements"
+        return np.array(actual), np.array(expected), np.array(steps)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def test_adamgnt_updates_of_replaced_weights_match_a_per_weight_step_float64_adam():
+    actual, expected, steps = _updates_against_float64_adam(AdamGnT)
+    young = steps[1:] < steps[1:].max(axis=1, keepdims=True)  # weights restarted by a replacement
+    assert young.sum() > 1000
+    np.testing.assert_allclose(actual, expected, rtol=1e-9, atol=1e-14)
+
+
+def test_a_shared_step_count_fails_the_reference_on_replaced_weights():
+    """The reference above catches the audit's bug: torch.optim.Adam (one step count per tensor) moves a weight
+    whose moments were zeroed late in training by several times the per-weight Adam update."""
+    actual, expected, steps = _updates_against_float64_adam(torch.optim.Adam)
+    first = (steps == 1) & (np.abs(expected) > 1e-6)  # the first update of a replaced weight
+    first[0] = False  # (not of the initial weights)
+    ratio = np.abs(actual[first]) / np.abs(expected[first])
+    assert first.sum() > 50 and np.median(ratio) > 2.5  # sqrt(1 / (1 - beta2)) * (1 - beta1) = 3.16 at most
+
+
+def test_adamgnt_equals_torch_adam_while_nothing_is_replaced():
+    torch.manual_seed(0)
+    agent = CBPAgent((4, 84, 84), 3, Args(replacement_rate=0.0))  # channels-last conv weights
+    twin = CBPAgent((4, 84, 84), 3, Args(replacement_rate=0.0))
+    twin.load_state_dict(agent.state_dict())
+    ours, adam = agent.make_optimizer(2.5e-4), torch.optim.Adam(twin.parameters(), lr=2.5e-4, eps=1e-5)
+    assert isinstance(ours, AdamGnT) and ours.defaults["eps"] == 1e-5 and ours.defaults["betas"] == (0.9, 0.999)
+    for _ in range(30):
+        x = torch.randint(0, 255, (8, 4, 84, 84), dtype=torch.uint8)
+        actions = torch.randint(0, 3, (8,))
+        for net, opt in ((agent, ours), (twin, adam)):
+            _, logp, ent, v = net.get_action_and_value(x, actions)
+            opt.zero_grad()
+            (logp.mean() + v.pow(2).mean() - 0.01 * ent.mean()).backward()
+            opt.step()
+    for (name, p), q in zip(agent.named_parameters(), twin.parameters()):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-8), name
+    assert all((ours.state[p]["step"] == 30).all() for p in agent.parameters())
+
+
+def _cbp_updates(agent, opt, n, seed, goal_dim=0):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x = torch.randn((16, *agent.obs_shape), generator=gen)
+        goal = torch.randn((16, goal_dim), generator=gen) if goal_dim else None
+        agent.before_update()
+        _, logp, _, v = agent.get_action_and_value(x, goal=goal)
+        opt.zero_grad()
+        (logp.mean() + v.pow(2).mean()).backward()
+        opt.step()
+        agent.after_optimizer_step(opt)
+        agent.after_update()
+
+
+def test_adamgnt_state_resumes_exactly_through_a_checkpoint(tmp_path):
+    args = Args(replacement_rate=0.05, maturity_threshold=3)
+    torch.manual_seed(0)
+    agent = CBPAgent((5,), 2, args)
+    opt = agent.make_optimizer(1e-2)
+    _cbp_updates(agent, opt, 20, seed=1)
+    torch.save({"model": agent.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "c.pt")
+    _cbp_updates(agent, opt, 20, seed=2)
+    state = torch.load(tmp_path / "c.pt", map_location="cpu", weights_only=True)
+    other = CBPAgent((5,), 2, args)
+    other.load_state_dict(state["model"])
+    other_opt = other.make_optimizer(1e-2)
+    other_opt.load_state_dict(state["optimizer"])
+    torch.manual_seed(123)  # replacement draws fresh weights: same torch RNG state for both continuations
+    _cbp_updates(other, other_opt, 20, seed=2)
+    resumed = {k: v.clone() for k, v in other.state_dict().items()}
+    torch.manual_seed(0)
+    agent = CBPAgent((5,), 2, args)
+    opt = agent.make_optimizer(1e-2)
+    _cbp_updates(agent, opt, 20, seed=1)
+    torch.manual_seed(123)
+    _cbp_updates(agent, opt, 20, seed=2)
+    assert sum(int(t.replaced) for t in agent.cbp.trackers) > 0
+    steps = torch.cat([opt.state[p]["step"].flatten() for p in agent.parameters()])
+    assert steps.min() < steps.max()  # replaced weights have their own step counts, and they were restored
+    for k, v in agent.state_dict().items():
+        assert torch.equal(v, resumed[k]), k
+
+
+def test_adamgnt_continues_a_torch_adam_checkpoint_like_adam():
+    """A PPO_CBP checkpoint written with torch.optim.Adam (before AdamGnT) resumes: every weight takes the step."""
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 3), nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    adam = torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-5)
+    for _ in range(7):
+        adam.zero_grad()
+        a(torch.randn(5, 4)).pow(2).sum().backward()
+        adam.step()
+    b.load_state_dict(a.state_dict())
+    gnt = AdamGnT(b.parameters(), lr=1e-2, eps=1e-5)
+    gnt.load_state_dict(copy.deepcopy(adam.state_dict()))  # as read from a checkpoint: no tensor shared with adam
+    for _ in range(5):
+        x = torch.randn(5, 4)
+        for net, opt in ((a, adam), (b, gnt)):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-8)
+    assert all((gnt.state[p]["step"] == 12).all() for p in b.parameters())
+
+
+def test_her_pixels_replaced_fused_unit_gets_fresh_goal_weights_and_state():
+    """HER on pixels: a unit of the fused layer ReLU(W_h h + W_g g + b) has incoming weights on both sides; a
+    replacement re-initialises both rows and resets their optimizer state (moments and step)."""
+    torch.manual_seed(0)
+    agent = CBPAgent((4, 84, 84), 3, Args(replacement_rate=0.05, maturity_threshold=2), goal_dim=2)
+    fused = agent.cbp.trackers[-1]
+    assert fused.in_layer is agent.goal_fusion
+    opt = agent.make_optimizer(1e-3)
+    for k in range(6):
+        goal_before = agent.goal_embed.weight.detach().clone()
+        image_before = agent.goal_fusion.weight.detach().clone()
+        replaced_before = int(fused.replaced)
+        _cbp_updates(agent, opt, 1, seed=k, goal_dim=2)
+        if int(fused.replaced) == replaced_before:
+            continue
+        units = torch.nonzero(fused.age == 0).flatten()
+        others = torch.nonzero(fused.age > 0).flatten()
+        bound = init_bound(agent.goal_fusion, "kaiming", extra_fan_in=2)
+        assert bound == pytest.approx(math.sqrt(2) * math.sqrt(3 / (512 + 2)))
+        for layer, before in ((agent.goal_embed, goal_before), (agent.goal_fusion, image_before)):
+            w = layer.weight.detach()
+            assert not torch.isclose(w[units], before[units]).any(), "fresh incoming weights on both sides"
+            assert w[units].abs().max() <= bound
+            state = opt.state[layer.weight]
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                assert (state[key][units] == 0).all(), key
+                assert (state[key][others] != 0).any(), key
+        return
+    raise AssertionError("no unit of the fused layer was replaced")
+
+
 def test_shrink_and_perturb_noise_form():
     torch.manual_seed(0)
     net = nn.Linear(3, 2)
@@ -201,6 +392,37 @@ def test_dormant_fraction_on_crafted_activations():
     conv = torch.zeros(2, 3, 5, 5)
     conv[:, 0] = 2.0
     assert dormant_fraction(conv, 0.1) == pytest.approx(2 / 3)
+
+
+def test_dormant_fraction_all_counts_dormant_units_over_all_units():
+    """Sokar et al. 2023: the dormant share of a network is dormant units / all units, each unit scored against
+    the mean of its own layer. Layers of 4 and 12 units, 2 and 0 dormant: 2/16, not mean(2/4, 0/12)."""
+    from types import SimpleNamespace
+
+    from continual.diagnostics import PlasticityMonitor
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.network = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 12), nn.ReLU())
+
+        def features(self, x):
+            return self.network(x)
+
+    net = Net()
+    with torch.no_grad():
+        for layer in (net.network[0], net.network[2]):
+            layer.weight.zero_()
+            layer.bias.fill_(1.0)
+        net.network[0].bias[:2] = -1.0  # two dead units in the first layer
+    session = SimpleNamespace(args=SimpleNamespace(dormant_tau=0.025, diagnostics_every=0), before_switch=[],
+                              global_step=0, np_rng=np.random.default_rng(0))
+    monitor = PlasticityMonitor(session, net)
+    monitor.observe(torch.randn(4, 2, 3))
+    out = monitor.compute()
+    assert out["plasticity/dormant_fraction/layer0"] == pytest.approx(2 / 4)
+    assert out["plasticity/dormant_fraction/layer1"] == pytest.approx(0.0)
+    assert out["plasticity/dormant_fraction/all"] == pytest.approx(2 / 16)
 
 
 def test_effective_rank_on_known_matrices():

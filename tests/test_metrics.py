@@ -74,13 +74,40 @@ def test_isolated_forgetting(result):
     assert cells == {("A", 2): 6, ("A", 4): 5, ("B", 3): 4, ("B", 4): 1}
 
 
-def test_forgetting_max_before_minus_final(result):
+def test_forgetting_continual_world_and_from_best(result):
     r = result["regimes"]
-    assert r["A"]["forgetting_max"] == pytest.approx(12 - 7)  # max up to the end of A's last visit (300)
-    assert r["B"]["forgetting_max"] == pytest.approx(10 - 5)  # max up to 200 (B never revisited)
-    assert r["C"]["forgetting_max"] is None                   # its last visit ends the run
-    assert r["H"]["forgetting_max"] is None                   # never trained
-    assert result["summary"]["forgetting_max"] == pytest.approx(5)
+    # Continual World: score when training on the regime ended (end of its last visit) minus the final score
+    assert r["A"]["forgetting_cw"] == pytest.approx(12 - 7)  # y_A(300) - y_A(400)
+    assert r["B"]["forgetting_cw"] == pytest.approx(10 - 5)  # y_B(200) (B never revisited) - y_B(400)
+    assert r["C"]["forgetting_cw"] is None                   # its last visit ends the run
+    assert r["H"]["forgetting_cw"] is None                   # never trained
+    assert result["summary"]["forgetting_cw"] == pytest.approx(5)
+    assert r["A"]["forgetting_from_best"] == pytest.approx(12 - 7)  # max up to the end of A's last visit (300)
+    assert r["B"]["forgetting_from_best"] == pytest.approx(10 - 5)
+    assert r["C"]["forgetting_from_best"] is None and r["H"]["forgetting_from_best"] is None
+
+
+def test_continual_world_forgetting_is_not_the_best_score_minus_final():
+    """Wolczyk et al. 2021: F_i = p_i(end of training on i) - p_i(T), p the normalised score (success rate there;
+    max_abs here). A peaks mid-visit: its best score is not its score when training on it ended."""
+    steps = [0, 50, 100, 150, 200, 250, 300]
+    visits = [("A", 0, 100), ("B", 100, 200), ("C", 200, 300)]
+    curves = {"A": [0, 10, 6, 5, 5, 4, 4], "B": [0, 1, 2, 8, 5, 3, 2], "C": [1, 1, 1, 1, 1, 2, 3]}
+    run = make_run(curves, steps, visits, episodes=[], heldout=(), end=300)
+    raw = M.run_metrics(run)
+    assert raw["regimes"]["A"]["forgetting_cw"] == pytest.approx(6 - 4)          # y_A(100) - y_A(300)
+    assert raw["regimes"]["A"]["forgetting_from_best"] == pytest.approx(10 - 4)  # max y_A up to 100 - y_A(300)
+    assert raw["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 - 2)          # y_B(200) - y_B(300)
+    assert raw["regimes"]["B"]["forgetting_from_best"] == pytest.approx(8 - 2)
+    assert raw["summary"]["forgetting_cw"] == pytest.approx((2 + 3) / 2)
+    norm = M.run_metrics(run, M.Normalizer("max_abs", runs=[run]))  # scores in [0, 1], as Continual World's
+    assert norm["regimes"]["A"]["forgetting_cw"] == pytest.approx(6 / 10 - 4 / 10)
+    assert norm["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 / 8 - 2 / 8)
+    assert norm["summary"]["forgetting_cw"] == pytest.approx((0.2 + 0.375) / 2)
+    # an evaluation grid that misses the switch: the last evaluation before it
+    late = make_run({m: ys[:2] + ys[3:] for m, ys in curves.items()}, steps[:2] + steps[3:], visits, [], (), 300)
+    late = M.run_metrics(late)
+    assert late["regimes"]["A"]["forgetting_cw"] == pytest.approx(10 - 4)  # y_A(50): no evaluation at 100
 
 
 def test_zero_shot_forward_transfer(result):
@@ -160,7 +187,7 @@ def test_single_regime_run():
                                  episodes=[(30, "A", 1.0), (80, "A", 2.0)], end=100))
     r, s = res["regimes"], res["summary"]
     assert r["A"]["final"] == 6 and r["A"]["average"] == pytest.approx((2 + 5) / 2)
-    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_max"] is None
+    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_cw"] is None
     assert r["A"]["transfer_zero_shot"] is None
     assert r["H"]["transfer_zero_shot"] == pytest.approx(3 - 1)
     assert s["forgetting_isolated"] is None and s["transfer_zero_shot"] == pytest.approx(2)
@@ -243,7 +270,8 @@ def test_cli_on_run_directories(tmp_path, capsys):
     out = json.load(open(os.path.join(a, M.METRICS_FILE)))
     assert out["summary"]["forgetting_isolated"] == pytest.approx(4.0)
     assert out["summary"]["transfer_zero_shot"] == pytest.approx((2 + 1 / 3 + 5 / 4) / 3)
-    assert "forget (iso)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "forget (iso)" in printed and "forget (CW)" in printed and "forget (best)" in printed
 
     b = write_run_dir(tmp_path / "b", curves={m: [y + 2 for y in ys] for m, ys in CURVES.items()})
     c = write_run_dir(tmp_path / "c", arch="PPO_CBP")
@@ -293,7 +321,7 @@ def test_single_regime_run_directory_without_switches(tmp_path):
     run = M.load_run(d)
     assert [(v.regime, v.start, v.end, v.number) for v in run.visits] == [("A", 0, 400, 1)]
     res = M.compute_run_metrics(d)
-    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_max"] is None
+    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_cw"] is None
     assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(6 - 1)  # y_H(400) - y_H(0)
     assert res["summary"]["plasticity"] == pytest.approx(4 - 1)
     assert os.path.exists(os.path.join(d, M.METRICS_FILE))
