@@ -14,6 +14,8 @@ Points where the process that reaches them SIGKILLs itself:
 Points where the IMPALA learner SIGKILLs actor `who` (default: the last) and waits for its death (`kill_at`):
 `publish` (in the middle of publishing the weights), `broadcast_switch` (in the middle of sending a switch).
 Other points: `nan_loss` (the PPO loss becomes NaN in that update).
+With `CONTINUAL_FAULT_LOG=<file>`, every kill appends `<unix time> <point> <pid of the killed process>` to the file
+first, so that a test knows when the fault happened.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from typing import Optional
 
 import torch
@@ -66,8 +69,16 @@ def inject(point: str, who: Optional[int] = None) -> bool:
     if _COUNTS[point] != n:
         return False
     if point in _SELF_KILL:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _kill(point, os.getpid())
     return True
+
+
+def _kill(point: str, pid: int) -> None:
+    log = os.environ.get("CONTINUAL_FAULT_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{time.time()} {point} {pid}\n")
+    os.kill(pid, signal.SIGKILL)
 
 
 def kill_at(point: str, processes: list) -> None:
@@ -75,7 +86,7 @@ def kill_at(point: str, processes: list) -> None:
     and wait until it is dead, so that the caller goes on exactly as after an actor died at this moment."""
     if processes and inject(point):
         victim = processes[_PLAN[point][1] if _PLAN[point][1] is not None else -1]
-        os.kill(victim.pid, signal.SIGKILL)
+        _kill(point, victim.pid)
         victim.join(timeout=30)
 
 
