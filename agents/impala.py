@@ -29,7 +29,8 @@ Design (MonoBeast-style, one machine):
   <run>/checkpoints/crash__step<N>.cleanrl_model` (the last completed update; an actor's traceback goes to
   `<run>/actor<i>_traceback.txt`), exit code 1. Whatever ends the run (also the end of training or a learner
   exception) stops every actor: a stop flag, joins with timeouts, then SIGTERM, then SIGKILL. Actors also exit when
-  the learner is killed (they watch its sentinel and their pipe). Actor pids are printed and written to `<run>/actors.json`.
+  the learner is killed (they watch its sentinel and their pipe). Actor pids are printed and written to
+  `<run>/actors.json`.
 
 Devices: actors run on CPU (one torch thread each); the learner uses the GPU with `--cuda` when there is one, else the
 CPU with (cores - num_actors) torch threads (oversubscribed OpenMP threads slow it down many times over).
