@@ -9,14 +9,17 @@ Design (MonoBeast-style, one machine):
   vector env inside the actor process) with a CPU copy of the policy. An unroll is `--unroll_length` (T) steps of
   every env of the actor: observations (T+1 rows, the last one bootstraps), actions, behaviour logits, raw and scaled
   rewards, dones, the finished episodes, and the regime it came from (switch epoch and regime index);
-- transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots); slot indices travel
-  through a free queue and a full queue (a few bytes each): observations are never pickled;
+- transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots, a few per actor); slot
+  indices travel through one pipe per actor (a few bytes each): observations are never pickled. No lock, Event or
+  Queue is shared with an actor (a SIGKILLed actor would hold it forever): each pipe has one writer per direction, the
+  stop flag and the weight version are shared-memory tensors the learner alone writes, and every wait of the learner
+  has a timeout and watches the actors' sentinels;
 - weights: after every update the learner copies its weights into a shared-memory model and bumps a version counter
   (odd while writing); actors poll the counter at unroll boundaries and copy the weights when it changed, so they
   never stop. The behaviour logits are recorded, so V-trace corrects whatever policy lag remains;
 - curriculum: the learner's step count (env steps it consumed: batch_size * T * envs_per_actor per update) decides the
-  regime. `session.maybe_switch(fleet)` calls `fleet.switch(new, step)`, which sends the new modification string to
-  every actor's command queue; each actor switches its envs in place at its next unroll boundary. Unrolls of the
+  regime. `session.maybe_switch(fleet)` calls `fleet.switch(new, step)`, which sends the new modification string
+  through every actor's pipe; each actor switches its envs in place at its next unroll boundary. Unrolls of the
   previous regime still in the buffers (at most `num_buffers`) are trained on: they are off-policy by at most a few
   updates (V-trace corrects the lag) and come from the previous MDP, like the last moments before the switch. Their
   episodes are logged under the regime of the unroll, and `charts/previous_regime_unrolls` counts them;
@@ -26,7 +29,8 @@ Design (MonoBeast-style, one machine):
   <run>/checkpoints/crash__step<N>.cleanrl_model` (the last completed update; an actor's traceback goes to
   `<run>/actor<i>_traceback.txt`), exit code 1. Whatever ends the run (also the end of training or a learner
   exception) stops every actor: a stop flag, joins with timeouts, then SIGTERM, then SIGKILL. Actors also exit when
-  the learner is killed (they watch its sentinel pipe). Actor pids are printed and written to `<run>/actors.json`.
+  the learner is killed (they watch its sentinel and their pipe). Actor pids are printed and written to
+  `<run>/actors.json`.
 
 Devices: actors run on CPU (one torch thread each); the learner uses the GPU with `--cuda` when there is one, else the
 CPU with (cores - num_actors) torch threads (oversubscribed OpenMP threads slow it down many times over).
@@ -39,15 +43,17 @@ RMSprop state carries across switches (unless `--reset_optimizer_on_switch`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
-import queue
 import signal
 import sys
 import time
 import traceback
+from collections import deque
 from multiprocessing import forkserver
+from multiprocessing.connection import wait
 from typing import NamedTuple, Optional, Sequence
 
 if __package__ in (None, ""):  # `python agents/impala.py` from the repository root
@@ -67,7 +73,7 @@ from continual.continual_eval import attach as attach_evaluator
 from continual.envs import EnvSettings, episode_stats, make_env, make_vector_env
 from continual.diagnostics import PlasticityMonitor
 from continual.errors import TrainingError, exit_on_user_error
-from continual.faults import check_losses, check_parameters
+from continual.faults import check_losses, check_parameters, inject, kill_at
 from continual.plasticity import install_switch_remedies
 from continual.progress import Progress
 from continual.rewards import RewardScaler
@@ -75,6 +81,7 @@ from continual.runtime import RunSession, parse_train_args, print_config, start_
 
 STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever
 JOIN_TIMEOUT_S = 5.0  # per actor, before SIGTERM, then SIGKILL
+POLL_S = 0.1  # how often a waiting actor or learner looks at the stop flag and the other side's liveness
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -164,11 +171,16 @@ ACTOR_STATS = ("env_s", "act_s", "wait_s", "unrolls")
 
 def actor_main(index: int, args: Args, settings: EnvSettings, modification: str, epoch: int, regime: int,
                start_step: int, n: int, buffers: dict, shared_weights: dict, version: torch.Tensor,
-               stats: torch.Tensor, scaler_state: torch.Tensor, free_queue, full_queue, commands, stop, errors) -> None:
-    """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped."""
+               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor) -> None:
+    """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped.
+
+    `conn` is this actor's end of its pipe to the learner: ("slot", s) and ("switch", ...) come in, ("full", s) and
+    ("error", line, traceback) go out. `stop` is a shared flag only the learner writes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the learner stops us
     torch.set_num_threads(1)
     learner = mp.parent_process()  # the learner (not the forkserver): its sentinel closes when it dies
+    stop = stop.numpy()
+    free: deque[int] = deque()  # slots the learner gave us
     envs = None
     try:
         envs = make_vector_env(settings, n, modification, vector_env="sync")
@@ -185,38 +197,40 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
         next_obs, _ = envs.reset(seed=args.seed + start_step + index * n)
         env_s = act_s = wait_s = 0.0
 
-        while not stop.is_set():
-            # 1. a free slot (wake up now and then: stop flag, learner gone)
+        while not stop[0]:
+            # 1. the learner's messages in the order sent: free slots, and regime switches applied (in place) at this
+            #    unroll boundary; with no free slot, wait for one (waking up now and then: stop flag, learner gone)
             t0 = time.time()
-            slot = None
-            while slot is None and not stop.is_set() and learner.is_alive():
-                try:
-                    slot = free_queue.get(timeout=0.1)
-                except queue.Empty:
-                    pass
-            if slot is None:
+            while True:
+                while conn.poll():
+                    message = conn.recv()  # EOFError: the learner is gone
+                    if message[0] == "slot":
+                        free.append(message[1])
+                        continue
+                    _, epoch, regime, modification, step = message
+                    inject("actor_switch", index)  # TEST HOOK (continual.faults): die while switching
+                    next_obs, _ = envs.switch(modification, step)
+                    scaler.episodes_cut()
+                if free or stop[0]:
+                    break
+                inject("actor_wait", index)  # TEST HOOK: die while waiting for work
+                wait([conn, learner.sentinel], timeout=POLL_S)
+            if stop[0]:
                 break
+            slot = free.popleft()
             t1 = time.time()
             wait_s += t1 - t0
 
-            # 2. commands from the learner, applied at this unroll boundary: regime switches (in place)
-            while True:
-                try:
-                    _, epoch, regime, modification, step = commands.get_nowait()
-                except queue.Empty:
-                    break
-                next_obs, _ = envs.switch(modification, step)
-                scaler.episodes_cut()
-
-            # 3. fresh weights (seqlock: the version is odd while the learner writes)
+            # 2. fresh weights (seqlock: the version is odd while the learner writes)
             v = int(version[0])
             if v != local_version and v % 2 == 0:
                 for k, t in local_weights.items():
                     t.copy_(shared_weights[k])
+                    inject("actor_weights", index)  # TEST HOOK: die while copying the weights
                 if int(version[0]) == v:
                     local_version = v
 
-            # 4. the unroll
+            # 3. the unroll
             obs_b, act_b, logit_b = view["obs"][slot], view["action"][slot], view["logits"][slot]
             rew_b, raw_b, done_b = view["reward"][slot], view["raw_reward"][slot], view["done"][slot]
             n_eps = 0
@@ -228,6 +242,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                 t_env = time.time()
                 next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
                 env_s += time.time() - t_env
+                inject("actor_step", index)  # TEST HOOK: die in the middle of an unroll
                 done = np.logical_or(terminations, truncations)
                 scaled = scaler(reward, done)
                 cut = np.flatnonzero(truncations & ~terminations)
@@ -242,7 +257,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                     view["ep_return"][slot, n_eps], view["ep_length"][slot, n_eps] = ep_return, ep_length
                     view["ep_t"][slot, n_eps] = t
                     n_eps += 1
-                if stop.is_set():
+                if stop[0]:
                     break
             else:
                 for k, value in (("epoch", epoch), ("regime", regime), ("version", local_version),
@@ -251,13 +266,16 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                 if scaler.mode == "normalize":
                     scaler_state[index, :3] = torch.tensor([scaler.count, scaler.mean, scaler.var], dtype=torch.float64)
                     scaler_state[index, 3:] = torch.from_numpy(scaler.returns)
-                full_queue.put(slot)
+                conn.send(("full", slot))
             act_s += time.time() - t1
             stats[index] = torch.tensor([env_s, act_s - env_s, wait_s, float(stats[index, 3]) + 1], dtype=torch.float64)
     except Exception as e:  # reported by the learner in one line; the traceback goes to the run directory
+        if isinstance(e, (EOFError, ConnectionError)) and not learner.is_alive():
+            return  # the learner is gone: nobody to report to
         where = traceback.extract_tb(e.__traceback__)[-1]
         line = f"{type(e).__name__}: {e} ({os.path.basename(where.filename)}:{where.lineno} in {where.name})"
-        errors.put((index, " ".join(line.split()), traceback.format_exc()))
+        with contextlib.suppress(OSError):  # the learner may be gone too
+            conn.send(("error", " ".join(line.split()), traceback.format_exc()))
         raise SystemExit(1)
     finally:
         if envs is not None:
@@ -269,18 +287,21 @@ class ActorFailure(TrainingError):
 
 
 class ActorFleet:
-    """The actor processes with their shared buffers, weights and queues.
+    """The actor processes with their shared buffers, weights and pipes.
 
     `switch(new, step)` (what `session.maybe_switch` calls) broadcasts a regime to every actor; `get_batch` waits for
     full unrolls and raises ActorFailure when an actor died; `publish` copies the learner's weights to the actors;
-    `close` stops every process.
+    `close` stops every process. Actor i owns slots [i k, (i+1) k): the learner hands a slot back to its owner once
+    it copied the unroll out, so no slot pool is shared between processes.
     """
 
     def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
                  shared_agent: nn.Module, scaler_states: Optional[list] = None):
         self.args, self.settings, self.session = args, settings, session
         self.n = args.num_envs // args.num_actors
-        self.num_buffers = max(2 * args.num_actors, args.batch_size + args.num_actors)
+        # a batch never waits for a slot: with k >= B/A + 1 slots each, the actors can fill B while each fills one more
+        self.slots_per_actor = max(2, -(-args.batch_size // args.num_actors) + 1)
+        self.num_buffers = self.slots_per_actor * args.num_actors
         self.modification = session.modification
         self.epoch = session.switches  # switch epochs keep counting across resumes
         self.epoch_modification = {self.epoch: session.modification}
@@ -294,39 +315,50 @@ class ActorFleet:
             if st is not None:
                 self.scaler_state[i] = torch.tensor([st["count"], st["mean"], st["var"], *st["returns"]],
                                                     dtype=torch.float64)
-        self.free_queue, self.full_queue, self.errors = self.ctx.Queue(), self.ctx.Queue(), self.ctx.Queue()
-        self.commands = [self.ctx.Queue() for _ in range(args.num_actors)]
-        self.stop = self.ctx.Event()
+        self.stop = torch.zeros(1, dtype=torch.uint8).share_memory_()  # written by the learner only
         self.processes: list = []
+        self.conns: list = []  # the learner's end of each actor's pipe
+        self.full: list[int] = []  # slots with an unroll, in arrival order
+        self.errors: dict[int, str] = {}  # actor index -> its one-line error
         self._last_stats = np.zeros((args.num_actors, len(ACTOR_STATS)))
         self._last_unroll = time.time()
 
     def start(self) -> None:
-        for slot in range(self.num_buffers):
-            self.free_queue.put(slot)
         for i in range(self.args.num_actors):
             # only actor 0's first env records videos (one file per episode, no name clashes)
             settings = self.settings if i == 0 else dataclasses.replace(self.settings, video_dir=None)
+            conn, actor_end = self.ctx.Pipe()
             p = self.ctx.Process(
                 target=actor_main, name=f"actor-{i}", daemon=True,
                 args=(i, self.args, settings, self.modification, self.epoch,
                       self.session.regime_index(self.modification), self.session.global_step, self.n, self.buffers,
-                      self.shared_weights, self.version, self.stats, self.scaler_state, self.free_queue,
-                      self.full_queue, self.commands[i], self.stop, self.errors))
+                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop))
             p.start()
+            actor_end.close()  # the actor holds the only copy: its death closes the pipe
             self.processes.append(p)
+            self.conns.append(conn)
+            for slot in range(i * self.slots_per_actor, (i + 1) * self.slots_per_actor):
+                self.send(i, ("slot", slot))
         self._last_unroll = time.time()
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
+
+    def send(self, i: int, message: tuple) -> None:
+        """A few bytes to actor i (never blocks: the pipe buffer holds far more than the messages in flight)."""
+        try:
+            self.conns[i].send(message)
+        except OSError:
+            pass  # the actor is dead: get_batch reports it (its sentinel)
 
     # --- the curriculum's view: an env-like object with `.modification` and `.switch` ---------------------------------
     def switch(self, modification: str, step: int = 0):
         self.epoch += 1
         self.modification = modification
         self.epoch_modification[self.epoch] = modification
-        for q in self.commands:
-            q.put(("switch", self.epoch, self.session.regime_index(modification), modification, step))
+        for i in range(len(self.conns)):
+            kill_at("broadcast_switch", self.processes)  # TEST HOOK (continual.faults): an actor dies mid-broadcast
+            self.send(i, ("switch", self.epoch, self.session.regime_index(modification), modification, step))
         return None, {}
 
     # --- weights -------------------------------------------------------------------------------------------------------
@@ -335,6 +367,7 @@ class ActorFleet:
         self.version += 1  # odd: writing
         for k, t in agent.state_dict().items():
             self.shared_weights[k].copy_(t)
+            kill_at("publish", self.processes)  # TEST HOOK (continual.faults): an actor dies mid-publish
         self.version += 1
 
     # --- failures ------------------------------------------------------------------------------------------------------
@@ -344,40 +377,51 @@ class ActorFleet:
             code = p.exitcode
             if code is None:
                 continue
-            message = None
-            try:
-                while True:
-                    index, line, tb = self.errors.get_nowait()
-                    if index == i:
-                        message = line
-                        path = os.path.join(self.session.run_dir, f"actor{i}_traceback.txt")
-                        with open(path, "w") as f:
-                            f.write(tb)
-                        message += f"; traceback in {path}"
-            except queue.Empty:
-                pass
-            if message is not None:
-                raise ActorFailure(f"actor {i} (pid {p.pid}) failed: {message}")
+            self.receive(i)  # its last words, if any are still in the pipe
+            if i in self.errors:
+                raise ActorFailure(f"actor {i} (pid {p.pid}) failed: {self.errors[i]}")
             what = "died" if code != 0 else "exited unexpectedly"
             raise ActorFailure(f"actor {i} (pid {p.pid}) {what}: exit code {code}")
 
+    def receive(self, i: int) -> None:
+        """Every message actor i has sent so far: full slots, or its error (traceback to the run directory)."""
+        conn = self.conns[i]
+        try:
+            while conn.poll():
+                message = conn.recv()
+                if message[0] == "full":
+                    self.full.append(message[1])
+                    self._last_unroll = time.time()
+                else:
+                    _, line, tb = message
+                    path = os.path.join(self.session.run_dir, f"actor{i}_traceback.txt")
+                    with open(path, "w") as f:
+                        f.write(tb)
+                    self.errors[i] = f"{line}; traceback in {path}"
+        except (EOFError, OSError):  # the actor is gone (its exit code is reported by check)
+            self.processes[i].join(timeout=JOIN_TIMEOUT_S)
+            if self.processes[i].exitcode is None:
+                raise ActorFailure(f"actor {i} (pid {self.processes[i].pid}) closed its pipe") from None
+
     # --- data ----------------------------------------------------------------------------------------------------------
     def get_batch(self, count: int) -> tuple[dict[str, torch.Tensor], list[int]]:
-        """Wait for `count` full unrolls; copy them out of shared memory and give the slots back at once."""
-        slots: list[int] = []
+        """Wait for `count` full unrolls (watching every actor's pipe and sentinel); copy them out of shared memory
+        and give the slots back to their actors at once."""
         self.check()
-        while len(slots) < count:
-            try:
-                slots.append(self.full_queue.get(timeout=0.25))
-                self._last_unroll = time.time()
-            except queue.Empty:
+        sentinels = {p.sentinel for p in self.processes}
+        while len(self.full) < count:
+            ready = wait([*self.conns, *sentinels], timeout=POLL_S)
+            for i, conn in enumerate(self.conns):
+                if conn in ready:
+                    self.receive(i)
+            if sentinels.intersection(ready) or not ready:
                 self.check()
-                if time.time() - self._last_unroll > STALL_TIMEOUT_S:
-                    raise ActorFailure(f"no unroll from any actor for {STALL_TIMEOUT_S:.0f} s "
-                                       f"(actor pids {self.pids()})") from None
+            if time.time() - self._last_unroll > STALL_TIMEOUT_S:
+                raise ActorFailure(f"no unroll from any actor for {STALL_TIMEOUT_S:.0f} s (actor pids {self.pids()})")
+        slots, self.full = self.full[:count], self.full[count:]
         batch = {k: v[slots] for k, v in self.buffers.items()}  # fancy indexing copies
         for s in slots:
-            self.free_queue.put(s)
+            self.send(s // self.slots_per_actor, ("slot", s))
         return batch, slots
 
     def stats_delta(self) -> dict[str, float]:
@@ -399,7 +443,7 @@ class ActorFleet:
     # --- shutdown ------------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop flag, join with a timeout, then SIGTERM, then SIGKILL: no actor outlives the learner."""
-        self.stop.set()
+        self.stop[0] = 1
         deadline = time.time() + JOIN_TIMEOUT_S
         for p in self.processes:
             p.join(timeout=max(0.1, deadline - time.time()))
@@ -410,9 +454,8 @@ class ActorFleet:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=2.0)
-        for q in [self.free_queue, self.full_queue, self.errors, *self.commands]:
-            q.cancel_join_thread()  # never block on a queue whose reader is gone
-            q.close()
+        for conn in self.conns:
+            conn.close()
 
 
 def start_forkserver(settings: EnvSettings):

@@ -27,7 +27,7 @@ from gymnasium.vector import AutoresetMode
 
 import continual.goal_envs  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
 from continual.backends import is_atari, make_backend_env, normalize
-from continual.faults import EnvWorkerError, dead_workers, describe_worker_failure
+from continual.faults import EnvWorkerError, dead_workers, describe_worker_failure, inject
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +113,23 @@ class FlattenBoxAction(gym.ActionWrapper):
 
 
 class SwitchHandle(gym.Wrapper):
-    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset)."""
+    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset).
+    `index`: the env's index in its vector env (fault-injection test hooks target one env)."""
+
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env)
+        self.index = index
+
+    def step(self, action):
+        inject("env_step", self.index)  # TEST HOOK (continual.faults): the worker dies during a step
+        return self.env.step(action)
+
+    def reset(self, **kwargs):
+        inject("env_reset", self.index)  # TEST HOOK: the worker dies during a reset
+        return self.env.reset(**kwargs)
 
     def set_modifications(self, modification: str, step: int = 0) -> None:
+        inject("env_switch", self.index)  # TEST HOOK: the worker dies during a switch
         env = self.env
         while isinstance(env, gym.Wrapper):
             if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
@@ -200,7 +214,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             from continual.her import wrap_env
 
             env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
-        return SwitchHandle(env)
+        return SwitchHandle(env, idx)
 
     return thunk
 

@@ -42,3 +42,18 @@ def descendants(root: int) -> set[int]:
                 out.add(c)
                 todo.append(c)
     return out
+
+
+def group(pgid: int) -> set[int]:
+    """Live (non-zombie) processes of process group `pgid` (a run started with start_new_session: all it started)."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if rest[0] not in ("Z", "X") and int(rest[2]) == pgid:
+                out.add(int(name))
+    return out

@@ -1,11 +1,13 @@
-"""Continual IMPALA end to end: HackAtari two-regime smoke run with checkpoint, --resume and eval.py; a killed actor;
-Ctrl-C / SIGTERM on the process group; no process left behind; the CartPole learning check."""
+"""Continual IMPALA end to end: HackAtari two-regime smoke run with checkpoint, --resume and eval.py; actors killed at
+many moments (waiting for work, mid-unroll, mid-switch, while the learner broadcasts weights or a switch); Ctrl-C /
+SIGTERM on the process group; no process left behind; the CartPole learning check."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -13,10 +15,12 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 import torch
 
 from conftest import ROOT, run_script
+from fault_runs import KILL_TO_EXIT_S, run_killed
 from continual.checkpoint import load_checkpoint
 from continual.processes import alive, descendants
 from continual.config import args_from_dict
@@ -177,6 +181,90 @@ def test_killed_actor_stops_the_run_with_a_checkpoint_and_no_orphans(tmp_path):
     state, _ = load_policy(saved[0])
     steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
     assert state["global_step"] == steps[-1] > 0  # the last completed update
+
+
+# An actor SIGKILLed at any moment: the learner exits within 30 s with one line, a crash checkpoint of its last update
+# that loads, and nothing left running. The moments are continual.faults test hooks (the actor kills itself at its
+# n-th visit of a point; `publish` / `broadcast_switch`: the learner kills it in the middle of that broadcast) plus
+# kills by the test at a random time. n is drawn per run; every moment is hit three times (-m slow: ten).
+# A cheap CartPole run whose curriculum switches every 2 updates (80 steps each), so switches come early and often.
+KILL_MOMENTS = {  # point -> the n drawn from 1..max (per actor, or per learner call for publish/broadcast_switch)
+    "actor_wait": 12,  # waiting for a free slot (also the moment the audit's stop-Event deadlock needed)
+    "actor_step": 150,  # after an env step, mid-unroll
+    "actor_weights": 40,  # copying the published weights (per tensor)
+    "actor_switch": 4,  # applying a regime switch
+    "publish": 60,  # the learner writing the weights (per tensor)
+    "broadcast_switch": 8,  # the learner sending a switch to each actor in turn
+    "test": 6,  # SIGKILL from the test after 1..max iterations and a random delay
+}
+SWITCHING = {**CARTPOLE, "modification_factory": "SequentialModificationFactory",
+             "modification_factory_kwargs": {"num_total_steps": 10_000_000,
+                                             "modifications": ["", "gravity=15.0"] * 8,
+                                             "switching_thresholds": list(range(160, 16 * 160, 160))}}
+
+
+def kill_actor_and_check(tmp_path, moment: str, seed: int) -> None:
+    rng = random.Random(f"{moment}-{seed}")
+    n, who = rng.randint(1, KILL_MOMENTS[moment]), rng.randint(0, 1)
+    cfg = write_config(tmp_path, SWITCHING)
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "k")
+    kill, fault = None, None
+    if moment == "test":
+        iterations, delay = n, rng.random() * 0.5
+
+        def kill():
+            pids = actor_pids(run_dir)
+            if pids is None or iterations_done(run_dir) < iterations:
+                return None
+            time.sleep(delay)
+            os.kill(pids[who], signal.SIGKILL)
+            return pids[who]
+    else:
+        fault = f"{moment}:{n}@{who}"
+    run = run_killed(["agents/impala.py", "--config", cfg, "--runs_dir", runs, "--run_name", "k", "--no-progress-bar"],
+                     str(tmp_path), fault, kill)
+    plan = f"{fault or f'test kill of actor {who} after {n} iterations'}: {run.describe()}"
+    assert run.kill_to_exit_s < KILL_TO_EXIT_S, plan
+    assert run.returncode == 1, plan
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: actor {who} (pid {run.killed_pid}) died: exit code -9; saved "), plan
+    assert "Traceback" not in run.stderr, plan
+    assert run.left == [], f"processes left behind: {run.left}; {plan}"
+    saved = glob.glob(os.path.join(run_dir, "checkpoints", "crash__step*.cleanrl_model"))
+    assert len(saved) == 1 and last.endswith(saved[0]), plan
+    state, _ = load_policy(saved[0])
+    steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    assert state["global_step"] == (steps[-1] if steps else 0), plan  # the last completed update
+
+
+def actor_pids(run_dir: str):
+    try:
+        with open(os.path.join(run_dir, "actors.json")) as f:
+            return json.load(f)["actors"]
+    except (OSError, ValueError):
+        return None
+
+
+def iterations_done(run_dir: str) -> int:
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return sum(1 for ln in f if '"iteration"' in ln)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("moment", list(KILL_MOMENTS))
+def test_actor_killed_at_any_moment_stops_the_run_cleanly(tmp_path, moment, seed):
+    kill_actor_and_check(tmp_path, moment, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3, 13))
+@pytest.mark.parametrize("moment", list(KILL_MOMENTS))
+def test_soak_actor_kills(tmp_path, moment, seed):
+    kill_actor_and_check(tmp_path, moment, seed)
 
 
 def test_actor_exception_is_reported_in_one_line(tmp_path):

@@ -1,5 +1,5 @@
 """Fault injection: SIGKILL at random points (also mid-checkpoint-write and at a switch) then --resume, hostile and
-broken checkpoints, NaN losses, dead env workers, unwritable outputs.
+broken checkpoints, NaN losses, env workers killed during a step, a reset or a switch, unwritable outputs.
 
 The fast variants run in the default suite; `-m slow` runs the longer soak with more kills."""
 
@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_script
+from fault_runs import KILL_TO_EXIT_S, run_killed
 from continual.checkpoint import latest_checkpoint, load_checkpoint
 from continual.errors import UserError
 from continual.processes import alive as _alive
@@ -253,6 +254,48 @@ def test_dead_env_worker_ends_the_run_cleanly(tmp_path):
     assert glob.glob(os.path.join(run_dir, "checkpoints", "crash__step*.cleanrl_model"))
     time.sleep(1)
     assert not [p for p in map(int, workers + children) if _alive(p)], "processes left behind"
+
+
+# An env worker of PPO's async vector env SIGKILLed by a continual.faults test hook (in continual.envs.SwitchHandle,
+# inside the worker) at its n-th step, reset (the first one, or an autoreset inside a step) or switch: the trainer
+# exits within 30 s with one line naming the worker, a crash checkpoint that loads, and no process left.
+WORKER_KILLS = {"env_step": 300, "env_reset": 12, "env_switch": 3}  # point -> n drawn from 1..max
+
+
+def kill_worker_and_check(tmp_path, moment: str, seed: int) -> None:
+    rng = random.Random(f"{moment}-{seed}")
+    n, who = rng.randint(1, WORKER_KILLS[moment]), rng.randint(0, 1)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({**CURRICULUM, "vector_env": "async", "checkpoint_every": 0}))
+    runs = str(tmp_path / "runs")
+    fault = f"{moment}:{n}@{who}"
+    run = run_killed(["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "w",
+                      "--no-progress-bar"], str(tmp_path), fault)
+    plan = f"{fault}: {run.describe()}"
+    assert run.kill_to_exit_s < KILL_TO_EXIT_S, plan
+    assert run.returncode == 1, plan
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: environment worker died: env {who} (pid {run.killed_pid}) exited with code -9")
+    assert "; saved " in last and "Traceback" not in run.stderr, plan
+    assert run.left == [], f"processes left behind: {run.left}; {plan}"
+    crash = glob.glob(os.path.join(runs, "w", "checkpoints", "crash__step*.cleanrl_model"))
+    assert len(crash) == 1 and last.endswith(crash[0]), plan
+    steps = [r["global_step"] for r in read_metrics(os.path.join(runs, "w", "metrics.jsonl"))
+             if r["kind"] == "iteration"]
+    assert load_checkpoint(crash[0])["global_step"] == (steps[-1] if steps else 0), plan
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("moment", list(WORKER_KILLS))
+def test_env_worker_killed_during_step_reset_or_switch(tmp_path, moment, seed):
+    kill_worker_and_check(tmp_path, moment, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2, 8))
+@pytest.mark.parametrize("moment", list(WORKER_KILLS))
+def test_soak_env_worker_kills(tmp_path, moment, seed):
+    kill_worker_and_check(tmp_path, moment, seed)
 
 
 def test_unwritable_output_directory_is_reported_at_start(tmp_path):
