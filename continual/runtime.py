@@ -77,25 +77,37 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
 
 
 def build_factory(args: Args, curriculum: Curriculum, granularity: int) -> mf.ModificationFactory:
+    """The run's curriculum. `granularity` is the agent's rollout size: built-in factories ignore it (they decide
+    per step, one schedule for every agent); a curriculum with your own factory is asked once per rollout."""
     try:
         if curriculum.factory is None:
             total = args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS
-            return mf.make_factory("SequentialModificationFactory",
-                                   {"num_total_steps": total, "modifications": [args.modifs],
-                                    "switching_thresholds": []},
-                                   seed=args.seed, granularity=granularity)
-        return mf.make_factory(curriculum.factory, curriculum.kwargs, seed=args.seed, granularity=granularity)
+            return mf.make_run_factory("SequentialModificationFactory",
+                                       {"num_total_steps": total, "modifications": [args.modifs],
+                                        "switching_thresholds": []},
+                                       seed=args.seed, rollout_size=granularity)
+        return mf.make_run_factory(curriculum.factory, curriculum.kwargs, seed=args.seed, rollout_size=granularity)
     except mf.FactoryConfigError as e:
         raise UserError(str(e)) from None
 
 
 def resolve_total(args: Args, factory: mf.ModificationFactory, granularity: int) -> int:
+    """Steps to train: whole rollouts of `granularity` steps covering --total_timesteps (default: the whole
+    curriculum), the last rollout rounded up so that the curriculum's last switch is reached."""
     total = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
     if total > factory.total_timesteps:
         raise UserError(f"total_timesteps: {total} exceeds the curriculum length {factory.total_timesteps}")
-    if total < granularity:
-        raise UserError(f"total_timesteps: {total} is less than one rollout ({granularity} steps)")
-    return total
+    return -(-total // granularity) * granularity
+
+
+def rounding_note(args: Args, factory: mf.ModificationFactory, granularity: int, total: int) -> Optional[str]:
+    """The line saying how the steps to train were rounded to whole rollouts (None if nothing was rounded)."""
+    asked = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
+    if asked == total:
+        return None
+    what = "--total_timesteps" if args.total_timesteps is not None else "the curriculum's"
+    return (f"note: {what} {asked} steps rounded up to {total} = {total // granularity} rollouts of {granularity} "
+            f"steps (the last rollout runs {total - asked} steps past {asked}, in the regime of its start)")
 
 
 def check_modifications(args: Args, factory: mf.ModificationFactory, extra: Sequence[str] = ()) -> list[str]:
@@ -338,6 +350,9 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     if resume_state is not None:
         ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)
     print(f"run directory: {run_dir}")
+    note = rounding_note(args, factory, granularity, total)
+    if note:
+        print(note)
     return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
 
 
