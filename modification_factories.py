@@ -842,7 +842,11 @@ class CallReplayFactory(ModificationFactory):
         self._user_cls, self._spec = user_cls, spec
         self._user_kwargs, self._call = dict(kwargs), dict(call)
         self._answers: list[int] = []  # code of the answer to call k (at step k * granularity)
-        self._rng_states = (random.Random(self._seed).getstate(), np.random.RandomState(self._seed).get_state())
+        # Seeds may be 64-bit (Combined phases): MT19937 via SeedSequence takes any non-negative int.
+        self._rng_states = (
+            random.Random(self._seed).getstate(),
+            np.random.RandomState(np.random.MT19937(self._seed)).get_state(),
+        )
         self._instance = self._with_private_rng(lambda: user_cls(**self._call))
         if not callable(getattr(self._instance, "get_modification", None)):
             raise FactoryConfigError(f"{spec!r} has no get_modification(step) method", path=_path)
