@@ -1095,7 +1095,9 @@ def test_cli_prints_table(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     first_line = out.splitlines()[0]
-    assert "Combined" in first_line and "150" in first_line and "granularity 50" in first_line
+    # As training builds it: built-ins decide per step whatever num_envs * num_steps (50) is, and the preview says so.
+    assert "Combined" in first_line and "150" in first_line and "granularity 1," in first_line
+    assert out.splitlines()[1].startswith("rule: built-in factories decide per step")
     assert "seed 3" in first_line and "1 switches" in first_line
     assert "all_green_cars reverse_car_speed_top" in out
     assert "(none)" in out
@@ -1114,7 +1116,8 @@ def test_cli_readme_config_default_granularity(tmp_path: Path) -> None:
     path.write_text(json.dumps(README_CONFIG))
     result = run_cli(str(path))
     assert result.returncode == 0, result.stderr
-    assert "granularity 1024" in result.stdout and "seed 1" in result.stdout
+    assert "granularity 1," in result.stdout and "seed 1" in result.stdout
+    assert "the same under PPO and IMPALA" in result.stdout
     assert "disable_cars" in result.stdout
 
 
@@ -1150,10 +1153,11 @@ def test_preview_plain_text_without_rich(monkeypatch: pytest.MonkeyPatch, capsys
     mf._print_preview(f, "Sequential", max_rows=0)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "Sequential: total 10 steps, granularity 2, seed 0, 1 switches"
-    assert lines[1].split() == ["start", "end", "steps", "modification"]
-    assert lines[2].split() == ["0", "4", "4", "(none)"]
-    assert lines[3].split() == ["4", "10", "6", "a", "b"]
-    assert lines[4] == "possible modifications (2):"
+    assert lines[1] == mf.granularity_rule(f)
+    assert lines[2].split() == ["start", "end", "steps", "modification"]
+    assert lines[3].split() == ["0", "4", "4", "(none)"]
+    assert lines[4].split() == ["4", "10", "6", "a", "b"]
+    assert lines[5] == "possible modifications (2):"
 
 
 # --------------------------------------------------------------------------- #
@@ -1354,3 +1358,14 @@ def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, 
     assert _switches(runs / "full") == expected
     assert _switches(runs / "cut") == expected
     assert any(step > 320 for step, _ in expected) and any(step <= 320 for step, _ in expected)
+
+
+def test_cli_user_factory_preview_uses_the_rollout_size(seed_style_file: Path, tmp_path: Path) -> None:
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({"modification_factory": f"{seed_style_file}:SeedStyleFactory", "num_envs": 2,
+                                "num_steps": 16, "modification_factory_kwargs": {"num_total_steps": 320,
+                                                                                 "modifications": SEED_MODS}}))
+    result = run_cli(str(path))
+    assert result.returncode == 0, result.stderr
+    assert "granularity 32," in result.stdout
+    assert "rule: your factory is asked once per rollout, at steps 0, 32, 64, ..." in result.stdout
