@@ -420,19 +420,17 @@ def test_total_larger_than_the_curriculum_is_rejected(tmp_path, total):
     assert str(total) in str(info.value) and "4096" in str(info.value)
 
 
-def test_total_smaller_than_one_rollout_is_rejected(tmp_path):
+def test_total_smaller_than_one_rollout_trains_one_rollout(tmp_path):
     args, curriculum = cartpole_curriculum(tmp_path, "--total_timesteps", "100")
     factory = build_factory(args, curriculum, rollout(args))
-    with pytest.raises(UserError, match="total_timesteps.*rollout"):
-        resolve_total(args, factory, rollout(args))
+    assert resolve_total(args, factory, rollout(args)) == rollout(args)  # rounded up, said by a note line
 
 
-def test_curriculum_shorter_than_one_rollout_is_rejected(tmp_path):
+def test_curriculum_shorter_than_one_rollout_trains_one_rollout(tmp_path):
     kwargs = {"num_total_steps": 100, "modifications": [""], "switching_thresholds": []}
     args, curriculum = cartpole_curriculum(tmp_path, kwargs=kwargs)
     factory = build_factory(args, curriculum, rollout(args))
-    with pytest.raises(UserError, match="rollout"):
-        resolve_total(args, factory, rollout(args))
+    assert resolve_total(args, factory, rollout(args)) == rollout(args)
 
 
 def test_factory_config_errors_become_user_errors(tmp_path):
@@ -466,7 +464,7 @@ def test_no_config_and_no_total_uses_the_default_length():
     args, curriculum = parse_args(CARTPOLE + ["--modifs", "gravity=12"])
     factory = build_factory(args, curriculum, rollout(args))
     assert factory.total_timesteps == DEFAULT_TOTAL_TIMESTEPS
-    assert resolve_total(args, factory, rollout(args)) == DEFAULT_TOTAL_TIMESTEPS
+    assert resolve_total(args, factory, rollout(args)) == -(-DEFAULT_TOTAL_TIMESTEPS // 1024) * 1024  # whole rollouts
     assert factory.possible_modifications() == ["gravity=12"]
 
 
@@ -488,7 +486,7 @@ def test_check_modifications_on_shipped_cartpole_config():
     factory = build_factory(args, curriculum, rollout(args))
     regimes = check_modifications(args, factory, [args.modifs])
     assert set(regimes) == {"", "gravity=15.0", "length=0.8", "gravity=5.0 length=0.3"}
-    assert resolve_total(args, factory, rollout(args)) == 120000
+    assert resolve_total(args, factory, rollout(args)) == 120064  # 120,000 steps: 469 rollouts of 8 x 32
 
 
 def test_check_modifications_on_shipped_freeway_config():
