@@ -17,9 +17,9 @@ tokens such as ``"gravity=1 gravity=2"`` are both kept.
 
 Steps, decisions and granularity
 --------------------------------
-The training loop asks the factory once per rollout, i.e. every
-``granularity = num_envs * num_steps`` agent steps. Each factory takes a
-keyword-only ``granularity`` (default 1) and counts everything in *decisions*:
+The training loop asks the factory at the start of each rollout. Each factory
+takes a keyword-only ``granularity`` (default 1; training uses 1 for built-in
+curricula, see "Granularity in training") and counts everything in *decisions*:
 decision ``d`` covers the steps ``[d * granularity, (d + 1) * granularity)``.
 
 Quantisation rule (all factories): the string at step ``s`` is the factory's
@@ -88,6 +88,27 @@ Built-in factories (also registered under the short alias without the
     by phases ``0..j-1`` without this factory's own replay. Phase 0, or a phase
     whose pool is empty, never replays.
 
+Your own factory: the seed's contract
+-------------------------------------
+A plain class (no base class needed) with ``__init__(num_total_steps, **kwargs)`` and
+``get_modification(step) -> str``, registered with
+``modification_factory_mapping["MyFactory"] = MyFactory`` (the same dict as
+:data:`FACTORIES`) or named by import path, is run by :class:`CallReplayFactory`:
+it is asked once per decision, at steps ``0, g, 2g, ...`` in this order, and its
+answers are recorded, so it may keep state (count calls) and draw from the global
+``random`` / ``np.random`` (a private state seeded from the run's seed is swapped
+in around each call). A resumed run replays the calls from step 0 and so
+continues the same schedule. The same holds for a ``ModificationFactory``
+subclass that overrides ``get_modification`` instead of ``modification_at``.
+
+Granularity in training (:func:`make_run_factory`)
+---------------------------------------------------
+A curriculum of built-in factories is built with granularity 1: thresholds,
+phase lengths and ``num_repetitions`` count agent steps, so one config is one
+schedule under every agent and rollout size; the agent switches at the first
+rollout start at or after a switch. A curriculum containing your own factory is
+built with the agent's rollout size as granularity (asked once per rollout).
+
 Public API
 ----------
 ``normalize_modification``, ``FactoryConfigError``, ``ModificationFactory``
@@ -96,7 +117,9 @@ Public API
 ``load_state_dict``, ``config``; hooks ``modification_at``, ``make_rng``,
 ``decision_index``), the seven factories above (Combined also exposes
 ``phases``/``phase_starts``, EpsCombined ``replay_pools``), ``FACTORIES``,
-``register_factory``, ``get_factory_class``, ``make_factory`` and ``main``.
+``modification_factory_mapping``, ``register_factory``, ``get_factory_class``,
+``make_factory``, ``CallReplayFactory``, ``make_run_factory``, ``uses_user_code``,
+``granularity_rule`` and ``main``.
 
 ``possible_modifications()`` is the support: every string emitted with
 probability > 0 over seeds (entries with probability 0, entries/phases that
@@ -166,6 +189,12 @@ import numpy as np
 
 __all__ = [
     "FACTORIES",
+    "CallReplayFactory",
+    "SCHEDULE_GRANULARITY",
+    "granularity_rule",
+    "make_run_factory",
+    "modification_factory_mapping",
+    "uses_user_code",
     "AllCombinationsRandomModificationFactory",
     "CombinedModificationFactory",
     "EpsCombinedModificationFactory",
@@ -872,9 +901,17 @@ class CallReplayFactory(ModificationFactory):
         k = step // self._granularity
         while len(self._answers) <= k:
             at = len(self._answers) * self._granularity
-            answer = self._with_private_rng(lambda: self._instance.get_modification(at))
-            if not isinstance(answer, (str, list, tuple)):
-                raise TypeError(f"{self._spec}.get_modification({at}) returned {_fmt_typed(answer)}, expected a str")
+            try:
+                answer = self._with_private_rng(lambda: self._instance.get_modification(at))
+            except Exception as exc:  # user code: a one-line config error, not a traceback
+                raise FactoryConfigError(
+                    f"{self._spec}.get_modification({at}) raised {type(exc).__name__}: {exc}", path=self._path
+                ) from exc
+            if not isinstance(answer, str):
+                raise FactoryConfigError(
+                    f"{self._spec}.get_modification({at}) returned {_fmt_typed(answer)}, expected a str",
+                    path=self._path,
+                )
             self._answers.append(self._intern(normalize_modification(answer)))
         return self._vocab[self._answers[k]]
 

@@ -113,7 +113,10 @@ def rounding_note(args: Args, factory: mf.ModificationFactory, granularity: int,
 def check_modifications(args: Args, factory: mf.ModificationFactory, extra: Sequence[str] = ()) -> list[str]:
     """Every string the curriculum can emit, validated against the game before any env exists."""
     validate_env_id(args.backend, args.env_id)
-    regimes = factory.possible_modifications()
+    try:
+        regimes = factory.possible_modifications()
+    except mf.FactoryConfigError as e:  # a seed-style factory's get_modification failed or returned a non-string
+        raise UserError(str(e)) from None
     for s in list(regimes) + list(extra):
         validate_modification(args.backend, args.env_id, s)
     return regimes

@@ -1369,3 +1369,28 @@ def test_cli_user_factory_preview_uses_the_rollout_size(seed_style_file: Path, t
     assert result.returncode == 0, result.stderr
     assert "granularity 32," in result.stdout
     assert "rule: your factory is asked once per rollout, at steps 0, 32, 64, ..." in result.stdout
+
+
+def test_seed_style_failures_are_one_line_config_errors() -> None:
+    class Raises:
+        def __init__(self, num_total_steps):
+            self.num_total_steps = num_total_steps
+
+        def get_modification(self, step):
+            if step >= 4:
+                raise KeyError("boom")
+            return ""
+
+    class ReturnsInt(Raises):
+        def get_modification(self, step):
+            return 3
+
+    f = make_factory(Raises, {"num_total_steps": 8}, granularity=2)
+    assert f.get_modification(2) == ""
+    with pytest.raises(FactoryConfigError, match=r"^modification_factory_kwargs: .*Raises\.get_modification\(4\) "
+                                                 r"raised KeyError: 'boom'$"):
+        f.possible_modifications()
+    with pytest.raises(FactoryConfigError, match=r"get_modification\(0\) returned 3 \(int\), expected a str"):
+        make_factory(ReturnsInt, {"num_total_steps": 8}).get_modification(0)
+    with pytest.raises(FactoryConfigError, match=r"num_total_steps: missing"):
+        make_factory(Raises, {})
