@@ -76,17 +76,20 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
     return args, Curriculum(**state["curriculum"]), state
 
 
-def build_factory(args: Args, curriculum: Curriculum, granularity: int) -> mf.ModificationFactory:
+def build_factory(args: Args, curriculum: Curriculum, granularity: int,
+                  saved_granularity: Optional[int] = None) -> mf.ModificationFactory:
     """The run's curriculum. `granularity` is the agent's rollout size: built-in factories ignore it (they decide
-    per step, one schedule for every agent); a curriculum with your own factory is asked once per rollout."""
+    per step, one schedule for every agent); a curriculum with your own factory is asked once per rollout.
+    `saved_granularity` (resume): the granularity the run was started with, kept so that it continues its schedule
+    (checkpoints written before built-in curricula were per step hold the rollout size)."""
+    name, kwargs = curriculum.factory, curriculum.kwargs
+    if name is None:
+        name, kwargs = "SequentialModificationFactory", {"num_total_steps": args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS,
+                                                         "modifications": [args.modifs], "switching_thresholds": []}
     try:
-        if curriculum.factory is None:
-            total = args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS
-            return mf.make_run_factory("SequentialModificationFactory",
-                                       {"num_total_steps": total, "modifications": [args.modifs],
-                                        "switching_thresholds": []},
-                                       seed=args.seed, rollout_size=granularity)
-        return mf.make_run_factory(curriculum.factory, curriculum.kwargs, seed=args.seed, rollout_size=granularity)
+        if saved_granularity is not None:
+            return mf.make_factory(name, kwargs, seed=args.seed, granularity=saved_granularity)
+        return mf.make_run_factory(name, kwargs, seed=args.seed, rollout_size=granularity)
     except mf.FactoryConfigError as e:
         raise UserError(str(e)) from None
 
@@ -319,7 +322,10 @@ class RunSession:
 def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
               ) -> RunSession:
     """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
-    factory = build_factory(args, curriculum, granularity)
+    saved = resume_state.get("factory_state") if resume_state is not None else None
+    saved_granularity = saved.get("granularity") if isinstance(saved, dict) else None
+    factory = build_factory(args, curriculum, granularity,
+                            saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
     if args.capture_video:

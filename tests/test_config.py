@@ -680,3 +680,16 @@ def test_ppo_and_impala_runs_switch_at_the_same_steps(tmp_path):
     factory = mf.make_factory("Random", RANDOM_STEPS, seed=2)
     expected = [(s, m) for s, _, m in factory.schedule()[1:]]
     assert switches["PPO"] == switches["IMPALA"] == expected and len(expected) >= 2
+
+
+def test_resume_keeps_the_granularity_the_run_started_with(tmp_path):
+    """A checkpoint from before built-in curricula were per step holds the rollout size: the resumed run rebuilds
+    that factory (same schedule), and its state dict matches the checkpoint's."""
+    args, curriculum = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium",
+                                             "modification_factory": "RandomModificationFactory",
+                                             "modification_factory_kwargs": RANDOM_STEPS})
+    old = mf.make_factory("RandomModificationFactory", RANDOM_STEPS, seed=args.seed, granularity=64)
+    resumed = build_factory(args, curriculum, 64, saved_granularity=old.granularity)
+    resumed.load_state_dict(old.state_dict())
+    assert resumed.schedule() == old.schedule()
+    assert build_factory(args, curriculum, 64).granularity == 1
