@@ -84,8 +84,9 @@ def build_factory(args: Args, curriculum: Curriculum, granularity: int,
     (checkpoints written before built-in curricula were per step hold the rollout size)."""
     name, kwargs = curriculum.factory, curriculum.kwargs
     if name is None:
-        name, kwargs = "SequentialModificationFactory", {"num_total_steps": args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS,
-                                                         "modifications": [args.modifs], "switching_thresholds": []}
+        name = "SequentialModificationFactory"
+        kwargs = {"num_total_steps": args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS, "modifications": [args.modifs],
+                  "switching_thresholds": []}
     try:
         if saved_granularity is not None:
             return mf.make_factory(name, kwargs, seed=args.seed, granularity=saved_granularity)
