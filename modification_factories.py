@@ -744,7 +744,9 @@ def _import_factory(spec: str, path: str) -> type[ModificationFactory]:
 
 def _is_factory_class(obj: Any) -> bool:
     """A ModificationFactory subclass, or a seed-style plain class with a ``get_modification`` method."""
-    return isinstance(obj, type) and (issubclass(obj, ModificationFactory) or callable(getattr(obj, "get_modification", None)))
+    if not isinstance(obj, type):
+        return False
+    return issubclass(obj, ModificationFactory) or callable(getattr(obj, "get_modification", None))
 
 
 def _is_seed_style(cls: type) -> bool:
@@ -866,7 +868,9 @@ class CallReplayFactory(ModificationFactory):
         _path: str = DEFAULT_PATH,
     ) -> None:
         if "num_total_steps" not in kwargs:
-            raise FactoryConfigError(f"missing required argument for {user_cls.__name__}", path=f"{_path}.num_total_steps")
+            raise FactoryConfigError(
+                f"missing required argument for {user_cls.__name__}", path=f"{_path}.num_total_steps"
+            )
         super().__init__(kwargs["num_total_steps"], seed=seed, granularity=granularity, _path=_path)
         self._user_cls, self._spec = user_cls, spec
         self._user_kwargs, self._call = dict(kwargs), dict(call)
@@ -916,7 +920,10 @@ class CallReplayFactory(ModificationFactory):
         return self._vocab[self._answers[k]]
 
     def __repr__(self) -> str:
-        return f"CallReplayFactory({self._spec}, total_timesteps={self._total}, seed={self._seed}, granularity={self._granularity})"
+        return (
+            f"CallReplayFactory({self._spec}, total_timesteps={self._total}, seed={self._seed}, "
+            f"granularity={self._granularity})"
+        )
 
 
 # --------------------------------------------------------------------------- #
