@@ -17,9 +17,9 @@ tokens such as ``"gravity=1 gravity=2"`` are both kept.
 
 Steps, decisions and granularity
 --------------------------------
-The training loop asks the factory once per rollout, i.e. every
-``granularity = num_envs * num_steps`` agent steps. Each factory takes a
-keyword-only ``granularity`` (default 1) and counts everything in *decisions*:
+The training loop asks the factory at the start of each rollout. Each factory
+takes a keyword-only ``granularity`` (default 1; training uses 1 for built-in
+curricula, see "Granularity in training") and counts everything in *decisions*:
 decision ``d`` covers the steps ``[d * granularity, (d + 1) * granularity)``.
 
 Quantisation rule (all factories): the string at step ``s`` is the factory's
@@ -88,6 +88,27 @@ Built-in factories (also registered under the short alias without the
     by phases ``0..j-1`` without this factory's own replay. Phase 0, or a phase
     whose pool is empty, never replays.
 
+Your own factory: the seed's contract
+-------------------------------------
+A plain class (no base class needed) with ``__init__(num_total_steps, **kwargs)`` and
+``get_modification(step) -> str``, registered with
+``modification_factory_mapping["MyFactory"] = MyFactory`` (the same dict as
+:data:`FACTORIES`) or named by import path, is run by :class:`CallReplayFactory`:
+it is asked once per decision, at steps ``0, g, 2g, ...`` in this order, and its
+answers are recorded, so it may keep state (count calls) and draw from the global
+``random`` / ``np.random`` (a private state seeded from the run's seed is swapped
+in around each call). A resumed run replays the calls from step 0 and so
+continues the same schedule. The same holds for a ``ModificationFactory``
+subclass that overrides ``get_modification`` instead of ``modification_at``.
+
+Granularity in training (:func:`make_run_factory`)
+---------------------------------------------------
+A curriculum of built-in factories is built with granularity 1: thresholds,
+phase lengths and ``num_repetitions`` count agent steps, so one config is one
+schedule under every agent and rollout size; the agent switches at the first
+rollout start at or after a switch. A curriculum containing your own factory is
+built with the agent's rollout size as granularity (asked once per rollout).
+
 Public API
 ----------
 ``normalize_modification``, ``FactoryConfigError``, ``ModificationFactory``
@@ -96,7 +117,9 @@ Public API
 ``load_state_dict``, ``config``; hooks ``modification_at``, ``make_rng``,
 ``decision_index``), the seven factories above (Combined also exposes
 ``phases``/``phase_starts``, EpsCombined ``replay_pools``), ``FACTORIES``,
-``register_factory``, ``get_factory_class``, ``make_factory`` and ``main``.
+``modification_factory_mapping``, ``register_factory``, ``get_factory_class``,
+``make_factory``, ``CallReplayFactory``, ``make_run_factory``, ``uses_user_code``,
+``granularity_rule`` and ``main``.
 
 ``possible_modifications()`` is the support: every string emitted with
 probability > 0 over seeds (entries with probability 0, entries/phases that
@@ -155,6 +178,7 @@ import itertools
 import json
 import math
 import os
+import random
 import sys
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -165,6 +189,12 @@ import numpy as np
 
 __all__ = [
     "FACTORIES",
+    "CallReplayFactory",
+    "SCHEDULE_GRANULARITY",
+    "granularity_rule",
+    "make_run_factory",
+    "modification_factory_mapping",
+    "uses_user_code",
     "AllCombinationsRandomModificationFactory",
     "CombinedModificationFactory",
     "EpsCombinedModificationFactory",
@@ -477,13 +507,15 @@ class ModificationFactory(ABC):
         return f"{cls.__module__}:{cls.__qualname__}"
 
     # ----- user hooks -------------------------------------------------------
-    @abstractmethod
     def modification_at(self, step: int) -> str:
         """The rule evaluated at local ``step`` (a decision start in the caller's grid).
 
         No range check and no quantisation; must be pure. ``step // granularity``
-        is the decision index to key randomness on.
+        is the decision index to key randomness on. (A subclass that overrides
+        ``get_modification`` instead, as the seed's contract has it, is run by
+        :func:`make_factory` through :class:`CallReplayFactory`.)
         """
+        raise NotImplementedError(f"{type(self).__name__} implements neither modification_at nor get_modification")
 
     def decision_index(self, step: int) -> int:
         return step // self._granularity
@@ -624,7 +656,10 @@ def _diff(loaded: Any, current: Any, path: str, out: list[str]) -> None:
 # --------------------------------------------------------------------------- #
 # Registry
 # --------------------------------------------------------------------------- #
-FACTORIES: dict[str, type[ModificationFactory]] = {}
+FACTORIES: dict[str, type] = {}
+# The seed's name for the registry (the same dict): ``modification_factory_mapping["MyFactory"] = MyFactory``
+# registers a plain class with ``__init__(num_total_steps, **kwargs)`` and ``get_modification(step) -> str``.
+modification_factory_mapping = FACTORIES
 
 F = TypeVar("F", bound=type[ModificationFactory])
 
@@ -698,9 +733,30 @@ def _import_factory(spec: str, path: str) -> type[ModificationFactory]:
         raise
     except Exception as exc:  # any import-time failure is a config problem for the user
         raise FactoryConfigError(f"cannot import {spec!r}: {type(exc).__name__}: {exc}", path=path) from exc
-    if not (isinstance(obj, type) and issubclass(obj, ModificationFactory)):
-        raise FactoryConfigError(f"{spec!r} is not a ModificationFactory subclass, got {_fmt(obj)}", path=path)
+    if not _is_factory_class(obj):
+        raise FactoryConfigError(
+            f"{spec!r} is neither a ModificationFactory subclass nor a class with get_modification(step), "
+            f"got {_fmt(obj)}",
+            path=path,
+        )
     return obj
+
+
+def _is_factory_class(obj: Any) -> bool:
+    """A ModificationFactory subclass, or a seed-style plain class with a ``get_modification`` method."""
+    if not isinstance(obj, type):
+        return False
+    return issubclass(obj, ModificationFactory) or callable(getattr(obj, "get_modification", None))
+
+
+def _is_seed_style(cls: type) -> bool:
+    """Run through :class:`CallReplayFactory`: a plain class, or a subclass overriding only ``get_modification``."""
+    if not issubclass(cls, ModificationFactory):
+        return True
+    return (
+        cls.get_modification is not ModificationFactory.get_modification
+        and cls.modification_at is ModificationFactory.modification_at
+    )
 
 
 def get_factory_class(name: str, *, path: str = "modification_factory") -> type[ModificationFactory]:
@@ -709,6 +765,12 @@ def get_factory_class(name: str, *, path: str = "modification_factory") -> type[
         raise FactoryConfigError(f"must be a factory name string, got {_fmt_typed(name)}", path=path)
     cls = FACTORIES.get(name)
     if cls is not None:
+        if not _is_factory_class(cls):
+            raise FactoryConfigError(
+                f"modification_factory_mapping[{name!r}] is neither a ModificationFactory subclass nor a class "
+                f"with get_modification(step), got {_fmt(cls)}",
+                path=path,
+            )
         return cls
     if ":" in name:
         return _import_factory(name, path)
@@ -727,11 +789,16 @@ def make_factory(
 ) -> ModificationFactory:
     """Validate ``kwargs`` against the factory's signature and construct it."""
     if isinstance(name, type):
-        if not issubclass(name, ModificationFactory):
-            raise FactoryConfigError(f"{name!r} is not a ModificationFactory subclass", path=name_path)
+        if not _is_factory_class(name):
+            raise FactoryConfigError(
+                f"{name!r} is neither a ModificationFactory subclass nor a class with get_modification(step)",
+                path=name_path,
+            )
         cls = name
+        spec = FACTORIES.get(name.__name__) is name and name.__name__ or f"{name.__module__}:{name.__qualname__}"
     else:
         cls = get_factory_class(name, path=name_path)
+        spec = name
     if not isinstance(kwargs, dict):
         raise FactoryConfigError(f"must be a dict of keyword arguments, got {_fmt_typed(kwargs)}", path=path)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -758,15 +825,105 @@ def make_factory(
             raise FactoryConfigError(f"missing required argument for {cls.__name__}", path=f"{path}.{field}")
     extra: dict[str, Any] = {"seed": seed, "granularity": granularity, "_path": path}
     call = dict(kwargs)
+    seed_style = _is_seed_style(cls)
     for key, value in extra.items():
-        if key in named or accepts_any:
+        # A seed-style class gets seed/granularity only if it names them (its **kwargs are its own).
+        if key in named or (accepts_any and not seed_style):
             call[key] = value
     try:
+        if seed_style:
+            return CallReplayFactory(cls, spec, kwargs, call, seed=seed, granularity=granularity, _path=path)
         return cls(**call)
     except FactoryConfigError:
         raise
     except (TypeError, ValueError) as exc:  # user constructors: still report a one-line config error
         raise FactoryConfigError(f"{type(exc).__name__}: {exc}", path=path) from exc
+
+
+# --------------------------------------------------------------------------- #
+# Seed-style factories: a plain class with get_modification(step), run by call replay
+# --------------------------------------------------------------------------- #
+class CallReplayFactory(ModificationFactory):
+    """Runs a seed-style factory (``__init__(num_total_steps, **kwargs)``, ``get_modification(step) -> str``,
+    possibly stateful, possibly drawing from the global ``random`` / ``np.random``).
+
+    The wrapped object is asked exactly as the training loop asks: once per decision, at the steps
+    ``0, granularity, 2 * granularity, ...`` in this order, and the answers are recorded. A step is answered
+    from the record, so any call order gives the answers of that in-order sequence; a resumed run builds a
+    fresh object and replays the calls from step 0, so it continues the same schedule. Global-RNG draws in
+    the user's code use a private ``random`` / ``np.random`` state seeded from the run's seed (the caller's
+    global state is saved and restored around every call), so a schedule depends only on (kwargs, seed,
+    granularity). What does not hold: other hidden inputs (time, files, torch's RNG) are not replayed.
+    """
+
+    def __init__(
+        self,
+        user_cls: type,
+        spec: str,
+        kwargs: dict[str, Any],
+        call: dict[str, Any],
+        *,
+        seed: int = 0,
+        granularity: int = 1,
+        _path: str = DEFAULT_PATH,
+    ) -> None:
+        if "num_total_steps" not in kwargs:
+            raise FactoryConfigError(
+                f"missing required argument for {user_cls.__name__}", path=f"{_path}.num_total_steps"
+            )
+        super().__init__(kwargs["num_total_steps"], seed=seed, granularity=granularity, _path=_path)
+        self._user_cls, self._spec = user_cls, spec
+        self._user_kwargs, self._call = dict(kwargs), dict(call)
+        self._answers: list[int] = []  # code of the answer to call k (at step k * granularity)
+        # Seeds may be 64-bit (Combined phases): MT19937 via SeedSequence takes any non-negative int.
+        self._rng_states = (
+            random.Random(self._seed).getstate(),
+            np.random.RandomState(np.random.MT19937(self._seed)).get_state(),
+        )
+        self._instance = self._with_private_rng(lambda: user_cls(**self._call))
+        if not callable(getattr(self._instance, "get_modification", None)):
+            raise FactoryConfigError(f"{spec!r} has no get_modification(step) method", path=_path)
+
+    def _with_private_rng(self, fn: Callable[[], Any]) -> Any:
+        saved = (random.getstate(), np.random.get_state())
+        random.setstate(self._rng_states[0])
+        np.random.set_state(self._rng_states[1])
+        try:
+            return fn()
+        finally:
+            self._rng_states = (random.getstate(), np.random.get_state())
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+
+    def factory_name(self) -> str:  # type: ignore[override]
+        return self._spec
+
+    def config(self) -> dict[str, Any]:
+        return _plain(self._user_kwargs)
+
+    def modification_at(self, step: int) -> str:
+        k = step // self._granularity
+        while len(self._answers) <= k:
+            at = len(self._answers) * self._granularity
+            try:
+                answer = self._with_private_rng(lambda: self._instance.get_modification(at))
+            except Exception as exc:  # user code: a one-line config error, not a traceback
+                raise FactoryConfigError(
+                    f"{self._spec}.get_modification({at}) raised {type(exc).__name__}: {exc}", path=self._path
+                ) from exc
+            if not isinstance(answer, str):
+                raise FactoryConfigError(
+                    f"{self._spec}.get_modification({at}) returned {_fmt_typed(answer)}, expected a str",
+                    path=self._path,
+                )
+            self._answers.append(self._intern(normalize_modification(answer)))
+        return self._vocab[self._answers[k]]
+
+    def __repr__(self) -> str:
+        return (
+            f"CallReplayFactory({self._spec}, total_timesteps={self._total}, seed={self._seed}, "
+            f"granularity={self._granularity})"
+        )
 
 
 # --------------------------------------------------------------------------- #
@@ -1244,6 +1401,41 @@ class EpsCombinedModificationFactory(CombinedModificationFactory):
 
 
 # --------------------------------------------------------------------------- #
+# The factory a training run uses
+# --------------------------------------------------------------------------- #
+SCHEDULE_GRANULARITY = 1  # built-in factories decide per step, whatever the agent's rollout size
+
+
+def uses_user_code(factory: ModificationFactory) -> bool:
+    """True if any (sub-)factory is not a built-in."""
+    if not isinstance(factory, _BuiltinFactory):
+        return True
+    return any(uses_user_code(phase) for phase in getattr(factory, "_phases", ()))
+
+
+def make_run_factory(name: str, kwargs: dict[str, Any], *, seed: int, rollout_size: int) -> ModificationFactory:
+    """The factory training uses. Built-in factories get granularity 1: thresholds, phase lengths and
+    ``num_repetitions`` count agent steps, so one config is one schedule under every agent (PPO, IMPALA, any
+    rollout size); the agent switches at the first rollout start at or after a switch of that schedule.
+    A curriculum with your own factory in it is asked once per rollout instead (granularity ``rollout_size``),
+    which is how a seed-style ``get_modification`` is called during training."""
+    factory = make_factory(name, kwargs, seed=seed, granularity=SCHEDULE_GRANULARITY)
+    if uses_user_code(factory) and rollout_size != SCHEDULE_GRANULARITY:
+        factory = make_factory(name, kwargs, seed=seed, granularity=_check_int(rollout_size, "rollout_size", minimum=1))
+    return factory
+
+
+def granularity_rule(factory: ModificationFactory) -> str:
+    """One line saying how training samples this factory's schedule."""
+    if uses_user_code(factory):
+        return (f"rule: your factory is asked once per rollout, at steps 0, {factory.granularity}, "
+                f"{2 * factory.granularity}, ... (granularity = the agent's rollout size)")
+    return ("rule: built-in factories decide per step (num_repetitions, thresholds and phases count agent steps), "
+            "so this schedule is the same under PPO and IMPALA; training switches at the first rollout start "
+            "at or after each switch")
+
+
+# --------------------------------------------------------------------------- #
 # Preview CLI
 # --------------------------------------------------------------------------- #
 def _factory_from_config(
@@ -1258,16 +1450,17 @@ def _factory_from_config(
     if seed is None:
         seed = config.get("seed", 1)
     seed = _check_int(seed, "seed", minimum=0)
-    if granularity is None:
-        if "num_envs" in config and "num_steps" in config:
-            granularity = _check_int(config["num_envs"], "num_envs", minimum=1) * _check_int(
-                config["num_steps"], "num_steps", minimum=1
-            )
-        else:
-            granularity = DEFAULT_GRANULARITY
-    granularity = _check_int(granularity, "granularity", minimum=1)
-    factory = make_factory(name, kwargs, seed=seed, granularity=granularity)
-    return factory, str(name)
+    if granularity is not None:
+        granularity = _check_int(granularity, "granularity", minimum=1)
+        return make_factory(name, kwargs, seed=seed, granularity=granularity), str(name)
+    # As training builds it (make_run_factory); the rollout size only matters for your own factories.
+    if "num_envs" in config and "num_steps" in config:
+        rollout = _check_int(config["num_envs"], "num_envs", minimum=1) * _check_int(
+            config["num_steps"], "num_steps", minimum=1
+        )
+    else:
+        rollout = DEFAULT_GRANULARITY
+    return make_run_factory(name, kwargs, seed=seed, rollout_size=rollout), str(name)
 
 
 def _print_preview(factory: ModificationFactory, name: str, max_rows: int) -> None:
@@ -1294,6 +1487,7 @@ def _print_preview(factory: ModificationFactory, name: str, max_rows: int) -> No
         # Wide enough that long modification strings are never wrapped when piped.
         console = Console(width=None if sys.stdout.isatty() else widest + 60, highlight=False)
         console.print(header, markup=False)
+        console.print(granularity_rule(factory), markup=False, soft_wrap=True)
         table = Table()
         for column in ("start", "end", "steps"):
             table.add_column(column, justify="right")
@@ -1308,6 +1502,7 @@ def _print_preview(factory: ModificationFactory, name: str, max_rows: int) -> No
             console.print(f"  {p or '(none)'}", markup=False)
         return
     print(header)
+    print(granularity_rule(factory))
     titles = ("start", "end", "steps", "modification")
     widths = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
     print("  ".join(t.rjust(w) if i < 3 else t for i, (t, w) in enumerate(zip(titles, widths))))

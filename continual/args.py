@@ -231,7 +231,7 @@ class Args:
 
     # --- filled at run time ------------------------------------------------------------------------------------------
     def rollout_size(self) -> int:
-        """PPO: agent steps per rollout (num_envs x num_steps), the curriculum's granularity."""
+        """PPO: agent steps per rollout (num_envs x num_steps); the curriculum is asked at each rollout start."""
         return self.num_envs * self.num_steps
 
     def minibatch_size(self) -> int:

@@ -1,4 +1,5 @@
-"""Configuration: `Args` defaults < run_config.json < flags given on the command line.
+"""Configuration: `Args` defaults < run_config.json < flags given on the command line (a flag that overrides a config
+key prints one `note: --flag X overrides run_config.json's Y` line).
 
 `parse_args()` returns the resolved `Args` and the curriculum spec. Every problem is a one-line `UserError` naming the
 field, raised before any environment is created.
@@ -307,7 +308,23 @@ def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] 
         defaults = dataclasses.replace(defaults, **fields)
     args = cli(Args, argv, default=defaults, description=description)
     validate_args(args)
+    if config_path is not None:
+        for note in override_notes(args, fields, os.path.basename(config_path)):
+            print(note)
     return args, curriculum
+
+
+def override_notes(args: Args, config_fields: dict, config_name: str) -> list[str]:
+    """One line per config key that a command-line flag overrode with a different value (flags win, unlike the
+    seed document's rule, so the user is told)."""
+    notes = []
+    for key, config_value in config_fields.items():
+        value = getattr(args, key)
+        if value == config_value:
+            continue
+        shown = value if isinstance(value, str) else json.dumps(value)
+        notes.append(f"note: --{key} {shown} overrides {config_name}'s {json.dumps(config_value)}")
+    return notes
 
 
 def args_to_dict(args: Any) -> dict:

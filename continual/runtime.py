@@ -76,32 +76,51 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
     return args, Curriculum(**state["curriculum"]), state
 
 
-def build_factory(args: Args, curriculum: Curriculum, granularity: int) -> mf.ModificationFactory:
+def build_factory(args: Args, curriculum: Curriculum, granularity: int,
+                  saved_granularity: Optional[int] = None) -> mf.ModificationFactory:
+    """The run's curriculum. `granularity` is the agent's rollout size: built-in factories ignore it (they decide
+    per step, one schedule for every agent); a curriculum with your own factory is asked once per rollout.
+    `saved_granularity` (resume): the granularity the run was started with, kept so that it continues its schedule
+    (checkpoints written before built-in curricula were per step hold the rollout size)."""
+    name, kwargs = curriculum.factory, curriculum.kwargs
+    if name is None:
+        name = "SequentialModificationFactory"
+        kwargs = {"num_total_steps": args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS, "modifications": [args.modifs],
+                  "switching_thresholds": []}
     try:
-        if curriculum.factory is None:
-            total = args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS
-            return mf.make_factory("SequentialModificationFactory",
-                                   {"num_total_steps": total, "modifications": [args.modifs],
-                                    "switching_thresholds": []},
-                                   seed=args.seed, granularity=granularity)
-        return mf.make_factory(curriculum.factory, curriculum.kwargs, seed=args.seed, granularity=granularity)
+        if saved_granularity is not None:
+            return mf.make_factory(name, kwargs, seed=args.seed, granularity=saved_granularity)
+        return mf.make_run_factory(name, kwargs, seed=args.seed, rollout_size=granularity)
     except mf.FactoryConfigError as e:
         raise UserError(str(e)) from None
 
 
 def resolve_total(args: Args, factory: mf.ModificationFactory, granularity: int) -> int:
+    """Steps to train: whole rollouts of `granularity` steps covering --total_timesteps (default: the whole
+    curriculum), the last rollout rounded up so that the curriculum's last switch is reached."""
     total = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
     if total > factory.total_timesteps:
         raise UserError(f"total_timesteps: {total} exceeds the curriculum length {factory.total_timesteps}")
-    if total < granularity:
-        raise UserError(f"total_timesteps: {total} is less than one rollout ({granularity} steps)")
-    return total
+    return -(-total // granularity) * granularity
+
+
+def rounding_note(args: Args, factory: mf.ModificationFactory, granularity: int, total: int) -> Optional[str]:
+    """The line saying how the steps to train were rounded to whole rollouts (None if nothing was rounded)."""
+    asked = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
+    if asked == total:
+        return None
+    what = "--total_timesteps" if args.total_timesteps is not None else "the curriculum's"
+    return (f"note: {what} {asked} steps rounded up to {total} = {total // granularity} rollouts of {granularity} "
+            f"steps (the last rollout runs {total - asked} steps past {asked}, in the regime of its start)")
 
 
 def check_modifications(args: Args, factory: mf.ModificationFactory, extra: Sequence[str] = ()) -> list[str]:
     """Every string the curriculum can emit, validated against the game before any env exists."""
     validate_env_id(args.backend, args.env_id)
-    regimes = factory.possible_modifications()
+    try:
+        regimes = factory.possible_modifications()
+    except mf.FactoryConfigError as e:  # a seed-style factory's get_modification failed or returned a non-string
+        raise UserError(str(e)) from None
     for s in list(regimes) + list(extra):
         validate_modification(args.backend, args.env_id, s)
     return regimes
@@ -346,7 +365,10 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
         args.exp_name = args.architecture.lower()
     if args.obs_mode == "ori" and args.backend != "Gymnasium":
         raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
-    factory = build_factory(args, curriculum, granularity)
+    saved = resume_state.get("factory_state") if resume_state is not None else None
+    saved_granularity = saved.get("granularity") if isinstance(saved, dict) else None
+    factory = build_factory(args, curriculum, granularity,
+                            saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
     # action spaces: validate_args (continual.backends.validate_action_space) has checked them
@@ -401,6 +423,9 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     if resume_state is not None:
         ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)
     print(f"run directory: {run_dir}")
+    note = rounding_note(args, factory, granularity, total)
+    if note:
+        print(note)
     return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
 
 

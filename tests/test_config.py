@@ -420,19 +420,17 @@ def test_total_larger_than_the_curriculum_is_rejected(tmp_path, total):
     assert str(total) in str(info.value) and "4096" in str(info.value)
 
 
-def test_total_smaller_than_one_rollout_is_rejected(tmp_path):
+def test_total_smaller_than_one_rollout_trains_one_rollout(tmp_path):
     args, curriculum = cartpole_curriculum(tmp_path, "--total_timesteps", "100")
     factory = build_factory(args, curriculum, rollout(args))
-    with pytest.raises(UserError, match="total_timesteps.*rollout"):
-        resolve_total(args, factory, rollout(args))
+    assert resolve_total(args, factory, rollout(args)) == rollout(args)  # rounded up, said by a note line
 
 
-def test_curriculum_shorter_than_one_rollout_is_rejected(tmp_path):
+def test_curriculum_shorter_than_one_rollout_trains_one_rollout(tmp_path):
     kwargs = {"num_total_steps": 100, "modifications": [""], "switching_thresholds": []}
     args, curriculum = cartpole_curriculum(tmp_path, kwargs=kwargs)
     factory = build_factory(args, curriculum, rollout(args))
-    with pytest.raises(UserError, match="rollout"):
-        resolve_total(args, factory, rollout(args))
+    assert resolve_total(args, factory, rollout(args)) == rollout(args)
 
 
 def test_factory_config_errors_become_user_errors(tmp_path):
@@ -466,7 +464,7 @@ def test_no_config_and_no_total_uses_the_default_length():
     args, curriculum = parse_args(CARTPOLE + ["--modifs", "gravity=12"])
     factory = build_factory(args, curriculum, rollout(args))
     assert factory.total_timesteps == DEFAULT_TOTAL_TIMESTEPS
-    assert resolve_total(args, factory, rollout(args)) == DEFAULT_TOTAL_TIMESTEPS
+    assert resolve_total(args, factory, rollout(args)) == -(-DEFAULT_TOTAL_TIMESTEPS // 1024) * 1024  # whole rollouts
     assert factory.possible_modifications() == ["gravity=12"]
 
 
@@ -488,7 +486,7 @@ def test_check_modifications_on_shipped_cartpole_config():
     factory = build_factory(args, curriculum, rollout(args))
     regimes = check_modifications(args, factory, [args.modifs])
     assert set(regimes) == {"", "gravity=15.0", "length=0.8", "gravity=5.0 length=0.3"}
-    assert resolve_total(args, factory, rollout(args)) == 120000
+    assert resolve_total(args, factory, rollout(args)) == 120064  # 120,000 steps: 469 rollouts of 8 x 32
 
 
 def test_check_modifications_on_shipped_freeway_config():
@@ -539,3 +537,159 @@ def test_hackatari_needs_a_full_ale_id():
         parse_args(["--env_id", "Freeway"])
     args, _ = parse_args(["--env_id", "Freeway", "--backend", "Gymnasium"])
     assert args.env_id == "Freeway"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue 12: flags win over run_config.json and say so; whole curricula; one config, one schedule for every agent
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_flag_overriding_a_config_key_prints_one_note(tmp_path, capsys):
+    args, _ = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "architecture": "PPO_CBP",
+                                    "total_timesteps": 8192, "learning_rate": 0.001},
+                         "--architecture", "PPO", "--total_timesteps", "4096", "--learning_rate", "0.001")
+    assert args.architecture == "PPO" and args.total_timesteps == 4096  # flags win
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["note: --architecture PPO overrides run_config.json's \"PPO_CBP\"",
+                     "note: --total_timesteps 4096 overrides run_config.json's 8192"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--architecture", "PPO_CBP"], ["--seed", "3"], ["--env_id", "CartPole-v1"]],
+                         ids=["no flags", "flag equals config", "key not in config", "env_id equal"])
+def test_no_override_note_when_nothing_is_overridden(tmp_path, capsys, flags):
+    parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "architecture": "PPO_CBP"}, *flags)
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_no_override_note_without_a_config(capsys):
+    parse_args(CARTPOLE + ["--architecture", "PPO"])
+    assert "note:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("curriculum_steps,flag,rollout,expected", [
+    (2000, None, 1024, 2048),    # the seed's example: 2 rollouts, the second reaches phase 2 (starts at 1000)
+    (4096, None, 1024, 4096),    # exact: nothing rounded
+    (500, None, 1024, 1024),     # shorter than one rollout: one rollout
+    (4096, 1500, 1024, 2048),    # --total_timesteps is rounded up the same way
+    (1000, None, 320, 1280),     # IMPALA-sized rollouts
+])
+def test_total_steps_round_the_last_rollout_up(curriculum_steps, flag, rollout, expected):
+    from continual.runtime import rounding_note
+
+    argv = CARTPOLE + (["--total_timesteps", str(flag)] if flag else [])
+    args, _ = parse_args(argv)
+    factory = mf.make_factory("NoModification", {"num_total_steps": curriculum_steps})
+    total = resolve_total(args, factory, rollout)
+    assert total == expected and total % rollout == 0
+    asked = flag or curriculum_steps
+    assert total - rollout < asked <= total  # the last rollout starts inside the curriculum
+    note = rounding_note(args, factory, rollout, total)
+    if expected == asked:
+        assert note is None
+    else:
+        assert f"{asked} steps rounded up to {expected} = {expected // rollout} rollouts of {rollout} steps" in note
+
+
+SEED_EXAMPLE = {  # the seed document's run_config.json example, verbatim
+    "modification_factory": "EpsCombinedModificationFactory",
+    "modification_factory_kwargs": {
+        "modification_factory_kwargs": {
+            "SequentialModificationFactory": {"num_total_steps": 1000, "modifications": ["disable_cars"],
+                                              "switching_thresholds": []},
+            "AllCombinationsRandomModificationFactory": {
+                "num_total_steps": 1000,
+                "modifications": [["all_green_cars", "all_pink_cars", "all_white_cars", "all_blue_cars"],
+                                  ["", "reverse_car_speed_bottom", "reverse_car_speed_top"]],
+                "num_repetitions": 20}},
+        "epsilon": 0.005}}
+
+
+def test_seed_example_config_reaches_its_second_phase(tmp_path):
+    """The seed's example with the default 8 x 128 rollout: 2,000 steps train 2 rollouts (2,048 steps), the second
+    in the second phase, and the run says how it rounded."""
+    from conftest import run_script
+    from continual.tracking import read_metrics
+
+    cfg = write_config(tmp_path, SEED_EXAMPLE)
+    runs = tmp_path / "runs"
+    proc = run_script("continual_training_example.py", "--config", cfg, "--runs_dir", str(runs), "--run_name", "seed",
+                      "--update_epochs", "1", "--no-progress-bar")
+    assert ("note: the curriculum's 2000 steps rounded up to 2048 = 2 rollouts of 1024 steps" in proc.stdout), \
+        proc.stdout
+    records = read_metrics(str(runs / "seed" / "metrics.jsonl"))
+    assert [r["global_step"] for r in records if r["kind"] == "iteration"] == [1024, 2048]
+    switches = [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"]
+    phase2 = set(mf.make_factory("AllCombinationsRandom", SEED_EXAMPLE["modification_factory_kwargs"][
+        "modification_factory_kwargs"]["AllCombinationsRandomModificationFactory"]).possible_modifications())
+    assert len(switches) == 1 and switches[0][0] == 1024 and switches[0][1] in phase2
+    assert (runs / "seed" / "checkpoints" / "final__step2048.cleanrl_model").exists()
+    assert json.loads((runs / "seed" / "config.json").read_text())["resolved_total_timesteps"] == 2048
+
+
+RANDOM_STEPS = {"num_total_steps": 2048, "modifications": ["", "gravity=15", "length=0.8", "gravity=5 length=0.3"],
+                "num_repetitions": 256}
+
+
+def impala_steps_per_update(args: Args) -> int:
+    """agents/impala.py: batch_size unrolls of unroll_length steps from num_envs / num_actors envs each."""
+    return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
+
+
+@pytest.mark.parametrize("config", [
+    {"modification_factory": "RandomModificationFactory", "modification_factory_kwargs": RANDOM_STEPS},
+    {**SEED_EXAMPLE, "env_id": "ALE/Freeway-v5"},
+    {"modification_factory": "EpsSequentialModificationFactory", "modification_factory_kwargs": {
+        "num_total_steps": 4096, "modifications": ["", "gravity=15", "length=0.8"],
+        "switching_thresholds": [1000, 3000], "epsilon": 0.2}},
+], ids=["random", "seed example", "eps sequential"])
+def test_one_config_one_schedule_under_ppo_and_impala(tmp_path, config):
+    base = {"env_id": "CartPole-v1", "backend": "Gymnasium", **config}
+    schedules = []
+    for flags in (["--architecture", "PPO"], ["--architecture", "PPO", "--num_envs", "2", "--num_steps", "32"],
+                  ["--architecture", "IMPALA"], ["--architecture", "IMPALA", "--unroll_length", "16"]):
+        args, curriculum = parse_with(tmp_path, base, *flags)
+        rollout = impala_steps_per_update(args) if args.architecture == "IMPALA" else args.rollout_size()
+        factory = build_factory(args, curriculum, rollout)
+        schedules.append(factory.schedule(1))
+        # what the agent applies: the schedule at each rollout start
+        for start in range(0, factory.total_timesteps, rollout):
+            assert factory.get_modification(start) == next(m for s, e, m in schedules[0] if s <= start < e)
+    assert all(s == schedules[0] for s in schedules[1:])
+    assert len(schedules[0]) > 2
+    if config["modification_factory"] == "RandomModificationFactory":  # num_repetitions counts steps
+        assert all((end - start) % 256 == 0 for start, end, _ in schedules[0])
+
+
+def test_ppo_and_impala_runs_switch_at_the_same_steps(tmp_path):
+    """One config, trained by PPO (2 x 32-step rollouts) and IMPALA (128 steps per update): num_repetitions counts
+    steps, so both see the same draws at the same steps."""
+    from conftest import run_script
+    from continual.tracking import read_metrics
+
+    cfg = write_config(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 32,
+                                  "update_epochs": 1, "num_actors": 2, "unroll_length": 16, "batch_size": 4,
+                                  "reward_scaling": "none", "modification_factory": "RandomModificationFactory",
+                                  "modification_factory_kwargs": RANDOM_STEPS})
+    runs = tmp_path / "runs"
+    switches = {}
+    for arch in ("PPO", "IMPALA"):
+        run_script("continual_training_example.py", "--config", cfg, "--architecture", arch, "--runs_dir", str(runs),
+                   "--run_name", arch, "--seed", "2", "--no-progress-bar")
+        switches[arch] = [(r["global_step"], r["modification"])
+                          for r in read_metrics(str(runs / arch / "metrics.jsonl")) if r["kind"] == "switch"]
+    factory = mf.make_factory("Random", RANDOM_STEPS, seed=2)
+    expected = [(s, m) for s, _, m in factory.schedule()[1:]]
+    assert switches["PPO"] == switches["IMPALA"] == expected and len(expected) >= 2
+
+
+def test_resume_keeps_the_granularity_the_run_started_with(tmp_path):
+    """A checkpoint from before built-in curricula were per step holds the rollout size: the resumed run rebuilds
+    that factory (same schedule), and its state dict matches the checkpoint's."""
+    args, curriculum = parse_with(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium",
+                                             "modification_factory": "RandomModificationFactory",
+                                             "modification_factory_kwargs": RANDOM_STEPS})
+    old = mf.make_factory("RandomModificationFactory", RANDOM_STEPS, seed=args.seed, granularity=64)
+    resumed = build_factory(args, curriculum, 64, saved_granularity=old.granularity)
+    resumed.load_state_dict(old.state_dict())
+    assert resumed.schedule() == old.schedule()
+    assert build_factory(args, curriculum, 64).granularity == 1

@@ -1054,7 +1054,7 @@ def test_import_path_factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         {"modification_factory_kwargs": [seq(f"{file}:FileModificationFactory", num_total_steps=2, word="q"), seq("NoModification", num_total_steps=1)]},
     )
     assert every_step(combined) == ["q", "", ""]
-    with pytest.raises(FactoryConfigError, match="not a ModificationFactory subclass"):
+    with pytest.raises(FactoryConfigError, match="neither a ModificationFactory subclass nor a class with get_modification"):
         mf.get_factory_class(f"{file}:NotAFactory")
     with pytest.raises(FactoryConfigError, match="cannot import"):
         mf.get_factory_class(f"{file}:Missing")
@@ -1095,7 +1095,9 @@ def test_cli_prints_table(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     first_line = out.splitlines()[0]
-    assert "Combined" in first_line and "150" in first_line and "granularity 50" in first_line
+    # As training builds it: built-ins decide per step whatever num_envs * num_steps (50) is, and the preview says so.
+    assert "Combined" in first_line and "150" in first_line and "granularity 1," in first_line
+    assert out.splitlines()[1].startswith("rule: built-in factories decide per step")
     assert "seed 3" in first_line and "1 switches" in first_line
     assert "all_green_cars reverse_car_speed_top" in out
     assert "(none)" in out
@@ -1114,7 +1116,8 @@ def test_cli_readme_config_default_granularity(tmp_path: Path) -> None:
     path.write_text(json.dumps(README_CONFIG))
     result = run_cli(str(path))
     assert result.returncode == 0, result.stderr
-    assert "granularity 1024" in result.stdout and "seed 1" in result.stdout
+    assert "granularity 1," in result.stdout and "seed 1" in result.stdout
+    assert "the same under PPO and IMPALA" in result.stdout
     assert "disable_cars" in result.stdout
 
 
@@ -1150,7 +1153,244 @@ def test_preview_plain_text_without_rich(monkeypatch: pytest.MonkeyPatch, capsys
     mf._print_preview(f, "Sequential", max_rows=0)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "Sequential: total 10 steps, granularity 2, seed 0, 1 switches"
-    assert lines[1].split() == ["start", "end", "steps", "modification"]
-    assert lines[2].split() == ["0", "4", "4", "(none)"]
-    assert lines[3].split() == ["4", "10", "6", "a", "b"]
-    assert lines[4] == "possible modifications (2):"
+    assert lines[1] == mf.granularity_rule(f)
+    assert lines[2].split() == ["start", "end", "steps", "modification"]
+    assert lines[3].split() == ["0", "4", "4", "(none)"]
+    assert lines[4].split() == ["4", "10", "6", "a", "b"]
+    assert lines[5] == "possible modifications (2):"
+
+
+# --------------------------------------------------------------------------- #
+# Seed-style factories: a plain class with get_modification(step) (issue 12, item 1)
+# --------------------------------------------------------------------------- #
+SEED_STYLE_MODULE = '''
+import random
+
+import numpy as np
+
+
+class SeedStyleFactory:
+    """As the seed document describes it: num_total_steps + kwargs, get_modification(step) -> str.
+    Stateful on purpose: it counts its calls and re-draws from the *global* np.random / random every 2nd call."""
+
+    def __init__(self, num_total_steps, modifications, hold=2):
+        self.num_total_steps = num_total_steps
+        self.modifications = modifications
+        self.hold = hold
+        self.calls = 0
+        self.current = modifications[0]
+        self.offset = random.randrange(1000)  # constructors may draw too
+
+    def get_modification(self, step):
+        if self.calls % self.hold == self.hold - 1:
+            self.current = self.modifications[int(np.random.randint(len(self.modifications)))]
+        self.calls += 1
+        return self.current
+'''
+
+
+def seed_style_reference(modifications: list[str], n_calls: int, seed: int, hold: int = 2) -> list[str]:
+    """Hand-written reference of the contract: a fresh object, its calls made in order, with the global RNGs
+    seeded from `seed` (random.Random(seed) / np.random.RandomState(MT19937(seed)) states)."""
+    py, npr = random.Random(seed), np.random.RandomState(np.random.MT19937(seed))
+    py.randrange(1000)
+    current, out = modifications[0], []
+    for call in range(n_calls):
+        if call % hold == hold - 1:
+            current = modifications[int(npr.randint(len(modifications)))]
+        out.append(normalize_modification(current))
+    return out
+
+
+@pytest.fixture
+def seed_style_file(tmp_path: Path) -> Path:
+    file = tmp_path / "my_seed_factories.py"
+    file.write_text(SEED_STYLE_MODULE)
+    return file
+
+
+SEED_MODS = ["", "gravity=15", "length=0.8", "gravity=5 length=0.3"]
+
+
+def test_seed_style_plain_class_by_file_path(seed_style_file: Path) -> None:
+    spec = f"{seed_style_file}:SeedStyleFactory"
+    f = make_factory(spec, {"num_total_steps": 40, "modifications": SEED_MODS}, seed=3, granularity=4)
+    expected = seed_style_reference(SEED_MODS, 10, seed=3)
+    assert [f.get_modification(s) for s in range(0, 40, 4)] == expected
+    assert every_step(f) == [m for m in expected for _ in range(4)]  # constant within a decision
+    # Any call order gives the in-order answers (a fresh object, steps asked backwards).
+    g = make_factory(spec, {"num_total_steps": 40, "modifications": SEED_MODS}, seed=3, granularity=4)
+    assert [g.get_modification(s) for s in reversed(range(40))] == list(reversed(every_step(f)))
+    assert f.possible_modifications() == sorted(set(expected))
+    assert make_factory(spec, {"num_total_steps": 40, "modifications": SEED_MODS}, seed=4, granularity=4).schedule() \
+        != f.schedule()
+    assert f.total_timesteps == 40 and f.factory_name() == spec
+    with pytest.raises(ValueError, match="outside"):
+        f.get_modification(40)
+
+
+def test_seed_style_leaves_the_global_rng_alone(seed_style_file: Path) -> None:
+    random.seed(123)
+    np.random.seed(123)
+    before = (random.random(), np.random.random())
+    random.seed(123)
+    np.random.seed(123)
+    f = make_factory(f"{seed_style_file}:SeedStyleFactory", {"num_total_steps": 64, "modifications": SEED_MODS},
+                     seed=1, granularity=1)
+    f.schedule()
+    assert (random.random(), np.random.random()) == before
+
+
+def test_seed_style_registered_in_modification_factory_mapping(seed_style_file: Path) -> None:
+    assert mf.modification_factory_mapping is FACTORIES  # one registry, the seed's name for it
+    assert mf.modification_factory_mapping["SequentialModificationFactory"] is mf.SequentialModificationFactory
+    ns: dict[str, Any] = {}
+    exec(SEED_STYLE_MODULE, ns)
+    mf.modification_factory_mapping["SeedStyleFactory"] = ns["SeedStyleFactory"]
+    try:
+        f = make_factory("SeedStyleFactory", {"num_total_steps": 24, "modifications": SEED_MODS, "hold": 3},
+                         seed=7, granularity=4)
+        assert [f.get_modification(s) for s in range(0, 24, 4)] == seed_style_reference(SEED_MODS, 6, 7, hold=3)
+        state = f.state_dict()
+        assert state["modification_factory"] == "SeedStyleFactory"
+        assert state["modification_factory_kwargs"] == {"num_total_steps": 24, "modifications": SEED_MODS, "hold": 3}
+        make_factory("SeedStyleFactory", {"num_total_steps": 24, "modifications": SEED_MODS, "hold": 3},
+                     seed=7, granularity=4).load_state_dict(state)
+        # As a phase of a Combined factory too.
+        combined = make_factory("Combined", {"modification_factory_kwargs": [
+            seq("NoModification", num_total_steps=8),
+            seq("SeedStyleFactory", num_total_steps=16, modifications=SEED_MODS)]}, seed=7, granularity=4)
+        assert combined.get_modification(0) == ""
+        with pytest.raises(FactoryConfigError, match=r"modification_factory_kwargs\.modifications: missing"):
+            make_factory("SeedStyleFactory", {"num_total_steps": 8})
+        with pytest.raises(FactoryConfigError, match=r"modification_factory_kwargs\.seed: not allowed"):
+            make_factory("SeedStyleFactory", {"num_total_steps": 8, "modifications": ["a"], "seed": 1})
+    finally:
+        del mf.modification_factory_mapping["SeedStyleFactory"]
+    mf.modification_factory_mapping["NotAFactoryAtAll"] = dict  # type: ignore[assignment]
+    try:
+        with pytest.raises(FactoryConfigError, match="neither a ModificationFactory subclass"):
+            make_factory("NotAFactoryAtAll", {"num_total_steps": 8})
+    finally:
+        del mf.modification_factory_mapping["NotAFactoryAtAll"]
+
+
+def test_subclass_overriding_get_modification_only() -> None:
+    """The seed's contract on a ModificationFactory subclass: get_modification instead of modification_at."""
+
+    class Halves(ModificationFactory):
+        def __init__(self, num_total_steps: int, word: str) -> None:
+            super().__init__(num_total_steps)
+            self.word = word
+
+        def get_modification(self, step: int) -> str:
+            return self.word if step < self.total_timesteps // 2 else ""
+
+    f = make_factory(Halves, {"num_total_steps": 8, "word": "w"}, granularity=2)
+    assert f.schedule() == [(0, 4, "w"), (4, 8, "")]
+    assert f.possible_modifications() == ["", "w"]
+
+
+def test_make_run_factory_builtins_per_step_user_code_per_rollout(seed_style_file: Path) -> None:
+    kwargs = README_CONFIG["modification_factory_kwargs"]
+    for rollout in (1024, 320, 64):
+        f = mf.make_run_factory(README_CONFIG["modification_factory"], kwargs, seed=1, rollout_size=rollout)
+        assert f.granularity == 1 and not mf.uses_user_code(f)
+    user = mf.make_run_factory(f"{seed_style_file}:SeedStyleFactory",
+                               {"num_total_steps": 4096, "modifications": SEED_MODS}, seed=1, rollout_size=256)
+    assert user.granularity == 256 and mf.uses_user_code(user)
+    nested = mf.make_run_factory("Combined", {"modification_factory_kwargs": [
+        seq("NoModification", num_total_steps=512),
+        seq(f"{seed_style_file}:SeedStyleFactory", num_total_steps=512, modifications=SEED_MODS)]},
+        seed=1, rollout_size=128)
+    assert nested.granularity == 128
+
+
+# --------------------------------------------------------------------------- #
+# Seed-style factories in training: train, resume, same schedule (subprocess, CartPole)
+# --------------------------------------------------------------------------- #
+SEED_TRAIN_CONFIG = {
+    "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 32, "update_epochs": 1,
+    "reward_scaling": "none",
+}
+MAPPING_LAUNCHER = """
+import sys
+sys.path.insert(0, {dir!r})
+import modification_factories
+from my_seed_factories import SeedStyleFactory
+modification_factories.modification_factory_mapping["SeedStyleFactory"] = SeedStyleFactory
+import continual_training_example
+continual_training_example.main(sys.argv[1:])
+"""
+
+
+def _switches(run_dir: Path) -> list[tuple[int, str]]:
+    from continual.tracking import read_metrics
+
+    return [(r["global_step"], r["modification"]) for r in read_metrics(str(run_dir / "metrics.jsonl"))
+            if r["kind"] == "switch"]
+
+
+@pytest.mark.parametrize("how", ["file", "mapping"])
+def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, seed_style_file: Path,
+                                                                     tmp_path: Path) -> None:
+    from conftest import run_script
+
+    if how == "file":
+        name, script = f"{seed_style_file}:SeedStyleFactory", ["continual_training_example.py"]
+    else:
+        launcher = tmp_path / "launch.py"
+        launcher.write_text(MAPPING_LAUNCHER.format(dir=str(seed_style_file.parent)))
+        name, script = "SeedStyleFactory", [str(launcher)]
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({**SEED_TRAIN_CONFIG, "modification_factory": name, "modification_factory_kwargs": {
+        "num_total_steps": 1024, "modifications": SEED_MODS}}))
+    runs = tmp_path / "runs"
+    common = ["--runs_dir", str(runs), "--no-progress-bar", "--seed", "5"]
+    run_script(*script, "--config", str(cfg), "--run_name", "full", *common)
+    run_script(*script, "--config", str(cfg), "--run_name", "cut", "--total_timesteps", "320", *common)
+    run_script(*script, "--resume", str(runs / "cut"), "--total_timesteps", "1024", "--no-progress-bar")
+
+    # The schedule the contract defines: calls at 0, 64, 128, ... (rollout 2 x 32), global RNGs seeded from 5.
+    answers = seed_style_reference(SEED_MODS, 1024 // 64, seed=5)
+    expected = [(k * 64, m) for k, m in enumerate(answers) if k > 0 and m != answers[k - 1]]
+    assert len(expected) >= 3
+    assert _switches(runs / "full") == expected
+    assert _switches(runs / "cut") == expected
+    assert any(step > 320 for step, _ in expected) and any(step <= 320 for step, _ in expected)
+
+
+def test_cli_user_factory_preview_uses_the_rollout_size(seed_style_file: Path, tmp_path: Path) -> None:
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({"modification_factory": f"{seed_style_file}:SeedStyleFactory", "num_envs": 2,
+                                "num_steps": 16, "modification_factory_kwargs": {"num_total_steps": 320,
+                                                                                 "modifications": SEED_MODS}}))
+    result = run_cli(str(path))
+    assert result.returncode == 0, result.stderr
+    assert "granularity 32," in result.stdout
+    assert "rule: your factory is asked once per rollout, at steps 0, 32, 64, ..." in result.stdout
+
+
+def test_seed_style_failures_are_one_line_config_errors() -> None:
+    class Raises:
+        def __init__(self, num_total_steps):
+            self.num_total_steps = num_total_steps
+
+        def get_modification(self, step):
+            if step >= 4:
+                raise KeyError("boom")
+            return ""
+
+    class ReturnsInt(Raises):
+        def get_modification(self, step):
+            return 3
+
+    f = make_factory(Raises, {"num_total_steps": 8}, granularity=2)
+    assert f.get_modification(2) == ""
+    with pytest.raises(FactoryConfigError, match=r"^modification_factory_kwargs: .*Raises\.get_modification\(4\) "
+                                                 r"raised KeyError: 'boom'$"):
+        f.possible_modifications()
+    with pytest.raises(FactoryConfigError, match=r"get_modification\(0\) returned 3 \(int\), expected a str"):
+        make_factory(ReturnsInt, {"num_total_steps": 8}).get_modification(0)
+    with pytest.raises(FactoryConfigError, match=r"num_total_steps: missing"):
+        make_factory(Raises, {})

@@ -30,7 +30,7 @@ CURRICULUM = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 1,
     "reward_scaling": "none", "checkpoint_every": 512, "keep_checkpoints": 2,
     "modification_factory": "RandomModificationFactory",
-    "modification_factory_kwargs": {"num_total_steps": 6144, "num_repetitions": 3,
+    "modification_factory_kwargs": {"num_total_steps": 6144, "num_repetitions": 3 * ROLLOUT,
                                     "modifications": ["", "gravity=15", "length=0.8", "gravity=5 length=0.3"]},
 }
 
