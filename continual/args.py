@@ -109,9 +109,10 @@ class Args:
     wandb_dir: Optional[str] = None
     """W&B local folder (default: the run directory)"""
     capture_video: bool = False
-    """record episodes of env 0 (file names carry regime and step)"""
-    video_every: int = 1
-    """with --capture_video: record every n-th episode of env 0 (and always the first episode after a switch)"""
+    """record episodes of env 0 on gymnasium's capped cubic schedule, as CleanRL does (episodes 0, 1, 8, 27, ...,
+    729, then every 1000th), plus the first episode of each regime; file names carry regime and step"""
+    video_every: int = 0
+    """with --capture_video: record every n-th episode of env 0 instead (0: the capped cubic schedule)"""
     save_agent_with_switch: bool = False
     """checkpoint at every regime switch, named after the outgoing regime and the step"""
     save_agent_wandb: bool = False

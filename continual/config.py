@@ -204,8 +204,10 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be in {'(0' if low_open else '[0'}, 1], got {v}")
 
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "frameskip", "buffer_window_size",
-                 "keep_checkpoints", "video_every"):
+                 "keep_checkpoints"):
         positive(name)
+    if args.video_every < 0:
+        raise UserError(f"video_every: must be 0 (capped cubic schedule) or positive, got {args.video_every}")
     for name in ("learning_rate", "clip_coef", "max_grad_norm"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
