@@ -175,6 +175,12 @@ def _tyro_error_line(text: str) -> str:
 
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
     """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
+    if cls is Args:  # --help in panels (run, environment, PPO, ...) with the same flat flag names
+        from continual.args import from_grouped, grouped_class, to_grouped
+
+        grouped = grouped_class()
+        return from_grouped(cli(grouped, argv, to_grouped(default if default is not None else Args(), grouped),
+                                description))
     kwargs: dict[str, Any] = {"args": list(argv), "description": description}
     if default is not None:
         kwargs["default"] = default
