@@ -1,9 +1,13 @@
 """Evaluate a checkpoint under one or several modification strings; one row per modification.
 
-    python eval.py --agent_path runs/<run>/checkpoints/final__step<N>.cleanrl_model --modifs "" "all_green_cars"
+    python eval.py --agent_path runs/<run>/<exp_name>.cleanrl_model --modifs "" "all_green_cars"
 
-The architecture, observation settings and environment come from the checkpoint; `--env_id` / `--backend` only
-change them when given. Episodes are whole games (no life cuts). Writes CSV and JSON next to the run.
+`--agent_path` takes the final policy (`runs/<run>/<exp_name>.cleanrl_model`, a plain state_dict: the run's
+config.json next to it describes the agent), a full checkpoint (`runs/<run>/checkpoints/*.cleanrl_model`) or a run
+directory (its newest checkpoint). The architecture, observation settings and environment come from the run;
+`--env_id` / `--backend` only change them when given, `--her` / `--game_specific_goals` are checked against it.
+Default: the unmodified game (or the `--modifs` given); `--all_regimes` evaluates every regime of the curriculum.
+Episodes are whole games (no life cuts). Writes CSV and JSON next to the run.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import time
 from typing import Optional, Sequence
 
 import torch
+import tyro
+from tqdm import tqdm
 
 from agents import AGENT_MODULES
 from continual import console
 from continual.backends import validate_env_id, validate_modification
-from continual.checkpoint import load_checkpoint
+from continual.checkpoint import load_policy_file
 from continual.config import args_from_dict, cli
 from continual.envs import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
@@ -34,19 +40,26 @@ from continual.tracking import check_writable
 @dataclasses.dataclass
 class EvalArgs:
     agent_path: list[str]
-    """checkpoint (.cleanrl_model) or run directory (its newest checkpoint); several: matrix mode, one table with a
-    row per checkpoint and a column per modification, plus a heatmap PNG"""
+    """final policy (runs/<run>/<exp_name>.cleanrl_model), checkpoint (runs/<run>/checkpoints/*.cleanrl_model) or
+    run directory (its newest checkpoint); several: matrix mode, one table with a row per checkpoint and a column
+    per modification, plus a heatmap PNG"""
     modifs: Optional[list[str]] = None
-    """modification strings to evaluate, one row each (quote each string); default: every regime of the training
-    curriculum"""
+    """modification strings to evaluate, one row each (quote each string); unset: the unmodified game"""
+    all_regimes: bool = False
+    """evaluate every regime of the training curriculum (plus the --modifs given): the regime matrix"""
     env_id: Optional[str] = None
-    """environment id (default: the checkpoint's)"""
+    """environment id; unset: the one the agent was trained on"""
     backend: Optional[str] = None
-    """HackAtari | OCAtari | Gymnasium (default: the checkpoint's)"""
+    """HackAtari | OCAtari | Gymnasium; unset: the one the agent was trained on"""
+    her: bool = False
+    """the agent was trained with --her (checked against the run; HER agents are evaluated goal-conditioned either
+    way)"""
+    game_specific_goals: bool = False
+    """the agent was trained with --game_specific_goals (checked against the run)"""
     eval_episodes: int = 10
     """whole games per modification"""
     num_envs: Optional[int] = None
-    """parallel envs (default: min(eval_episodes, 4))"""
+    """parallel envs; unset: min(eval_episodes, 4)"""
     greedy: bool = False
     """take the most likely action instead of sampling"""
     seed: int = 1
@@ -54,7 +67,9 @@ class EvalArgs:
     capture_video: bool = False
     """record the first game of each modification (videos/ next to the output)"""
     output: Optional[str] = None
-    """output path without extension (default: <run dir>/eval/<checkpoint>__<time>)"""
+    """output path without extension; unset: <run dir>/eval/<checkpoint>__<time>"""
+    progress_bar: bool = True
+    """show a progress bar over all games (with a time estimate) on stderr"""
     cuda: bool = True
     """use CUDA when available"""
     track: bool = False
@@ -67,6 +82,8 @@ class EvalArgs:
     """W&B local folder"""
     wandb_run_id: Optional[str] = None
     """attach the results to this existing W&B run instead of creating an evaluation run"""
+    given_flags: tyro.conf.Suppress[tuple[str, ...]] = ()
+    """set by main(): which of --her / --game_specific_goals were typed, so that only those are checked"""
 
 
 def load_policy(state: dict, obs_space, action_space, device: torch.device):
@@ -93,7 +110,32 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(EvalArgs, argv, default=None, description=__doc__.splitlines()[0])
+    args.given_flags = tuple(name for name in ("her", "game_specific_goals") if flag_given(argv, name))
     return matrix(args) if len(args.agent_path) > 1 else evaluate_checkpoint(args)
+
+
+def flag_given(argv: Sequence[str], name: str) -> bool:
+    spellings = {name, name.replace("_", "-")}
+    return any(a.split("=", 1)[0] in {f"--{p}{n}" for n in spellings for p in ("", "no-", "no_")} for a in argv)
+
+
+def check_training_flags(args: EvalArgs, train_args, path: str) -> None:
+    """--her / --game_specific_goals, when given, must say how the agent was trained (the seed asks users to pass
+    them; the network itself comes from the run)."""
+    for name in args.given_flags:
+        given, trained = getattr(args, name), getattr(train_args, name)
+        if given != trained:
+            raise UserError(f"{name}: --{name} {given} does not match the agent, trained with {name}={trained} "
+                            f"({path})")
+
+
+def regimes_to_evaluate(args: EvalArgs, states: Sequence[dict]) -> list[str]:
+    """The --modifs given, or the unmodified game; --all_regimes adds every regime of the curricula."""
+    modifs = list(args.modifs) if args.modifs is not None else ([] if args.all_regimes else [""])
+    if args.all_regimes:
+        for st in states:
+            modifs += list(st.get("regimes") or [args_from_dict(st["args"]).modifs])
+    return list(dict.fromkeys(" ".join(sorted(set(m.split()))) for m in modifs))
 
 
 def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
@@ -102,19 +144,19 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
         raise UserError(f"eval_episodes: must be positive, got {args.eval_episodes}")
     if args.num_envs is not None and args.num_envs <= 0:
         raise UserError(f"num_envs: must be positive, got {args.num_envs}")
-    state = load_checkpoint(args.agent_path[0])
+    state = load_policy_file(args.agent_path[0])
     if state["architecture"] not in AGENT_MODULES:
         raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
     train_args = args_from_dict(state["args"])
+    check_training_flags(args, train_args, state["path"])
     env_id = args.env_id or train_args.env_id
     backend = args.backend or train_args.backend
     validate_env_id(backend, env_id)
-    modifs = args.modifs if args.modifs is not None else list(state.get("regimes") or [train_args.modifs])
-    modifs = [" ".join(sorted(set(m.split()))) for m in modifs]
+    modifs = regimes_to_evaluate(args, [state])
     for m in modifs:
         validate_modification(backend, env_id, m)
 
-    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(state["path"])))
+    run_dir = state["run_dir"]
     stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
     output = args.output or os.path.join(run_dir, "eval", f"{stem}__{int(time.time())}")
     check_writable(os.path.dirname(os.path.abspath(output)) or ".")
@@ -129,7 +171,11 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)
 
     rows: list[dict] = []
+    print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
+          + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
     envs = make_vector_env(settings, num_envs, modifs[0])
+    bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar, dynamic_ncols=True,
+               mininterval=1.0)  # the ETA is the estimate of the time left
     try:
         agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device)
 
@@ -137,14 +183,18 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
             return agent.get_action_and_value(obs, greedy=args.greedy)[0]
 
         for m in modifs:
+            bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
             if m != envs.modification:
                 envs.switch(m)
             if train_args.her:  # HER: goal-conditioned play with the checkpoint's goal setup; adds the success rate
                 rows.append(her_evaluate(agent, envs, args.eval_episodes, device, args.seed, greedy=args.greedy))
+                bar.update(args.eval_episodes)
                 continue
-            result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed)
+            result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
+                                          on_episode=lambda: bar.update(1))
             rows.append(result.row())
     finally:
+        bar.close()
         envs.close()
 
     print_table(rows)
@@ -173,33 +223,29 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
 
 
 def matrix(args: EvalArgs) -> list[dict]:
-    """Matrix mode: every checkpoint under every modification (default: the union of their curricula's regimes).
+    """Matrix mode: every checkpoint under every modification (the --modifs given or the unmodified game;
+    --all_regimes: the union of their curricula's regimes too).
 
     Writes <output>.csv / .json (one row per checkpoint x modification), <output>_matrix.csv (rows checkpoints,
     columns modifications, mean returns) and <output>_matrix.png (heatmap); each checkpoint's own table goes to
     <output>__<label>.csv/.json.
     """
-    states = [load_checkpoint(p) for p in args.agent_path]
-    modifs = args.modifs
-    if modifs is None:
-        modifs = []
-        for st in states:
-            for m in st.get("regimes") or [args_from_dict(st["args"]).modifs]:
-                if m not in modifs:
-                    modifs.append(m)
-    modifs = list(dict.fromkeys(" ".join(sorted(set(m.split()))) for m in modifs))
-    first_run = os.path.dirname(os.path.dirname(os.path.abspath(states[0]["path"])))
+    states = [load_policy_file(p) for p in args.agent_path]
+    for st in states:
+        check_training_flags(args, args_from_dict(st["args"]), st["path"])
+    modifs = regimes_to_evaluate(args, states)
+    first_run = states[0]["run_dir"]
     output = args.output or os.path.join(first_run, "eval", f"matrix__{int(time.time())}")
     check_writable(os.path.dirname(os.path.abspath(output)) or ".")
     labels: list[str] = []
     for st in states:
-        run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(st["path"]))))
+        run = os.path.basename(st["run_dir"])
         label = f"{run}/{os.path.basename(st['path']).replace('.cleanrl_model', '')}"
         labels.append(label if label not in labels else f"{label} ({len(labels)})")
     rows: list[dict] = []
     for label, st in zip(labels, states):
         print(f"\n{label}")
-        sub = dataclasses.replace(args, agent_path=[st["path"]], modifs=modifs, track=False,
+        sub = dataclasses.replace(args, agent_path=[st["path"]], modifs=modifs, all_regimes=False, track=False,
                                   output=f"{output}__{label.replace('/', '__').replace(' ', '_')}")
         torch.manual_seed(args.seed)  # the same action-sampling stream for every checkpoint
         rows += [{"checkpoint": label, "global_step": st["global_step"], **r} for r in evaluate_checkpoint(sub)]

@@ -101,7 +101,7 @@ class Args:
     target_kl: Optional[float] = None
     """stop the epochs of an update early once the approximate KL exceeds this"""
 
-    # --- outputs ---------------------------------------------------------------------------------------------------
+    # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "continual_hackatari"
@@ -111,9 +111,10 @@ class Args:
     wandb_dir: Optional[str] = None
     """W&B local folder (default: the run directory)"""
     capture_video: bool = False
-    """record episodes of env 0 (file names carry regime and step)"""
-    video_every: int = 1
-    """with --capture_video: record every n-th episode of env 0 (and always the first episode after a switch)"""
+    """record episodes of env 0 on gymnasium's capped cubic schedule, as CleanRL does (episodes 0, 1, 8, 27, ...,
+    729, then every 1000th), plus the first episode of each regime; file names carry regime and step"""
+    video_every: int = 0
+    """with --capture_video: record every n-th episode of env 0 instead (0: the capped cubic schedule)"""
     save_agent_with_switch: bool = False
     """checkpoint at every regime switch, named after the outgoing regime and the step"""
     save_agent_wandb: bool = False
@@ -242,26 +243,77 @@ def field_names() -> set[str]:
     return {f.name for f in dataclasses.fields(Args)}
 
 
-def flag_table_markdown() -> str:
-    """The README's flag tables, generated from this file (sections, defaults, docstrings)."""
+def sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """The `# --- title ---` sections of Args in order, each with its fields as (name, default source, docstring)."""
     import ast
     import inspect
 
     src = inspect.getsource(__import__(__name__, fromlist=["Args"]))
     lines = src.splitlines()
     cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "Args")
-    out: list[str] = []
+    out: list[tuple[str, list[tuple[str, str, str]]]] = []
     for i, node in enumerate(cls.body):
         if not isinstance(node, ast.AnnAssign):
             continue
         comment = lines[node.lineno - 2].strip()
-        if comment.startswith("# ---"):
-            out.append(f"\n**{comment.strip('#- ').strip()}**\n\n| flag | default | meaning |\n|---|---|---|")
+        if comment.startswith("# ---") or not out:
+            out.append((comment.strip("#- ").strip(), []))
         nxt = cls.body[i + 1] if i + 1 < len(cls.body) else None
         doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else ""
         default = ast.get_source_segment(src, node.value) if node.value is not None else ""
-        out.append(f"| `--{node.target.id}` | `{default}` | {' '.join(doc.split())} |")
+        out[-1][1].append((node.target.id, default, " ".join(doc.split())))
+    return out
+
+
+def flag_table_markdown() -> str:
+    """The README's flag tables, generated from this file (sections, defaults, docstrings)."""
+    out: list[str] = []
+    for title, fields in sections():
+        out.append(f"\n**{title}**\n\n| flag | default | meaning |\n|---|---|---|")
+        out += [f"| `--{name}` | `{default}` | {doc} |" for name, default, doc in fields]
     return "\n".join(out).strip() + "\n"
+
+
+# --help in groups (run, environment, PPO, ...): tyro makes one panel per nested dataclass, and OmitArgPrefixes keeps
+# the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
+GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
+              "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
+              "IMPALA": "IMPALA", "HER": "HER", "continual evaluation": "evaluation"}
+
+
+def grouped_class() -> type:
+    """A dataclass with one nested dataclass per section of Args (for tyro's --help panels)."""
+    import re
+    import typing
+
+    import tyro
+
+    hints = typing.get_type_hints(Args)
+    defaults = {f.name: f.default for f in dataclasses.fields(Args)}
+    groups = []
+    for title, fields in sections():
+        key = GROUP_KEYS.get(title, re.sub(r"\W+", "_", title).strip("_"))
+        members = []
+        for name, _, doc in fields:
+            # a docstring that explains the default itself: tyro's "(default: None)" would repeat it
+            hint = "" if re.search(r"\bdefault\b", doc) else None
+            members.append((name, typing.Annotated[hints[name], tyro.conf.arg(help=doc, help_behavior_hint=hint)],
+                            dataclasses.field(default=defaults[name])))
+        group = dataclasses.make_dataclass(f"Args_{key}", members)
+        group.__doc__ = title if title != key else ""  # the panel's subtitle (make_dataclass writes a signature there)
+        groups.append((key, typing.Annotated[group, tyro.conf.OmitArgPrefixes],
+                       dataclasses.field(default_factory=group)))
+    return dataclasses.make_dataclass("GroupedArgs", groups)
+
+
+def to_grouped(args: Args, grouped: type) -> object:
+    return grouped(**{g.name: g.type.__origin__(**{f.name: getattr(args, f.name)
+                                                      for f in dataclasses.fields(g.type.__origin__)})
+                      for g in dataclasses.fields(grouped)})
+
+
+def from_grouped(value: object) -> Args:
+    return Args(**{k: v for g in dataclasses.fields(value) for k, v in dataclasses.asdict(getattr(value, g.name)).items()})
 
 
 README_START, README_END = "<!-- flags:start -->", "<!-- flags:end -->"

@@ -79,6 +79,10 @@ def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dic
     """Load with weights_only=True; every failure is a one-line UserError."""
     if os.path.isdir(path):
         path = latest_checkpoint(path)
+    return _check(_read(path), path, expect_architecture)
+
+
+def _read(path: str) -> Any:
     if not os.path.exists(path):
         raise UserError(f"checkpoint {path!r} does not exist")
     if os.path.getsize(path) == 0:
@@ -93,6 +97,10 @@ def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dic
     except Exception as e:  # a damaged archive surfaces as many exception types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"checkpoint {path!r} is corrupt or truncated ({first})") from None
+    return data
+
+
+def _check(data: Any, path: str, expect_architecture: Optional[str]) -> dict:
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED_KEYS):
         raise UserError(f"checkpoint {path!r} is not a continual-hackatari checkpoint (missing keys)")
     if data["format_version"] != FORMAT_VERSION:
@@ -108,7 +116,64 @@ def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dic
     if expect_architecture is not None and data["architecture"] != expect_architecture:
         raise UserError(f"checkpoint {path!r} holds a {data['architecture']} agent, not {expect_architecture}")
     data["path"] = path
+    data["run_dir"] = run_dir_of(path)
     return data
+
+
+def run_dir_of(path: str) -> str:
+    """The run directory of a checkpoint (<run>/checkpoints/x) or of a final policy file (<run>/<exp_name>...)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder
+
+
+def final_policy_path(run_dir: str, args: Any) -> str:
+    """Where a finished run leaves its policy the way CleanRL does: runs/<run_name>/<exp_name>.cleanrl_model."""
+    return os.path.join(run_dir, (args.exp_name or args.architecture.lower()) + SUFFIX)
+
+
+def save_state_dict(path: str, state_dict: dict) -> str:
+    """The policy alone (a plain state_dict, loadable with `agent.load_state_dict(torch.load(path))`), atomically."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_policy_file(path: str) -> dict:
+    """A checkpoint, a run directory (its newest checkpoint) or a final policy file (a plain state_dict); the
+    latter gets architecture, args and regimes from the run's config.json next to it."""
+    if os.path.isdir(path):
+        path = latest_checkpoint(path)
+    data = _read(path)
+    if not (isinstance(data, dict) and data and "format_version" not in data
+            and all(isinstance(v, torch.Tensor) for v in data.values())):
+        return _check(data, path, None)
+    from continual.args import field_names
+    from continual.config import load_json_file
+
+    run_dir = os.path.dirname(os.path.abspath(path))
+    config_path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(config_path):
+        raise UserError(f"{path!r} is a plain state_dict (a final policy): its run's config.json, which describes "
+                        f"the agent, should be next to it and is not ({config_path!r} does not exist)")
+    config = load_json_file(config_path, "run config")
+    if not isinstance(config.get("architecture"), str):
+        raise UserError(f"run config {config_path!r} has no architecture")
+    finals = glob.glob(os.path.join(run_dir, "checkpoints", "final__step*" + SUFFIX))
+    step = max(map(_step_of, finals)) if finals else int(config.get("resolved_total_timesteps") or 0)
+    names = field_names()
+    return {"architecture": config["architecture"], "args": {k: v for k, v in config.items() if k in names},
+            "model": data, "global_step": step, "regimes": config.get("possible_modifications") or [],
+            "path": path, "run_dir": run_dir}
 
 
 def latest_checkpoint(run_dir: str) -> str:

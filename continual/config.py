@@ -176,6 +176,12 @@ def _tyro_error_line(text: str) -> str:
 
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
     """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
+    if cls is Args:  # --help in panels (run, environment, PPO, ...) with the same flat flag names
+        from continual.args import from_grouped, grouped_class, to_grouped
+
+        grouped = grouped_class()
+        return from_grouped(cli(grouped, argv, to_grouped(default if default is not None else Args(), grouped),
+                                description))
     kwargs: dict[str, Any] = {"args": list(argv), "description": description}
     if default is not None:
         kwargs["default"] = default
@@ -205,8 +211,10 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be in {'(0' if low_open else '[0'}, 1], got {v}")
 
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "frameskip", "buffer_window_size",
-                 "keep_checkpoints", "video_every"):
+                 "keep_checkpoints"):
         positive(name)
+    if args.video_every < 0:
+        raise UserError(f"video_every: must be 0 (capped cubic schedule) or positive, got {args.video_every}")
     for name in ("learning_rate", "clip_coef", "max_grad_norm"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):

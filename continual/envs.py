@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 
 import continual.goal_envs  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
@@ -44,7 +45,7 @@ class EnvSettings:
     episodic_life: bool = True
     max_episode_steps: Optional[int] = None
     video_dir: Optional[str] = None
-    video_every: int = 1
+    video_every: int = 0  # 0: gymnasium's capped cubic schedule
     start_step: int = 0  # global step the envs start at (a resumed run): first video names carry it
     need_objects: bool = False
     her: bool = False  # HER: wrap in continual.her.GoalEnvWrapper
@@ -79,25 +80,29 @@ def regime_slug(modification: str) -> str:
 class RegimeVideo(gym.wrappers.RecordVideo):
     """RecordVideo whose files are named `<regime>__step<global step>-episode-<n>.mp4`.
 
-    Episode numbers keep counting across switches, so a recurring regime never overwrites its earlier videos; the
-    first episode of every regime is recorded.
+    Episodes are recorded on gymnasium's capped cubic schedule (0, 1, 8, 27, ..., 729, then every 1000th), as in
+    CleanRL, or every `every`-th episode when `every` > 0; in addition the first episode of each regime is recorded,
+    once per regime (a curriculum that revisits a regime does not add a video per visit). Episode numbers keep
+    counting across switches, so a recurring regime never overwrites its earlier videos.
     """
 
     def __init__(self, env: gym.Env, video_dir: str, every: int, modification: str, start_step: int = 0):
         self._every = every
-        self._force = True
+        self._regime = modification
+        self._recorded_regimes: set[str] = set()
         super().__init__(env, video_dir, episode_trigger=self._trigger,
                          name_prefix=f"{regime_slug(modification)}__step{start_step}", disable_logger=True)
 
     def _trigger(self, episode_id: int) -> bool:
-        if self._force:
-            self._force = False
-            return True
-        return episode_id % self._every == 0
+        first_of_regime = self._regime not in self._recorded_regimes
+        self._recorded_regimes.add(self._regime)
+        if self._every == 0:
+            return first_of_regime or capped_cubic_video_schedule(episode_id)
+        return first_of_regime or episode_id % self._every == 0
 
     def start_regime(self, modification: str, step: int) -> None:
         self.name_prefix = f"{regime_slug(modification)}__step{step}"
-        self._force = True
+        self._regime = modification
 
 
 class FlattenBoxAction(gym.ActionWrapper):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -27,9 +27,11 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(act: Callable[[torch.Tensor], torch.Tensor], envs: ContinualVectorEnv, episodes: int,
-             device: torch.device, seed: int, max_steps: int = 10_000_000) -> EvalResult:
+             device: torch.device, seed: int, max_steps: int = 10_000_000,
+             on_episode: Optional[Callable[[], None]] = None) -> EvalResult:
     """Run until every env has finished its quota of episodes (ceil(episodes / num_envs), the last ones trimmed),
-    so short episodes are not over-represented. `act` maps a batch of observations to actions."""
+    so short episodes are not over-represented. `act` maps a batch of observations to actions; `on_episode` is
+    called once per counted episode (a progress bar)."""
     n = envs.num_envs
     quota = [math.ceil(episodes / n) - (1 if i >= episodes % n and episodes % n else 0) for i in range(n)]
     done_eps: list[list[tuple[float, int]]] = [[] for _ in range(n)]
@@ -41,6 +43,8 @@ def evaluate(act: Callable[[torch.Tensor], torch.Tensor], envs: ContinualVectorE
         for i, ret, length in episode_stats(infos):
             if len(done_eps[i]) < quota[i]:
                 done_eps[i].append((ret, length))
+                if on_episode is not None:
+                    on_episode()
         steps += n
         if steps > max_steps:
             raise RuntimeError(f"evaluation did not finish {episodes} episodes within {max_steps} steps")

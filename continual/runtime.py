@@ -222,6 +222,10 @@ class RunSession:
         kind = "final" if self.stop_signal is None else "interrupted"
         path = self.save(f"{kind}__step{self.global_step}")
         print(f"{kind} checkpoint: {path}")
+        if kind == "final":  # CleanRL's model file: the policy's state_dict alone, at runs/<run_name>/<exp_name>...
+            policy = ckpt_lib.save_state_dict(ckpt_lib.final_policy_path(self.run_dir, self.args),
+                                              self._last_payload["model"])
+            print(f"model saved to {policy}")
         return path
 
     # --- regimes -------------------------------------------------------------------------------------------------
@@ -310,6 +314,7 @@ class RunSession:
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
         self._last_save_time = time.monotonic()
+        self._last_payload = payload
         if name.startswith("periodic__"):
             ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
         if self.args.save_agent_wandb:

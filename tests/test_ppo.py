@@ -117,10 +117,10 @@ def test_eval_prints_a_row_per_modification(cartpole_run, tmp_path):
     assert open(out + ".csv").readline().startswith("modification,episodes,mean,std,min,max")
 
 
-def test_eval_defaults_to_every_regime_of_the_curriculum(cartpole_run, tmp_path):
+def test_eval_all_regimes_evaluates_every_regime_of_the_curriculum(cartpole_run, tmp_path):
     run_dir, _ = cartpole_run
     out = str(tmp_path / "all")
-    run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "1", "--output", out)
+    run_script("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
     mods = {r["modification"] for r in json.load(open(out + ".json"))["results"]}
     assert mods == {"", "gravity=15", "length=0.8"}
 

@@ -1,0 +1,55 @@
+"""--help is grouped by flag group, keeps the flat flag names, and never prints a default twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from conftest import run_script
+from continual.args import Args, grouped_class
+from continual.config import parse_args
+
+PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "IMPALA", "HER", "evaluation"]
+
+
+def help_text(script: str) -> str:
+    return run_script(script, "--help", env={"COLUMNS": "120"}).stdout
+
+
+def panels(text: str) -> dict[str, str]:
+    found = re.findall(r"╭─ (\S+) options ─+╮\n(.*?)╰", text, re.S)
+    return {name: body for name, body in found}
+
+
+def test_training_help_is_grouped_with_flat_flags():
+    found = panels(help_text("continual_training_example.py"))
+    assert [p for p in found if p != "options"] == PANELS
+    where = {flag: name for name, body in found.items() for flag in re.findall(r"│ (--[a-z0-9-]+)", body)}
+    assert where["--learning-rate"] == "PPO" and where["--replacement-rate"] == "CBP" and where["--her"] == "HER"
+    assert where["--track"] == "tracking" and where["--capture-video"] == "tracking"
+    assert where["--eval-every"] == "evaluation" and where["--num-actors"] == "IMPALA" and where["--seed"] == "run"
+    assert {f.name.replace("_", "-") for f in dataclasses.fields(Args)} == {f[2:] for f in where}
+
+
+def test_no_default_printed_twice():
+    for script in ("continual_training_example.py", "eval.py"):
+        text = help_text(script)
+        # one flag's help may wrap over several lines: join them per flag
+        entries = re.split(r"│ --", text)
+        for entry in entries[1:]:
+            flat = " ".join(ln.strip(" │") for ln in entry.splitlines())
+            assert len(re.findall(r"\(default|default:", flat.split("╰")[0])) <= 1, flat
+
+
+def test_flat_flag_names_still_parse_in_every_group():
+    args, _ = parse_args(["--learning_rate", "0.1", "--replacement-rate", "0.2", "--her", "--eval_every", "5",
+                          "--num_actors", "3", "--env_id", "continual/GoalGrid-v0", "--backend", "Gymnasium", "--track"])
+    assert (args.learning_rate, args.replacement_rate, args.her, args.eval_every, args.num_actors) == (0.1, 0.2, True,
+                                                                                                      5, 3)
+    assert args.env_id == "continual/GoalGrid-v0" and args.track and isinstance(args, Args)
+    assert parse_args([])[0] == Args()
+
+
+def test_grouped_class_holds_every_field_once():
+    names = [f.name for g in dataclasses.fields(grouped_class()) for f in dataclasses.fields(g.type.__origin__)]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(Args))

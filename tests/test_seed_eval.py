@@ -1,0 +1,113 @@
+"""What a user of the seed project (continual_hackatari) and of CleanRL expects from a finished run and eval.py:
+the final policy at runs/<run_name>/<exp_name>.cleanrl_model loads with `Agent(...).load_state_dict(torch.load(path))`,
+eval.py takes it, checks --her / --game_specific_goals against the run, evaluates the unmodified game by default (the
+curriculum's regimes with --all_regimes) and shows progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import gymnasium as gym
+import pytest
+import torch
+
+from conftest import run_script
+
+CURRICULUM = {
+    "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 1,
+    "reward_scaling": "none",
+    "modification_factory": "SequentialModificationFactory",
+    "modification_factory_kwargs": {"num_total_steps": 512, "modifications": ["", "gravity=15", "length=0.8"],
+                                    "switching_thresholds": [128, 256]},
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("seed_eval")
+    cfg = tmp / "cfg.json"
+    cfg.write_text(json.dumps(CURRICULUM))
+    runs = str(tmp / "runs")
+    proc = run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "cp",
+                      "--exp_name", "ppo_cartpole", "--no-progress-bar")
+    return os.path.join(runs, "cp"), proc
+
+
+def test_final_policy_is_a_cleanrl_state_dict(run):
+    """CleanRL's evals: `agent = Agent(envs); agent.load_state_dict(torch.load(model_path))`; the weights are those of
+    the final checkpoint."""
+    run_dir, proc = run
+    path = os.path.join(run_dir, "ppo_cartpole.cleanrl_model")
+    assert os.path.exists(path) and f"model saved to {path}" in proc.stdout
+    from agents.ppo import Agent
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    agent = Agent(envs.single_observation_space.shape, int(envs.single_action_space.n))
+    agent.load_state_dict(torch.load(path))  # torch's default weights_only=True: a plain state_dict of tensors
+    final = torch.load(os.path.join(run_dir, "checkpoints", "final__step512.cleanrl_model"), weights_only=True)
+    for k, v in agent.state_dict().items():
+        assert torch.equal(v, final["model"][k]), k
+    obs, _ = envs.reset(seed=0)
+    action = agent.get_action_and_value(torch.as_tensor(obs), greedy=True)[0]
+    assert action.shape == (1,)
+    envs.close()
+
+
+def test_eval_takes_the_final_policy_file_and_defaults_to_the_unmodified_game(run, tmp_path):
+    run_dir, _ = run
+    out = str(tmp_path / "plain")
+    proc = run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo_cartpole.cleanrl_model"),
+                      "--eval_episodes", "3", "--output", out)
+    result = json.load(open(out + ".json"))
+    assert [r["modification"] for r in result["results"]] == [""]  # the seed's default: no modification
+    assert result["results"][0]["episodes"] == 3 and result["global_step"] == 512
+    assert result["architecture"] == "PPO"
+    assert "evaluating 1 modification x 3 games" in proc.stdout
+    assert "3/3" in proc.stderr and "game" in proc.stderr  # tqdm: games done / total, with its time estimate
+
+
+def test_eval_all_regimes_is_explicit(run, tmp_path):
+    run_dir, _ = run
+    out = str(tmp_path / "all")
+    proc = run_script("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
+    assert [r["modification"] for r in json.load(open(out + ".json"))["results"]] == ["", "gravity=15", "length=0.8"]
+    assert "3/3" in proc.stderr
+    out = str(tmp_path / "mod")
+    run_script("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "1", "--output", out,
+               "--no-progress-bar")
+    assert [r["modification"] for r in json.load(open(out + ".json"))["results"]] == ["gravity=15"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--her"], "error: her: --her True does not match the agent, trained with her=False"),
+    (["--game_specific_goals"], "error: game_specific_goals: --game_specific_goals True does not match the agent, "
+                                "trained with game_specific_goals=False"),
+    (["--no-her", "--game-specific-goals"], "error: game_specific_goals: --game_specific_goals True does not"),
+])
+def test_eval_training_flag_mismatch_is_one_line(run, tmp_path, flags, message):
+    run_dir, _ = run
+    out = tmp_path / "never"
+    proc = run_script("eval.py", "--agent_path", run_dir, *flags, "--output", str(out), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(message) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == "" and not os.path.exists(str(out) + ".json")
+
+
+def test_eval_matching_training_flags_are_accepted(run, tmp_path):
+    run_dir, _ = run
+    out = str(tmp_path / "ok")
+    run_script("eval.py", "--agent_path", run_dir, "--no-her", "--no-game-specific-goals", "--eval_episodes", "1",
+               "--output", out, "--no-progress-bar")
+    assert json.load(open(out + ".json"))["results"][0]["episodes"] == 1
+
+
+def test_final_policy_without_its_config_is_a_clear_error(run, tmp_path):
+    run_dir, _ = run
+    lone = tmp_path / "elsewhere" / "ppo_cartpole.cleanrl_model"
+    lone.parent.mkdir()
+    shutil.copy(os.path.join(run_dir, "ppo_cartpole.cleanrl_model"), lone)
+    proc = run_script("eval.py", "--agent_path", str(lone), check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "plain state_dict" in proc.stderr and "config.json" in proc.stderr
