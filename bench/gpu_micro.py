@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402,F401  (puts the repository root on sys.path)
@@ -27,6 +28,8 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from agents.ppo import Agent  # noqa: E402
+from continual.diagnostics import PlasticityMonitor  # noqa: E402
+from continual.faults import check_losses  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -54,7 +57,7 @@ def make(device, channels_last: bool) -> tuple[Agent, torch.optim.Optimizer]:
     return agent, torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
 
 
-def learn_step(agent, opt, obs, actions, old_logp, adv, ret, old_v, host_syncs: bool) -> None:
+def learn_step(agent, opt, obs, actions, old_logp, adv, ret, old_v, host_syncs: bool, monitor=None) -> None:
     _, logp, ent, v = agent.get_action_and_value(obs, actions)
     logratio = logp - old_logp
     ratio = logratio.exp()
@@ -68,12 +71,16 @@ def learn_step(agent, opt, obs, actions, old_logp, adv, ret, old_v, host_syncs: 
     vc = old_v + torch.clamp(v - old_v, -0.1, 0.1)
     vl = 0.5 * torch.max((v - ret) ** 2, (vc - ret) ** 2).mean()
     loss = pg - 0.01 * ent.mean() + 0.5 * vl
-    if host_syncs:  # continual.faults.check_losses
+    if monitor is not None:  # the training loop's own checks (whichever checkout is on PYTHONPATH)
+        check_losses(0, value_loss=vl, policy_loss=pg, entropy=ent.mean())
+    elif host_syncs:  # what continual.faults.check_losses did before it synced once
         for x in (vl, pg, ent.mean()):
             float(x.detach())
     opt.zero_grad()
     loss.backward()
-    if host_syncs:  # continual.diagnostics.PlasticityMonitor.record_grads
+    if monitor is not None:
+        monitor.record_grads()
+    elif host_syncs:  # what continual.diagnostics.PlasticityMonitor.record_grads did before it kept norms on the device
         {n: float(m.weight.grad.norm()) for n, m in agent.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))}
     nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
     opt.step()
@@ -83,6 +90,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--envs", nargs="+", type=int, default=[8, 64])
     p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--real-checks", action="store_true",
+                   help="only the default variant, with the real check_losses + record_grads of the checkout on "
+                        "PYTHONPATH (A/B of the sync fixes: run once per checkout)")
     p.add_argument("--json")
     args = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -98,6 +108,9 @@ def main() -> None:
                                                               tf32=False),
         "no validation, TF32 matmuls": dict(validate=False, cl=True, bench=False, syncs=True, tf32=True),
     }
+    if args.real_checks:
+        variants = {"real check_losses + record_grads": dict(validate=True, cl=True, bench=False, syncs=True,
+                                                             tf32=False, real=True)}
     out = {"device": name, "results": {}}
     rng = np.random.default_rng(0)
     for n in args.envs:
@@ -123,9 +136,14 @@ def main() -> None:
             with torch.no_grad():
                 acts, old_logp, _, old_v = agent.get_action_and_value(bobs)
             adv, ret = torch.randn(mb, device=device), torch.randn(mb, device=device)
+            monitor = None
+            if v.get("real"):
+                session = types.SimpleNamespace(args=types.SimpleNamespace(diagnostics_every=0), global_step=0,
+                                                before_switch=[])
+                monitor = PlasticityMonitor(session, agent)
             act_ms = timeit(act, device, args.reps)
             learn_ms = timeit(lambda: learn_step(agent, opt, bobs, acts, old_logp, adv, ret, old_v.view(-1),
-                                                 v["syncs"]), device, max(10, args.reps // 10))
+                                                 v["syncs"], monitor), device, max(10, args.reps // 10))
             res[label] = {"act_ms": act_ms, "learn_minibatch_ms": learn_ms}
             print(f"{name} envs {n:3d} minibatch {mb:5d} | {label:<48} act {act_ms:7.3f} ms  learn {learn_ms:8.2f} ms",
                   flush=True)
