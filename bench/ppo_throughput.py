@@ -147,7 +147,7 @@ def worker_sb3(args: argparse.Namespace) -> dict:
     model = PPO("CnnPolicy", venv, n_steps=args.num_steps, batch_size=args.num_envs * args.num_steps // 4,
                 n_epochs=4, learning_rate=lambda progress_remaining: progress_remaining * lr, gamma=0.99,
                 gae_lambda=0.95, clip_range=0.1, clip_range_vf=args.sb3_clip_range_vf, ent_coef=0.01, vf_coef=0.5,
-                max_grad_norm=0.5, device="cpu", seed=args.seed, verbose=0)
+                max_grad_norm=0.5, device=args.sb3_device, seed=args.seed, verbose=0)
     timer = Timer(venv)
     model.learn(total_timesteps=args.iterations * args.num_envs * args.num_steps, callback=timer)
     t1 = time.time()
@@ -397,6 +397,7 @@ def main() -> None:
     p.add_argument("--learning-rate", type=float, default=2.5e-4)
     p.add_argument("--sb3-clip-range-vf", type=float, default=0.1,
                    help="SB3 value clipping (ours clips the value loss with clip_coef=0.1, as CleanRL)")
+    p.add_argument("--sb3-device", default="cpu", help="SB3's torch device (bench/gpu_throughput.py passes cuda)")
     p.add_argument("--omp-wait-policy", choices=["PASSIVE", "ACTIVE"],
                    help="set OMP_WAIT_POLICY for every training run (diagnostic; default: unset, as in normal use)")
     p.add_argument("--quiet-below", type=float, default=None,

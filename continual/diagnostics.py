@@ -62,7 +62,8 @@ class PlasticityMonitor:
         self.session, self.agent = session, agent
         self.args = session.args
         self.probe: Optional[torch.Tensor] = None
-        self.grad_norms: dict[str, float] = {}
+        self._grad_names: list[str] = []
+        self._grad_norms: Optional[torch.Tensor] = None  # on the model's device until logged
         self._last_step = session.global_step
         self._logged_at: Optional[int] = None
         session.before_switch.append(lambda s, event: self.log())
@@ -75,7 +76,18 @@ class PlasticityMonitor:
             self.probe = flat[torch.as_tensor(np.sort(idx), device=flat.device)].clone()
 
     def record_grads(self) -> None:
-        self.grad_norms = {n: float(m.weight.grad.norm()) for n, m in _layers(self.agent) if m.weight.grad is not None}
+        # called every minibatch: the norms stay on the device (a float() per layer would wait for the GPU six times
+        # per minibatch) and reach the host only when logged
+        layers = [(n, m.weight.grad) for n, m in _layers(self.agent) if m.weight.grad is not None]
+        self._grad_names = [n for n, _ in layers]
+        self._grad_norms = torch.stack([g.detach().norm() for _, g in layers]) if layers else None
+
+    @property
+    def grad_norms(self) -> dict[str, float]:
+        """Gradient norm per layer at the last `record_grads` call."""
+        if self._grad_norms is None:
+            return {}
+        return dict(zip(self._grad_names, self._grad_norms.tolist()))
 
     def maybe_log(self) -> None:
         every = self.args.diagnostics_every

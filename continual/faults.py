@@ -92,6 +92,11 @@ def kill_at(point: str, processes: list) -> None:
 
 def check_losses(step: int, **losses: torch.Tensor) -> None:
     """Raise NumericalError naming the step and the first non-finite loss."""
+    # called every minibatch: one host sync for all tensor losses (on a GPU each float() waits for the device)
+    tensors = [v.detach().reshape(()).double() for v in losses.values() if torch.is_tensor(v)]
+    floats = [float(v) for v in losses.values() if not torch.is_tensor(v)]
+    if (not tensors or bool(torch.isfinite(torch.stack(tensors)).all())) and all(map(math.isfinite, floats)):
+        return
     for name, value in losses.items():
         v = float(value.detach()) if torch.is_tensor(value) else float(value)
         if not math.isfinite(v):
