@@ -24,7 +24,6 @@ pytest.importorskip("hackatari")
 
 TINY = ["--num_envs", "2", "--num_steps", "32", "--num_minibatches", "2", "--update_epochs", "1",
         "--max_episode_steps", "30", "--eval_every", "0", "--no-plots", "--no-progress-bar"]
-NEEDS_FACTORIES = pytest.mark.xfail(strict=False, reason="needs seed-factories branch")
 
 # the seed README's run_config.json example, its steps scaled down
 SEED_EXAMPLE_CONFIG = {
@@ -83,7 +82,6 @@ def test_seed_run_config_example(tmp_path):
     assert "disable_cars" in config["possible_modifications"]
 
 
-@NEEDS_FACTORIES
 def test_custom_factory_registered_in_the_mapping(tmp_path):
     """The seed's 'Custom Modification Factories': a class with num_total_steps and get_modification(step),
     registered in modification_factory_mapping, referenced from run_config.json."""
@@ -111,7 +109,6 @@ def test_custom_factory_registered_in_the_mapping(tmp_path):
     assert [s["modification"] for s in switches] == ["all_green_cars"]
 
 
-@pytest.mark.xfail(strict=False, reason="needs the flags-over-config note line (another helper's branch)")
 def test_config_keys_and_flags_precedence_note(tmp_path):
     """The seed: 'extra keys in run_config.json override CLI flags'. Here flags win, and a note line says so."""
     cfg = tmp_path / "run_config.json"
