@@ -650,7 +650,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 def main(argv: Optional[Sequence[str]] = None) -> str:
     args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
     args.architecture = "IMPALA"
-    print_config(args, curriculum)
+    print_config(args, curriculum, resume_state)  # validates everything first
     return train(args, curriculum, resume_state)
 
 

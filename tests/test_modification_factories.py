@@ -1316,6 +1316,7 @@ SEED_TRAIN_CONFIG = {
 MAPPING_LAUNCHER = """
 import sys
 sys.path.insert(0, {dir!r})
+sys.path.insert(0, {repo!r})  # the repository root: continual_training_example.py is a script, not installed
 import modification_factories
 from my_seed_factories import SeedStyleFactory
 modification_factories.modification_factory_mapping["SeedStyleFactory"] = SeedStyleFactory
@@ -1340,7 +1341,7 @@ def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, 
         name, script = f"{seed_style_file}:SeedStyleFactory", ["continual_training_example.py"]
     else:
         launcher = tmp_path / "launch.py"
-        launcher.write_text(MAPPING_LAUNCHER.format(dir=str(seed_style_file.parent)))
+        launcher.write_text(MAPPING_LAUNCHER.format(dir=str(seed_style_file.parent), repo=str(REPO_ROOT)))
         name, script = "SeedStyleFactory", [str(launcher)]
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({**SEED_TRAIN_CONFIG, "modification_factory": name, "modification_factory_kwargs": {
