@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import pytest
 
@@ -107,6 +108,39 @@ def test_custom_factory_registered_in_the_mapping(tmp_path):
     switches = [json.loads(ln) for ln in open(os.path.join(runs, "mine", "metrics.jsonl"))
                 if '"switch"' in ln]
     assert [s["modification"] for s in switches] == ["all_green_cars"]
+
+
+def test_custom_factory_written_into_modification_factories_py(tmp_path):
+    """The seed's instructions taken literally: the class is written into modification_factories.py itself (a copy
+    of this repository) and registered there in modification_factory_mapping."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if f.endswith(".py") or f.endswith(".json"):
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(os.path.join(ROOT, f), repo / f)
+    with open(repo / "modification_factories.py", "a") as fh:
+        fh.write("\n\nclass EveryOtherRollout:\n"
+                 "    def __init__(self, num_total_steps, modifications):\n"
+                 "        self.num_total_steps, self.modifications = num_total_steps, modifications\n"
+                 "    def get_modification(self, step):\n"
+                 "        return self.modifications[(step // 64) % len(self.modifications)]\n\n\n"
+                 "modification_factory_mapping['EveryOtherRollout'] = EveryOtherRollout\n")
+    cfg = tmp_path / "run_config.json"
+    cfg.write_text(json.dumps({"modification_factory": "EveryOtherRollout", "modification_factory_kwargs": {
+        "num_total_steps": 192, "modifications": ["", "all_green_cars"]}}))
+    runs = str(tmp_path / "runs")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, str(repo / "continual_training_example.py"), "--config", str(cfg), *TINY,
+                           "--runs_dir", runs, "--run_name", "edited"], cwd=str(repo), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    switches = [json.loads(ln)["modification"] for ln in open(os.path.join(runs, "edited", "metrics.jsonl"))
+                if '"switch"' in ln]
+    assert switches == ["all_green_cars", ""]
 
 
 def test_config_keys_and_flags_precedence_note(tmp_path):
