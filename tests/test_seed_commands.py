@@ -83,18 +83,21 @@ def test_seed_run_config_example(tmp_path):
     assert "disable_cars" in config["possible_modifications"]
 
 
+# the seed's contract: num_total_steps (+ kwargs) and get_modification(step); one switch every 64 steps
+SEED_STYLE_CLASS = ("class {name}:\n"
+                    "    def __init__(self, num_total_steps, modifications):\n"
+                    "        self.num_total_steps, self.modifications = num_total_steps, modifications\n"
+                    "    def get_modification(self, step):\n"
+                    "        return self.modifications[(step // 64) % len(self.modifications)]\n\n\n")
+
+
 def test_custom_factory_registered_in_the_mapping(tmp_path):
     """The seed's 'Custom Modification Factories': a class with num_total_steps and get_modification(step),
     registered in modification_factory_mapping, referenced from run_config.json."""
     plugin = tmp_path / "my_factories.py"
     plugin.write_text(
-        "import modification_factories as mf\n\n"
-        "class MyFactory:\n"
-        "    def __init__(self, num_total_steps, modifications):\n"
-        "        self.num_total_steps, self.modifications = num_total_steps, modifications\n"
-        "    def get_modification(self, step):\n"
-        "        return self.modifications[(step // 64) % len(self.modifications)]\n\n"
-        "mf.modification_factory_mapping['MyFactory'] = MyFactory\n")
+        "import modification_factories as mf\n\n" + SEED_STYLE_CLASS.format(name="MyFactory")
+        + "mf.modification_factory_mapping['MyFactory'] = MyFactory\n")
     cfg = tmp_path / "run_config.json"
     cfg.write_text(json.dumps({"modification_factory": "MyFactory", "modification_factory_kwargs": {
         "num_total_steps": 128, "modifications": ["", "all_green_cars"]}}))
@@ -123,12 +126,8 @@ def test_custom_factory_written_into_modification_factories_py(tmp_path):
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(os.path.join(ROOT, f), repo / f)
     with open(repo / "modification_factories.py", "a") as fh:
-        fh.write("\n\nclass EveryOtherRollout:\n"
-                 "    def __init__(self, num_total_steps, modifications):\n"
-                 "        self.num_total_steps, self.modifications = num_total_steps, modifications\n"
-                 "    def get_modification(self, step):\n"
-                 "        return self.modifications[(step // 64) % len(self.modifications)]\n\n\n"
-                 "modification_factory_mapping['EveryOtherRollout'] = EveryOtherRollout\n")
+        fh.write("\n\n" + SEED_STYLE_CLASS.format(name="EveryOtherRollout")
+                 + "modification_factory_mapping['EveryOtherRollout'] = EveryOtherRollout\n")
     cfg = tmp_path / "run_config.json"
     cfg.write_text(json.dumps({"modification_factory": "EveryOtherRollout", "modification_factory_kwargs": {
         "num_total_steps": 192, "modifications": ["", "all_green_cars"]}}))
