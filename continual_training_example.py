@@ -11,14 +11,15 @@ from __future__ import annotations
 import importlib
 from typing import Optional, Sequence
 
+import modification_factories  # noqa: F401  (registers your factories by name)
 from agents import AGENT_MODULES
 from continual.errors import UserError, exit_on_user_error
-from continual.runtime import parse_train_args, print_config
+from continual.training.startup import parse_train_args, print_config
 
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architectures=list(AGENT_MODULES))
     if args.architecture not in AGENT_MODULES:
         raise UserError(f"architecture: {args.architecture} is not available yet; available: "
                         f"{', '.join(AGENT_MODULES)}")

@@ -27,14 +27,13 @@ from tqdm import tqdm
 
 from agents import AGENT_MODULES
 from continual import console
-from continual.backends import validate_env_id, validate_modification
-from continual.checkpoint import load_policy_file
-from continual.config import args_from_dict, cli
-from continual.envs import EnvSettings, make_vector_env, regime_slug
+from continual.config.loading import args_from_dict, cli
+from continual.envs.backends import validate_env_id, validate_modification
+from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
-from continual.evaluation import EvalResult, evaluate
-from continual.her import evaluate as her_evaluate
-from continual.tracking import check_writable
+from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
+from continual.training.checkpoint import load_policy_file
+from continual.training.tracking import check_writable
 
 
 @dataclasses.dataclass
@@ -179,17 +178,12 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     try:
         agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device)
 
-        def act(obs: torch.Tensor) -> torch.Tensor:
-            return agent.get_action_and_value(obs, greedy=args.greedy)[0]
-
+        act = agent_policy(agent, greedy=args.greedy)
         for m in modifs:
             bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
             if m != envs.modification:
                 envs.switch(m)
-            if train_args.her:  # HER: goal-conditioned play with the checkpoint's goal setup; adds the success rate
-                rows.append(her_evaluate(agent, envs, args.eval_episodes, device, args.seed, greedy=args.greedy))
-                bar.update(args.eval_episodes)
-                continue
+            # HER checkpoints play goal-conditioned with their goal setup; the row adds the success rate
             result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
                                           on_episode=lambda: bar.update(1))
             rows.append(result.row())
@@ -264,7 +258,7 @@ def matrix(args: EvalArgs) -> list[dict]:
                    "seed": args.seed, "eval_episodes": args.eval_episodes, "results": rows}, f, indent=2)
     import numpy as np
 
-    from continual.plots import heatmap, regime_label
+    from continual.evaluation.plots import heatmap, regime_label
 
     png = heatmap(np.array(grid, dtype=float), labels, [regime_label(m) for m in modifs], output + "_matrix.png",
                   f"Mean return over {args.eval_episodes} games ({'greedy' if args.greedy else 'sampled'} actions)",

@@ -67,17 +67,19 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from agents import ppo
-from continual.args import Args
-from continual.config import Curriculum
-from continual.continual_eval import attach as attach_evaluator
-from continual.envs import EnvSettings, episode_stats, make_env, make_vector_env
-from continual.diagnostics import PlasticityMonitor
+from continual.config.args import Args
+from continual.config.loading import Curriculum
+from continual.console import Progress
+from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env
 from continual.errors import TrainingError, exit_on_user_error
-from continual.faults import check_losses, check_parameters, inject, kill_at
-from continual.plasticity import install_switch_remedies
-from continual.progress import Progress
-from continual.rewards import RewardScaler
-from continual.runtime import RunSession, parse_train_args, print_config, start_run
+from continual.evaluation.continual import attach as attach_evaluator
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.testing.faults import inject, kill_at
+from continual.training.guards import check_losses, check_parameters
+from continual.training.rewards import RewardScaler
+from continual.training.session import RunSession
+from continual.training.startup import parse_train_args, print_config, start_run
 
 STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever
 JOIN_TIMEOUT_S = 5.0  # per actor, before SIGTERM, then SIGKILL
@@ -208,7 +210,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                         free.append(message[1])
                         continue
                     _, epoch, regime, modification, step = message
-                    inject("actor_switch", index)  # TEST HOOK (continual.faults): die while switching
+                    inject("actor_switch", index)  # TEST HOOK (continual.testing.faults): die while switching
                     next_obs, _ = envs.switch(modification, step)
                     scaler.episodes_cut()
                 if free or stop[0]:
@@ -357,7 +359,7 @@ class ActorFleet:
         self.modification = modification
         self.epoch_modification[self.epoch] = modification
         for i in range(len(self.conns)):
-            kill_at("broadcast_switch", self.processes)  # TEST HOOK (continual.faults): an actor dies mid-broadcast
+            kill_at("broadcast_switch", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-broadcast
             self.send(i, ("switch", self.epoch, self.session.regime_index(modification), modification, step))
         return None, {}
 
@@ -367,7 +369,7 @@ class ActorFleet:
         self.version += 1  # odd: writing
         for k, t in agent.state_dict().items():
             self.shared_weights[k].copy_(t)
-            kill_at("publish", self.processes)  # TEST HOOK (continual.faults): an actor dies mid-publish
+            kill_at("publish", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-publish
         self.version += 1
 
     # --- failures ------------------------------------------------------------------------------------------------------
@@ -461,9 +463,9 @@ class ActorFleet:
 def start_forkserver(settings: EnvSettings):
     """Actors fork from a server process that imported torch and the env stack once (a fork of the learner would
     copy its threads; spawn would re-import everything per actor). Started early, its imports overlap the learner's."""
-    preload = ["torch", "agents.ppo", "continual.envs", "continual.rewards"]
+    preload = ["torch", "agents.ppo", "continual.envs.vector", "continual.training.rewards"]
     if settings.atari:
-        preload += ["continual.backends", "continual.modifications", "hackatari.core", "ocatari.core",
+        preload += ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
                     "stable_baselines3.common.atari_wrappers"]
     mp.set_forkserver_preload(preload)
     forkserver.ensure_running()
@@ -521,7 +523,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
         }
-        attach_evaluator(session, agent, device)  # continual evaluation (--eval_every): step 0 now, then session hooks
+        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then session hooks
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
@@ -648,11 +650,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
-    args.architecture = "IMPALA"
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="IMPALA")
     print_config(args, curriculum, resume_state)  # validates everything first
     return train(args, curriculum, resume_state)
 
 
 if __name__ == "__main__":
+    import modification_factories  # noqa: F401  (registers your factories, as continual_training_example.py does)
+
     main()

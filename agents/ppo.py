@@ -13,7 +13,7 @@ Continual specifics:
 
 Box action spaces (Pendulum, ...) follow CleanRL `ppo_continuous_action`: a Normal policy whose mean is the actor
 head and whose log-std is a state-independent parameter; log-probs and entropies are summed over action dimensions;
-the envs clip the sampled actions to the space's bounds (gymnasium ClipAction, `continual.envs`) while the rollout
+the envs clip the sampled actions to the space's bounds (gymnasium ClipAction, `continual.envs.vector`) while the rollout
 keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are that script's normalisations
 (`configs/pendulum_gravity.json`: a Pendulum curriculum).
 """
@@ -36,18 +36,19 @@ import torch.optim as optim
 from torch.distributions.categorical import Categorical
 from torch.distributions.normal import Normal
 
-from continual.args import Args
-from continual.config import Curriculum
-from continual.continual_eval import attach as attach_evaluator
-from continual.diagnostics import PlasticityMonitor
-from continual.envs import EnvSettings, episode_stats, make_vector_env, regime_slug
+from continual.config.args import Args
+from continual.config.loading import Curriculum
+from continual.console import Progress
+from continual.envs.goals import split_goal_space
+from continual.envs.vector import EnvSettings, episode_stats, make_vector_env, regime_slug
 from continual.errors import TrainingError, UserError, exit_on_user_error
-from continual.faults import check_losses, check_parameters
-from continual.her import HerRollout, split_goal_space, weighted_mean
-from continual.plasticity import install_switch_remedies
-from continual.progress import Progress
-from continual.rewards import RewardScaler
-from continual.runtime import parse_train_args, print_config, set_torch_threads, start_run
+from continual.evaluation.continual import attach as attach_evaluator
+from continual.her import HerRollout, weighted_mean
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.training.guards import check_losses, check_parameters
+from continual.training.rewards import RewardScaler
+from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -176,7 +177,7 @@ def obs_scale(obs_space, args: Args) -> float:
 
 def action_dims(action_space) -> tuple[int, bool]:
     """(n_actions, continuous): Discrete(n) (or a bare n) -> (n, False); a Box -> (its number of elements, True)
-    (`continual.envs` presents multi-dimensional Boxes flattened)."""
+    (`continual.envs.vector` presents multi-dimensional Boxes flattened)."""
     if isinstance(action_space, (int, np.integer)):
         return int(action_space), False
     if isinstance(action_space, gym.spaces.Discrete):
@@ -225,7 +226,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "goal_dim": agent.goal_dim, "continuous": agent.continuous,
         }
-        attach_evaluator(session, agent, device)  # continual evaluation (--eval_every): step 0 now, then session hooks
+        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then session hooks
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         # HER: observations are Dicts; `her` keeps goals, achieved goals and what relabelling needs (None without HER)
@@ -448,11 +449,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
-    args.architecture = "PPO"
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="PPO")
     print_config(args, curriculum, resume_state)  # validates everything first
     return train(args, curriculum, resume_state)
 
 
 if __name__ == "__main__":
+    import modification_factories  # noqa: F401  (registers your factories, as continual_training_example.py does)
+
     main()

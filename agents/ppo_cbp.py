@@ -1,5 +1,5 @@
 """PPO with Continual Backpropagation (PPO_CBP): the PPO of `agents/ppo.py` whose hidden layers are maintained by
-CBP (`continual/cbp.py`, Dohare et al., Nature 2024).
+CBP (`continual/plasticity/cbp.py`, Dohare et al., Nature 2024).
 
     python continual_training_example.py --config run_config.json --architecture PPO_CBP \
         --replacement_rate 1e-4 --maturity_threshold 10000 --decay_rate 0.99 --init kaiming
@@ -28,11 +28,11 @@ import torch.nn as nn
 import torch.optim as optim
 
 from agents import ppo
-from continual.args import Args
-from continual.cbp import CBP, AdamGnT, UnitTracker
-from continual.config import Curriculum
+from continual.config.args import Args
+from continual.config.loading import Curriculum
 from continual.errors import exit_on_user_error
-from continual.runtime import parse_train_args, print_config
+from continual.plasticity.cbp import CBP, AdamGnT, UnitTracker
+from continual.training.startup import parse_train_args, print_config
 
 
 class CBPAgent(ppo.Agent):
@@ -82,11 +82,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0])
-    args.architecture = "PPO_CBP"
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="PPO_CBP")
     print_config(args, curriculum, resume_state)  # validates everything first
     return train(args, curriculum, resume_state)
 
 
 if __name__ == "__main__":
+    import modification_factories  # noqa: F401  (registers your factories, as continual_training_example.py does)
+
     main()

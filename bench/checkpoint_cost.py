@@ -21,12 +21,12 @@ import common  # noqa: F401  (puts the repository root on sys.path)
 import torch
 
 from agents import ppo
-from continual.args import Args
-from continual.config import parse_args
-from continual.diagnostics import PlasticityMonitor
-from continual.envs import EnvSettings, make_vector_env
-from continual.rewards import RewardScaler
-from continual.runtime import start_run
+from continual.config.args import Args
+from continual.config.loading import parse_args
+from continual.envs.vector import EnvSettings, make_vector_env
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.training.rewards import RewardScaler
+from continual.training.startup import start_run
 
 
 def main() -> None:

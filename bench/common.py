@@ -16,7 +16,7 @@ if REPO_ROOT not in sys.path:  # `python bench/x.py` puts bench/ first; the libr
     sys.path.insert(0, REPO_ROOT)
 
 from continual import console  # noqa: E402
-from continual.processes import alive, descendants  # noqa: E402,F401  (the bench scripts use them as common.*)
+from continual.testing.processes import alive, descendants  # noqa: E402,F401  (the bench scripts use them as common.*)
 
 PACKAGES = ("torch", "gymnasium", "ale-py", "hackatari", "ocatari", "stable-baselines3", "numpy")
 

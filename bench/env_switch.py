@@ -59,8 +59,8 @@ def make_plain_vector_env(args: argparse.Namespace):
 def bench_switch(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from continual.backends import normalize
-    from continual.envs import EnvSettings, make_vector_env
+    from continual.envs.backends import normalize
+    from continual.envs.vector import EnvSettings, make_vector_env
 
     settings = EnvSettings(env_id=args.env_id, backend="HackAtari")
     rng = np.random.default_rng(args.seed)
@@ -174,7 +174,7 @@ def bench_switch(args: argparse.Namespace) -> dict:
 def bench_throughput(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from continual.envs import EnvSettings, make_vector_env
+    from continual.envs.vector import EnvSettings, make_vector_env
 
     hack = EnvSettings(env_id=args.env_id, backend="HackAtari")
     variants: dict[str, callable] = {

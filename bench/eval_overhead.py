@@ -90,8 +90,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None)
     a = p.parse_args()
-    from continual.config import parse_args
-    from continual.runtime import build_factory, resolve_total
+    from continual.config.loading import parse_args
+    from continual.training.startup import build_factory, resolve_total
 
     args, curriculum = parse_args(["--config", a.config])
     if not args.eval_every:

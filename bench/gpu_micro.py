@@ -22,14 +22,13 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402,F401  (puts the repository root on sys.path)
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from agents.ppo import Agent  # noqa: E402
-from continual.diagnostics import PlasticityMonitor  # noqa: E402
-from continual.faults import check_losses  # noqa: E402
+from continual.plasticity.diagnostics import PlasticityMonitor  # noqa: E402
+from continual.training.guards import check_losses  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -73,14 +72,14 @@ def learn_step(agent, opt, obs, actions, old_logp, adv, ret, old_v, host_syncs: 
     loss = pg - 0.01 * ent.mean() + 0.5 * vl
     if monitor is not None:  # the training loop's own checks (whichever checkout is on PYTHONPATH)
         check_losses(0, value_loss=vl, policy_loss=pg, entropy=ent.mean())
-    elif host_syncs:  # what continual.faults.check_losses did before it synced once
+    elif host_syncs:  # what continual.testing.faults.check_losses did before it synced once
         for x in (vl, pg, ent.mean()):
             float(x.detach())
     opt.zero_grad()
     loss.backward()
     if monitor is not None:
         monitor.record_grads()
-    elif host_syncs:  # what continual.diagnostics.PlasticityMonitor.record_grads did before it kept norms on the device
+    elif host_syncs:  # what continual.plasticity.diagnostics.PlasticityMonitor.record_grads did before it kept norms on the device
         {n: float(m.weight.grad.norm()) for n, m in agent.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))}
     nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
     opt.step()

@@ -1,6 +1,6 @@
 """Benchmark: HER against goal-conditioned PPO without relabelling on a sparse goal-reaching task, same budget.
 
-Task: `continual/GoalGrid-v0` (continual/goal_envs.py): a 15 x 15 grid, a uniformly drawn start cell and desired
+Task: `continual/GoalGrid-v0` (continual/envs/goal_grid.py): a 15 x 15 grid, a uniformly drawn start cell and desired
 goal cell per episode, 50 steps, goal reward 1 only on the goal cell itself (--her_tolerance 0.05 < 1/14), the env
 reward withheld (--her_env_reward_weight 0). A uniformly random policy touches its goal in about 8-14% of the
 episodes, so the reward is seen rarely and only for goals close to the start.
@@ -11,7 +11,7 @@ Conditions (all PPO, identical hyperparameters, seeds and budget; only the relab
   her_final    --her --her_strategy final                one relabelled copy per episode piece
 
 Metrics: training success rate (share of episodes that touched their goal, `her/success_rate`), per iteration and
-smoothed; after training, a fresh evaluation of the stochastic policy (`continual.her.evaluate`, --eval_episodes
+smoothed; after training, a fresh evaluation of the stochastic policy (`continual.evaluation.episodes.evaluate`, --eval_episodes
 episodes, other env seeds). Outputs: a PNG of the success-rate curves (mean +- std over seeds), a JSON file, and
 with --results a section appended to bench/RESULTS.md.
 
@@ -74,11 +74,11 @@ def run_one(condition: str, seed: int, total: int, runs_dir: str, eval_episodes:
     import torch
 
     from agents import ppo
-    from continual.checkpoint import load_checkpoint
-    from continual.config import args_from_dict
-    from continual.envs import EnvSettings, make_vector_env
-    from continual.her import evaluate
-    from continual.tracking import read_metrics
+    from continual.config.loading import args_from_dict
+    from continual.envs.vector import EnvSettings, make_vector_env
+    from continual.evaluation.episodes import agent_policy, evaluate
+    from continual.training.checkpoint import load_checkpoint
+    from continual.training.tracking import read_metrics
 
     t0 = time.time()
     run_dir = ppo.main([*HYPER, *CONDITIONS[condition], "--seed", str(seed), "--total_timesteps", str(total),
@@ -94,7 +94,7 @@ def run_one(condition: str, seed: int, total: int, runs_dir: str, eval_episodes:
         agent = ppo.make_agent(envs.single_observation_space, int(envs.single_action_space.n), train_args)
         agent.load_state_dict(state["model"])
         agent.eval()
-        row = evaluate(agent, envs, eval_episodes, torch.device("cpu"), seed=10_000 + seed)
+        row = evaluate(agent_policy(agent), envs, eval_episodes, torch.device("cpu"), seed=10_000 + seed).row()
     finally:
         envs.close()
     last = [s for _, s in curve[-max(1, len(curve) // 10):]]
@@ -109,9 +109,9 @@ def random_policy_success(episodes: int, seed: int = 12_345) -> float:
     """Success rate of a uniformly random policy on the same task (the chance level)."""
     import torch
 
-    from continual.args import Args
-    from continual.envs import EnvSettings, make_vector_env
-    from continual.her import evaluate
+    from continual.config.args import Args
+    from continual.envs.vector import EnvSettings, make_vector_env
+    from continual.evaluation.episodes import agent_policy, evaluate
 
     class RandomAgent:
         def get_action_and_value(self, x, action=None, greedy=False, goal=None):
@@ -120,7 +120,7 @@ def random_policy_success(episodes: int, seed: int = 12_345) -> float:
     args = Args(env_id="continual/GoalGrid-v0", backend="Gymnasium", her=True, her_tolerance=0.05)
     envs = make_vector_env(EnvSettings.from_args(args), 8, "")
     try:
-        return evaluate(RandomAgent(), envs, episodes, torch.device("cpu"), seed=seed)["success_rate"]
+        return evaluate(agent_policy(RandomAgent()), envs, episodes, torch.device("cpu"), seed=seed).row()["success_rate"]
     finally:
         envs.close()
 

@@ -2,7 +2,7 @@
 
 Run kinds (every training run is a fresh subprocess; the kinds run round-robin, the order rotating every repeat):
 - `ppo`: agents.ppo with its defaults (8 envs x 128 steps, 4 epochs x 4 minibatches), through
-  `continual.runtime.parse_train_args` + `agents.ppo.train`;
+  `continual.training.startup.parse_train_args` + `agents.ppo.train`;
 - `ppo_1thread`: the same with `torch.set_num_threads(1)`, a control: the IMPALA learner on CPU takes
   (cores - actors) threads, and on a loaded machine PPO's default OpenMP threads can slow its update many times over;
 - `impala_a1`, `impala_a2`, `impala_a4`: agents.impala with 1, 2 or 4 actor processes sharing the same 8 envs, unroll
@@ -44,7 +44,7 @@ LABELS = {"ppo": "PPO (8 envs x 128)", "ppo_1thread": "PPO, 1 torch thread", "im
 
 
 def worker(args: argparse.Namespace) -> dict:
-    from continual.runtime import parse_train_args
+    from continual.training.startup import parse_train_args
 
     argv = ["--env_id", args.env_id, "--backend", "HackAtari", "--modifs", "", "--num_envs", str(args.num_envs),
             "--total_timesteps", str(args.steps), "--runs_dir", args.tmp, "--run_name", args.run_name,

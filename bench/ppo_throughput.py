@@ -1,7 +1,7 @@
 """Benchmark: PPO training throughput on HackAtari Freeway (8 envs x 128 steps, CleanRL hyperparameters).
 
 (a) our PPO (`agents.ppo.train`) against Stable-Baselines3 PPO with the same hyperparameters on the same env stack
-    (SB3 SubprocVecEnv over `continual.envs.make_env` thunks, forkserver);
+    (SB3 SubprocVecEnv over `continual.envs.vector.make_env` thunks, forkserver);
 (b) our PPO with a switch every 2 iterations (Sequential curriculum alternating "" and a modification) against
     no switches, same budget;
 (c) where the time goes: per-iteration env / act / learn seconds (ours: from metrics.jsonl; SB3: a timing callback
@@ -43,7 +43,7 @@ LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (sw
 
 def worker_ours(args: argparse.Namespace, switching: bool) -> dict:
     import agents.ppo as ppo
-    from continual.runtime import parse_train_args
+    from continual.training.startup import parse_train_args
 
     batch = args.num_envs * args.num_steps
     total = args.iterations * batch
@@ -89,7 +89,7 @@ def worker_sb3(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnvWrapper
 
-    import continual.envs as cenvs
+    import continual.envs.vector as cenvs
 
     class TimedVecEnv(VecEnvWrapper):
         """Times env stepping (step_async + step_wait) and clips rewards to their sign, as ours does."""

@@ -1,6 +1,5 @@
-"""User errors: bad flags, configs, checkpoints or modification names.
-
-They are reported as one line (`error: ...`) with exit code 2, before any work starts, never as a traceback.
+"""The two kinds of error a run reports as one line. UserError: bad flags, configs, checkpoints or modification
+names, reported as one line (`error: ...`) with exit code 2, before any work starts, never as a traceback.
 """
 
 from __future__ import annotations
@@ -40,3 +39,15 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(1) from None
 
     return wrapper
+
+
+class EnvWorkerError(TrainingError):
+    """An environment worker process died or raised."""
+
+
+class NumericalError(TrainingError):
+    """A non-finite loss or parameter."""
+
+    def __init__(self, message: str, weights_ok: bool = True):
+        super().__init__(message)
+        self.weights_ok = weights_ok  # False: the parameters themselves are broken, do not checkpoint them

@@ -1,59 +1,23 @@
-"""Process facts from /proc (Linux): is a pid alive, which live processes descend from a pid.
-
-Used by the tests and benchmarks that check that switches create no process and that failures leave none behind.
-"""
+"""Worker processes of the library (env workers, IMPALA actors, background evaluation): how they are started, how a
+failure is described, how they are stopped."""
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 
-def proc_stat(pid: int) -> Optional[tuple[str, int]]:
-    """(state, ppid) of a process, None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            data = f.read()
-    except (OSError, ValueError):
-        return None
-    rest = data[data.rfind(")") + 2:].split()  # the command name may contain spaces and parentheses
-    return rest[0], int(rest[1])
-
-
-def alive(pid: int) -> bool:
-    """True if `pid` exists and is not a zombie."""
-    st = proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def descendants(root: int) -> set[int]:
-    """Live (non-zombie) descendants of `root`."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st is not None and st[0] not in ("Z", "X"):
-                children.setdefault(st[1], []).append(int(name))
-    out: set[int] = set()
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
+def dead_workers(processes) -> list[str]:
+    """'env i (pid p) exited with code c' for every worker process that is no longer alive."""
+    out = []
+    for i, p in enumerate(processes or []):
+        if not p.is_alive():
+            out.append(f"env {i} (pid {p.pid}) exited with code {p.exitcode}")
     return out
 
 
-def group(pgid: int) -> set[int]:
-    """Live (non-zombie) processes of process group `pgid` (a run started with start_new_session: all it started)."""
-    out = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", encoding="utf-8") as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if rest[0] not in ("Z", "X") and int(rest[2]) == pgid:
-                out.add(int(name))
-    return out
+def describe_worker_failure(processes, error: Optional[BaseException]) -> str:
+    dead = dead_workers(processes)
+    if dead:
+        return "environment worker died: " + "; ".join(dead)
+    first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else type(error).__name__
+    return f"environment worker failed: {first}"

@@ -1,4 +1,4 @@
-"""A training run killed at a planned moment (a continual.faults test hook, or a SIGKILL sent by the test) and what a
+"""A training run killed at a planned moment (a continual.testing.faults test hook, or a SIGKILL sent by the test) and what a
 clean stop looks like from outside: the trainer exits within KILL_TO_EXIT_S of the kill, and no process of its
 session (learner, forkserver, actors / env workers, resource tracker) is left. The tests check the one-line error and
 the checkpoint it names."""
@@ -14,7 +14,7 @@ import time
 from typing import Callable, Optional
 
 from conftest import ROOT
-from continual.processes import group
+from continual.testing.processes import group
 
 KILL_TO_EXIT_S = 30.0  # the trainer must be gone this long after the kill (a hang never gets there)
 

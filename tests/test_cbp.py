@@ -13,12 +13,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import run_script
-from continual.args import Args
-from continual.cbp import CBP, AdamGnT, UnitTracker, init_bound
-from continual.diagnostics import dormant_fraction, effective_rank
-from continual.plasticity import reset_optimizer_state, shrink_and_perturb
 from agents.ppo_cbp import CBPAgent
+from conftest import run_script
+from continual.config.args import Args
+from continual.plasticity.cbp import AdamGnT, UnitTracker, init_bound
+from continual.plasticity.diagnostics import dormant_fraction, effective_rank
+from continual.plasticity.shrink_perturb import reset_optimizer_state, shrink_and_perturb
 
 
 def small_net(rate=0.0, maturity=0, eta=0.9, utility="contribution"):
@@ -399,7 +399,7 @@ def test_dormant_fraction_all_counts_dormant_units_over_all_units():
     the mean of its own layer. Layers of 4 and 12 units, 2 and 0 dormant: 2/16, not mean(2/4, 0/12)."""
     from types import SimpleNamespace
 
-    from continual.diagnostics import PlasticityMonitor
+    from continual.plasticity.diagnostics import PlasticityMonitor
 
     class Net(nn.Module):
         def __init__(self):

@@ -21,11 +21,17 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import modification_factories as mf  # noqa: E402
-from continual.args import Args, field_names  # noqa: E402
-from continual.config import (DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict,  # noqa: E402
-                              parse_args, split_config)
+from continual.config.args import Args, field_names  # noqa: E402
+from continual.config.loading import (  # noqa: E402
+    DEFAULT_TOTAL_TIMESTEPS,
+    Curriculum,
+    args_from_dict,
+    args_to_dict,
+    parse_args,
+    split_config,
+)
 from continual.errors import UserError  # noqa: E402
-from continual.runtime import build_factory, check_modifications, resolve_total  # noqa: E402
+from continual.training.startup import build_factory, check_modifications, resolve_total  # noqa: E402
 
 CARTPOLE = ["--env_id", "CartPole-v1", "--backend", "Gymnasium"]
 
@@ -574,7 +580,7 @@ def test_no_override_note_without_a_config(capsys):
     (1000, None, 320, 1280),     # IMPALA-sized rollouts
 ])
 def test_total_steps_round_the_last_rollout_up(curriculum_steps, flag, rollout, expected):
-    from continual.runtime import rounding_note
+    from continual.training.startup import rounding_note
 
     argv = CARTPOLE + (["--total_timesteps", str(flag)] if flag else [])
     args, _ = parse_args(argv)
@@ -608,7 +614,7 @@ def test_seed_example_config_reaches_its_second_phase(tmp_path):
     """The seed's example with the default 8 x 128 rollout: 2,000 steps train 2 rollouts (2,048 steps), the second
     in the second phase, and the run says how it rounded."""
     from conftest import run_script
-    from continual.tracking import read_metrics
+    from continual.training.tracking import read_metrics
 
     cfg = write_config(tmp_path, SEED_EXAMPLE)
     runs = tmp_path / "runs"
@@ -664,7 +670,7 @@ def test_ppo_and_impala_runs_switch_at_the_same_steps(tmp_path):
     """One config, trained by PPO (2 x 32-step rollouts) and IMPALA (128 steps per update): num_repetitions counts
     steps, so both see the same draws at the same steps."""
     from conftest import run_script
-    from continual.tracking import read_metrics
+    from continual.training.tracking import read_metrics
 
     cfg = write_config(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 32,
                                   "update_epochs": 1, "num_actors": 2, "unroll_length": 16, "batch_size": 4,

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from conftest import ROOT, run_script
-from continual.continual_eval import parse_eval_modifs
-from continual.processes import alive
-from continual.tracking import read_metrics
+from continual.evaluation.continual import parse_eval_modifs
+from continual.testing.processes import alive
+from continual.training.tracking import read_metrics
 
 TOTAL = 2304  # 18 iterations of 2 envs x 64 steps
 CURRICULUM = {
@@ -146,13 +146,14 @@ def test_background_worker_exits_when_the_trainer_dies(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {ROOT!r})
-        from continual.args import Args
-        from continual.continual_eval import BackgroundEvaluation
-        from continual.envs import EnvSettings
+        from continual.config.args import Args
+        from continual.evaluation.continual import BackgroundEvaluation
+        from continual.envs.vector import EnvSettings
+        from agents.ppo import make_agent
 
         if __name__ == "__main__":
             args = Args(env_id="CartPole-v1", backend="Gymnasium")
-            bg = BackgroundEvaluation(args, EnvSettings.from_args(args, episodic_life=False), ["", "gravity=15"], 1,
+            bg = BackgroundEvaluation(make_agent, args, EnvSettings.from_args(args, episodic_life=False), ["", "gravity=15"], 1,
                                       1, 0, False)
             assert bg.results.get(timeout=60)[0] == "ready"
             print(bg.pid, flush=True)
@@ -208,7 +209,7 @@ def test_eval_flags_are_checked_before_any_env(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "wings" in proc.stderr
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
-    from continual.config import parse_args
+    from continual.config.loading import parse_args
     from continual.errors import UserError
 
     for flag, value in (("--eval_episodes", "0"), ("--eval_every", "-1"), ("--eval_num_envs", "0"),
@@ -251,9 +252,9 @@ def test_evaluate_regimes_seeding_and_private_sampling():
     import torch
 
     from agents.ppo import Agent
-    from continual import continual_eval as ce
-    from continual.args import Args
-    from continual.envs import EnvSettings, make_vector_env
+    from continual.config.args import Args
+    from continual.envs.vector import EnvSettings, make_vector_env
+    from continual.evaluation import continual as ce
 
     args = Args(env_id="CartPole-v1", backend="Gymnasium")
     envs = make_vector_env(EnvSettings.from_args(args, episodic_life=False), 2, "", "sync")

@@ -4,7 +4,6 @@ learning checks, and the refusal of Box actions by IMPALA and HER."""
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -17,10 +16,10 @@ import torch
 import box_envs  # noqa: F401  (registers Target2x2-v0, Target2x2Bounded-v0)
 from agents import ppo, ppo_cbp
 from conftest import ROOT, run_script
-from continual.args import Args
-from continual.continual_eval import PolicyActor
-from continual.envs import EnvSettings, make_vector_env
-from continual.tracking import read_metrics
+from continual.config.args import Args
+from continual.envs.vector import EnvSettings, make_vector_env
+from continual.evaluation.continual import PolicyActor
+from continual.training.tracking import read_metrics
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BOX_ENV = {"PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
@@ -248,7 +247,7 @@ def test_multidim_unbounded_box_learns(tmp_path):
 
 
 def test_shipped_pendulum_config_parses():
-    from continual.config import parse_args
+    from continual.config.loading import parse_args
 
     args, curriculum = parse_args(["--config", os.path.join(ROOT, "configs", "pendulum_gravity.json")])
     assert args.env_id == "Pendulum-v1" and args.norm_obs and args.reward_scaling == "normalize"

@@ -14,7 +14,6 @@ the factory is a pure function of the step (no state to carry), so an uninterrup
 from __future__ import annotations
 
 import glob
-import json
 import os
 import random
 import signal
@@ -25,10 +24,10 @@ import time
 import pytest
 
 from conftest import ROOT, run_script
-from continual.args import Args
-from continual.checkpoint import latest_checkpoint, load_checkpoint
-from continual.config import Curriculum, parse_args
-from continual.tracking import read_metrics
+from continual.config.args import Args
+from continual.config.loading import parse_args
+from continual.training.checkpoint import latest_checkpoint, load_checkpoint
+from continual.training.tracking import read_metrics
 
 SHIPPED = os.path.join(ROOT, "run_config.json")
 
@@ -47,14 +46,15 @@ class FakeClock:
 
 
 def _session(tmp_path, monkeypatch, *flags: str):
-    import continual.runtime as runtime
+    import continual.training.session as session_module
+    from continual.training.startup import start_run
 
     clock = FakeClock()
-    monkeypatch.setattr(runtime.time, "monotonic", clock)
+    monkeypatch.setattr(session_module.time, "monotonic", clock)
     argv = ["--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2", "--num_steps", "32",
             "--runs_dir", str(tmp_path / "runs"), "--run_name", "r", "--total_timesteps", "64000", *flags]
     args, curriculum = parse_args(argv)
-    session = runtime.start_run(args, curriculum, None, granularity=args.rollout_size())
+    session = start_run(args, curriculum, None, granularity=args.rollout_size())
     session.save_fn = lambda: {"model": {}, "optimizer": {}}
     return session, clock
 
@@ -132,7 +132,7 @@ def test_checkpoint_minutes_must_be_finite_and_non_negative(value):
 
 def _factory_schedule(total: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """(switches, regime of each iteration record) of an uninterrupted run of the shipped config, from its factory."""
-    from continual.runtime import build_factory
+    from continual.training.startup import build_factory
 
     args, curriculum = parse_args(["--config", SHIPPED])
     rollout = args.rollout_size()

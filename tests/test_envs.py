@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from continual.backends import available_modifications, make_backend_env, validate_modification
-from continual.envs import EnvSettings, make_vector_env, regime_slug
+from continual.envs.backends import available_modifications, make_backend_env, validate_modification
+from continual.envs.modifications.freeway import CAR_COLOUR, CAR_SPEED, CAR_X
+from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
-from continual.modifications.freeway import CAR_COLOUR, CAR_SPEED, CAR_X
-from continual.processes import alive as _alive
+from continual.testing.processes import alive as _alive
 
 FREEWAY = "ALE/Freeway-v5"
 
@@ -117,7 +117,7 @@ def test_noop_reset_skipping_frame_processing_gives_the_same_observations(modifi
     """NoopReset processes only the frames that end up in the stack; the result equals SB3's NoopResetEnv."""
     from stable_baselines3.common.atari_wrappers import NoopResetEnv
 
-    from continual.envs import NoopReset
+    from continual.envs.vector import NoopReset
 
     ours = NoopReset(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30)
     sb3 = NoopResetEnv(make_backend_env("HackAtari", FREEWAY, modification), noop_max=30)

@@ -6,8 +6,8 @@ import dataclasses
 import re
 
 from conftest import run_script
-from continual.args import Args, grouped_class
-from continual.config import parse_args
+from continual.config.args import Args, grouped_class
+from continual.config.loading import parse_args
 
 PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "IMPALA", "HER", "evaluation"]
 

@@ -16,11 +16,12 @@ from torch.distributions.categorical import Categorical
 
 from conftest import run_script
 from continual import her
-from continual.args import Args
-from continual.config import parse_args
-from continual.envs import EnvSettings, make_env
+from continual.config.args import Args
+from continual.config.loading import parse_args
+from continual.envs import goals
+from continual.envs.vector import EnvSettings, make_env
 from continual.errors import UserError
-from continual.tracking import read_metrics
+from continual.training.tracking import read_metrics
 
 torch.set_num_threads(1)  # in-process training: tiny networks, a loaded 2-core machine
 THREADS = {"OMP_NUM_THREADS": "1"}
@@ -33,8 +34,8 @@ def goal_env(game: str, backend: str = "HackAtari", **kw) -> gym.Env:
     return make_env(settings, 0, "")()
 
 
-def goal_wrapper(env: gym.Env) -> her.GoalEnvWrapper:
-    while not isinstance(env, her.GoalEnvWrapper):
+def goal_wrapper(env: gym.Env) -> goals.GoalEnvWrapper:
+    while not isinstance(env, goals.GoalEnvWrapper):
         env = env.env
     return env
 
@@ -52,7 +53,7 @@ def test_freeway_height_follows_the_player_chicken_and_the_top_is_a_success():
         assert set(obs) == {"obs", "goal", "achieved"} and obs["obs"].shape == (4, 84, 84)
         assert obs["achieved"].shape == (1,) and obs["achieved"][0] == 0.0  # at the bottom
         wrapper.desired = np.array([1.0], np.float32)  # the top of the road
-        generic = her.PlayerPosition("Freeway")
+        generic = goals.PlayerPosition("Freeway")
         ram = env.unwrapped.ale.getRAM()
         y14, y15 = int(ram[14]), int(ram[15])
         heights, pixel_y, scored_at = [float(obs["achieved"][0])], [float(generic.achieved(env)[1])], None
@@ -347,8 +348,8 @@ def test_episode_success_is_logged_per_regime(tmp_path):
 
 def test_her_with_ppo_cbp_trains_and_checkpoints_round_trip(tmp_path):
     import eval as eval_script
-    from continual.checkpoint import load_checkpoint
-    from continual.config import args_from_dict
+    from continual.config.loading import args_from_dict
+    from continual.training.checkpoint import load_checkpoint
 
     run_dir = train_grid(tmp_path, "cbp", architecture="PPO_CBP")
     state = load_checkpoint(run_dir)
@@ -409,7 +410,7 @@ def test_bad_her_flags_are_one_line_errors(argv, message):
 
 
 def test_continual_evaluation_of_her_agents_reports_success_rate(tmp_path):
-    from continual.continual_eval import read_eval_table
+    from continual.evaluation.continual import read_eval_table
 
     run_dir = train_grid(tmp_path, "ceval", "--eval_every", "64", "--eval_episodes", "2", "--no-metrics")
     rows = read_eval_table(os.path.join(run_dir, "eval_table.csv"))

@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from continual.diagnostics import PlasticityMonitor
 from continual.errors import TrainingError
-from continual.faults import check_losses
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.training.guards import check_losses
 
 HOST_METHODS = ("__float__", "__bool__", "__int__", "__index__", "item", "tolist", "numpy")
 

@@ -16,15 +16,16 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from conftest import ROOT, run_script
+from continual.config.loading import args_from_dict
+from continual.testing.processes import alive, descendants
+from continual.training.checkpoint import load_checkpoint
+from continual.training.tracking import read_metrics
 from fault_runs import KILL_TO_EXIT_S, run_killed
-from continual.checkpoint import load_checkpoint
-from continual.processes import alive, descendants
-from continual.config import args_from_dict
-from continual.tracking import read_metrics
+
 
 class RaisingCartPole(CartPoleEnv):
     """CartPole that raises after 200 steps (imported by the actors as `test_impala:RaisingCartPole-v0`)."""
@@ -184,7 +185,7 @@ def test_killed_actor_stops_the_run_with_a_checkpoint_and_no_orphans(tmp_path):
 
 
 # An actor SIGKILLed at any moment: the learner exits within 30 s with one line, a crash checkpoint of its last update
-# that loads, and nothing left running. The moments are continual.faults test hooks (the actor kills itself at its
+# that loads, and nothing left running. The moments are continual.testing.faults test hooks (the actor kills itself at its
 # n-th visit of a point; `publish` / `broadcast_switch`: the learner kills it in the middle of that broadcast) plus
 # kills by the test at a random time. n is drawn per run; every moment is hit three times (-m slow: ten).
 # A cheap CartPole run whose curriculum switches every 2 updates (80 steps each), so switches come early and often.

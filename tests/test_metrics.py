@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from continual import metrics as M
-from continual import plots
+from continual.evaluation import metrics as M
+from continual.evaluation import plots
 
 # Schedule: A (0,100], B (100,200], A again (200,300], C (300,400]; H is held-out (never trained).
 VISITS = [("A", 0, 100), ("B", 100, 200), ("A", 200, 300), ("C", 300, 400)]

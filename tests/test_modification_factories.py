@@ -1326,7 +1326,7 @@ continual_training_example.main(sys.argv[1:])
 
 
 def _switches(run_dir: Path) -> list[tuple[int, str]]:
-    from continual.tracking import read_metrics
+    from continual.training.tracking import read_metrics
 
     return [(r["global_step"], r["modification"]) for r in read_metrics(str(run_dir / "metrics.jsonl"))
             if r["kind"] == "switch"]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_script
-from continual.tracking import read_metrics
+from continual.training.tracking import read_metrics
 
 CARTPOLE_CURRICULUM = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
@@ -223,8 +223,8 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "switch__no_modif__step256.cleanrl_model"))
 
     out = str(tmp_path / "fw_eval")
-    proc = run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
-                      "--eval_episodes", "2", "--output", out)
+    run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
+               "--eval_episodes", "2", "--output", out)
     rows = json.load(open(out + ".json"))["results"]
     assert [r["modification"] for r in rows] == ["all_green_cars", "disable_cars"]
     assert all(r["episodes"] == 2 and r["mean_length"] == 100 for r in rows)

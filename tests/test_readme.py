@@ -4,7 +4,7 @@ import os
 import re
 
 from conftest import ROOT
-from continual.args import readme_with_flags
+from continual.config.args import readme_with_flags
 
 
 def readme() -> str:
@@ -14,7 +14,7 @@ def readme() -> str:
 
 def test_flag_tables_match_args():
     text = readme()
-    assert readme_with_flags(text) == text, "run: python -m continual.args --update-readme"
+    assert readme_with_flags(text) == text, "run: python -m continual.config.args --update-readme"
 
 
 def test_first_screen_has_install_train_and_test_commands():

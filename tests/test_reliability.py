@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from conftest import ROOT, run_script
-from fault_runs import KILL_TO_EXIT_S, run_killed
-from continual.checkpoint import latest_checkpoint, load_checkpoint
 from continual.errors import UserError
-from continual.processes import alive as _alive
-from continual.tracking import read_metrics
+from continual.testing.processes import alive as _alive
+from continual.training.checkpoint import latest_checkpoint, load_checkpoint
+from continual.training.tracking import read_metrics
+from fault_runs import KILL_TO_EXIT_S, run_killed
 
 ROLLOUT = 128  # 2 envs x 64 steps
 CURRICULUM = {
@@ -256,7 +256,7 @@ def test_dead_env_worker_ends_the_run_cleanly(tmp_path):
     assert not [p for p in map(int, workers + children) if _alive(p)], "processes left behind"
 
 
-# An env worker of PPO's async vector env SIGKILLed by a continual.faults test hook (in continual.envs.SwitchHandle,
+# An env worker of PPO's async vector env SIGKILLed by a continual.testing.faults test hook (in continual.envs.vector.SwitchHandle,
 # inside the worker) at its n-th step, reset (the first one, or an autoreset inside a step) or switch: the trainer
 # exits within 30 s with one line naming the worker, a crash checkpoint that loads, and no process left.
 WORKER_KILLS = {"env_step": 300, "env_reset": 12, "env_switch": 3}  # point -> n drawn from 1..max
@@ -316,8 +316,8 @@ def test_full_disk_is_reported_at_the_failing_write(tmp_path, monkeypatch):
     """A write error while checkpointing becomes a one-line error; the previous files stay."""
     import errno
 
-    from continual import checkpoint as ck
     from continual.errors import TrainingError
+    from continual.training import checkpoint as ck
 
     def no_space(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import run_script
-from continual.config import parse_args
+from continual.config.loading import parse_args
 from continual.errors import UserError
 
 

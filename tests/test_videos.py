@@ -7,7 +7,7 @@ import os
 import gymnasium as gym
 import pytest
 
-from continual.envs import RegimeVideo
+from continual.envs.vector import RegimeVideo
 
 pytest.importorskip("moviepy")
 
@@ -53,7 +53,7 @@ def test_first_episode_of_each_regime_is_recorded_once(tmp_path):
 
 
 def test_training_default_is_the_capped_cubic_schedule():
-    from continual.args import Args
-    from continual.envs import EnvSettings
+    from continual.config.args import Args
+    from continual.envs.vector import EnvSettings
 
     assert EnvSettings.from_args(Args(capture_video=True), video_dir="videos").video_every == 0

@@ -1,9 +1,9 @@
 """Continual-learning metrics from run directories: performance, forgetting, forward transfer, plasticity.
 
-    python -m continual.metrics RUN_DIR [RUN_DIR ...] [--reference RUN_DIR ...] [--normalize raw|max_abs|reference_scores]
+    python -m continual.evaluation.metrics RUN_DIR [RUN_DIR ...] [--reference RUN_DIR ...] [--normalize raw|max_abs|reference_scores]
                                 [--scores JSON] [--plasticity_window K] [--group_by KEY[,KEY]] [--out PATH]
 
-Inputs (written by training): `eval_table.csv` (continual evaluation, `continual.continual_eval`), `metrics.jsonl`
+Inputs (written by training): `eval_table.csv` (continual evaluation, `continual.evaluation.continual`), `metrics.jsonl`
 (switches -> the visits of the schedule; training episodes -> plasticity) and `config.json`.
 
 Notation. Visits V_k = (m_k, s_k, e_k), k = 1..K: regime m_k trained on steps (s_k, e_k], s_1 = 0, e_K = T (the
@@ -157,7 +157,7 @@ def read_eval_table(path: str) -> list[dict]:
 
 def load_run(run_dir: str) -> RunData:
     """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
-    from continual.backends import normalize
+    from continual.envs.backends import normalize
 
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory")
@@ -347,7 +347,7 @@ class Normalizer:
                     self.abs_max[m] = max(self.abs_max.get(m, 0.0), abs(r))
         self.affine: dict[str, tuple[float, float]] = {}
         if mode == "reference_scores":
-            from continual.backends import normalize
+            from continual.envs.backends import normalize
 
             if not scores:
                 raise ValueError("normalize reference_scores: needs --scores")
@@ -611,7 +611,7 @@ def _load_scores(text: Optional[str]) -> Optional[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from continual.config import cli
+    from continual.config.loading import cli
     from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -1,7 +1,7 @@
 """The training `Args`: every flag of `continual_training_example.py` and of the agent scripts.
 
 One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); tyro accepts
-both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config`), and the
+both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config.loading`), and the
 curriculum keys `modification_factory` / `modification_factory_kwargs`, which are not flags.
 """
 
@@ -179,7 +179,7 @@ class Args:
     # --- HER ---------------------------------------------------------------------------------------------------------
     her: bool = False
     """hindsight experience replay (PPO, PPO_CBP): goal-conditioned policy, goal rewards, relabelled samples in the
-    update with importance weights (see continual/her.py); HackAtari/OCAtari games or continual/GoalGrid-v0"""
+    update with importance weights (see continual/envs/goals.py); HackAtari/OCAtari games or continual/GoalGrid-v0"""
     game_specific_goals: bool = False
     """HER: per-game goal spaces (Freeway chicken height; Kangaroo x + floor; Frostbite x + ice row) instead of the
     generic player position"""
@@ -225,10 +225,10 @@ class Args:
     """evaluate in a background process on a CPU copy of the weights, so training does not wait for it"""
     metrics: bool = True
     """with evaluation on: write metrics.json (final/average performance, forgetting, transfer, plasticity) at the
-    end of the run (python -m continual.metrics recomputes it)"""
+    end of the run (python -m continual.evaluation.metrics recomputes it)"""
     plots: bool = False
     """write PNG plots (training returns, evaluation curves and heatmap, plasticity) to <run>/plots at the end of
-    the run, and to W&B with --track (python -m continual.plots redraws them)"""
+    the run, and to W&B with --track (python -m continual.evaluation.plots redraws them)"""
 
     # --- filled at run time ------------------------------------------------------------------------------------------
     def rollout_size(self) -> int:
@@ -328,7 +328,7 @@ def readme_with_flags(readme: str) -> str:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["--update-readme"]:  # python -m continual.args --update-readme
+    if sys.argv[1:] == ["--update-readme"]:  # python -m continual.config.args --update-readme
         with open("README.md") as f:
             text = readme_with_flags(f.read())
         with open("README.md", "w") as f:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from continual.errors import TrainingError, UserError
-from continual.faults import inject
+from continual.testing.faults import inject
 
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
@@ -157,8 +157,8 @@ def load_policy_file(path: str) -> dict:
     if not (isinstance(data, dict) and data and "format_version" not in data
             and all(isinstance(v, torch.Tensor) for v in data.values())):
         return _check(data, path, None)
-    from continual.args import field_names
-    from continual.config import load_json_file
+    from continual.config.args import field_names
+    from continual.config.loading import load_json_file
 
     run_dir = os.path.dirname(os.path.abspath(path))
     config_path = os.path.join(run_dir, "config.json")

@@ -3,14 +3,14 @@
 `continual/GoalGrid-v0`: an n x n grid (n = 15), 50 steps per episode (time-limit truncation, never a termination).
 The agent starts on a uniformly drawn cell; actions are 0 stay, 1 up, 2 down, 3 left, 4 right (moves into a wall
 leave it in place). Observation: its position (x, y) / (n - 1) in [0, 1]^2. The env reward is always 0: the task is
-only defined by a goal, which the HER wrapper (`continual.her.GoalEnvWrapper`, `--her`) draws per episode uniformly
+only defined by a goal, which the HER wrapper (`continual.envs.goals.GoalEnvWrapper`, `--her`) draws per episode uniformly
 over the cells and rewards on exact reach (with `--her_tolerance` below 1 / (n - 1)). A uniformly random policy
 reaches its goal in about 8% of the episodes, so without hindsight relabelling the goal reward is rarely seen.
 
 Continual modifications (Gymnasium backend, `name=value`): `slip=<p>`, the probability that the chosen action is
 replaced by a uniformly random one. The grid size is fixed by the id (`_size`, not a modification).
 
-Goal interface used by `continual.her.EnvProvidedGoals`: `goal_dim`, `achieved_goal()`, `sample_goal(rng)`.
+Goal interface used by `continual.envs.goals.EnvProvidedGoals`: `goal_dim`, `achieved_goal()`, `sample_goal(rng)`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class GoalGridEnv(gym.Env):
         self._pos = np.clip(self._pos + MOVES[a], 0, self._size - 1)
         return self._obs(), 0.0, False, False, {}
 
-    # --- goal interface (continual.her) ----------------------------------------------------------------------------
+    # --- goal interface (continual.envs.goals) ----------------------------------------------------------------------------
     def achieved_goal(self) -> np.ndarray:
         return self._obs()
 

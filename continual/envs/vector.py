@@ -5,9 +5,9 @@ the new modification string to every worker, which swaps its hooks, then resets 
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
-backend env (`continual.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
+backend env (`continual.envs.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
 [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] -> RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
-NoopReset -> EpisodicLife -> FireReset -> [--her: GoalEnvWrapper (Dict observations, `continual.her`)] ->
+NoopReset -> EpisodicLife -> FireReset -> [--her: GoalEnvWrapper (Dict observations, `continual.envs.goals`)] ->
 SwitchHandle. Reward clipping/normalisation happens in the learner.
 """
 
@@ -26,9 +26,11 @@ import numpy as np
 from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 
-import continual.goal_envs  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
-from continual.backends import is_atari, make_backend_env, normalize
-from continual.faults import EnvWorkerError, dead_workers, describe_worker_failure, inject
+import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
+from continual.envs.backends import is_atari, make_backend_env, normalize
+from continual.errors import EnvWorkerError
+from continual.processes import dead_workers, describe_worker_failure
+from continual.testing.faults import inject
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,7 @@ class EnvSettings:
     video_every: int = 0  # 0: gymnasium's capped cubic schedule
     start_step: int = 0  # global step the envs start at (a resumed run): first video names carry it
     need_objects: bool = False
-    her: bool = False  # HER: wrap in continual.her.GoalEnvWrapper
+    her: bool = False  # HER: wrap in continual.envs.goals.GoalEnvWrapper
     game_specific_goals: bool = False
     her_tolerance: float = 0.05
 
@@ -126,7 +128,7 @@ class SwitchHandle(gym.Wrapper):
         self.index = index
 
     def step(self, action):
-        inject("env_step", self.index)  # TEST HOOK (continual.faults): the worker dies during a step
+        inject("env_step", self.index)  # TEST HOOK (continual.testing.faults): the worker dies during a step
         return self.env.step(action)
 
     def reset(self, **kwargs):
@@ -173,7 +175,7 @@ class NoopReset(gym.Wrapper):
 
 
 def _her_needs_objects(settings: EnvSettings) -> bool:
-    from continual.her import needs_objects
+    from continual.envs.goals import needs_objects
 
     return needs_objects(settings.env_id, settings.backend, settings.game_specific_goals)
 
@@ -216,7 +218,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             if "FIRE" in env.unwrapped.get_action_meanings():
                 env = FireResetEnv(env)
         if settings.her:
-            from continual.her import wrap_env
+            from continual.envs.goals import wrap_env
 
             env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
         return SwitchHandle(env, idx)
@@ -224,7 +226,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
     return thunk
 
 
-_PRELOAD = ["continual.backends", "continual.modifications", "hackatari.core", "ocatari.core",
+_PRELOAD = ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
             "stable_baselines3.common.atari_wrappers", "gymnasium"]
 
 

@@ -1,6 +1,6 @@
 """PNG plots of continual runs (matplotlib, Agg canvas: no display needed).
 
-    python -m continual.plots RUN_DIR [RUN_DIR ...] [--out DIR] [--group_by KEY[,KEY]] [--smooth N]
+    python -m continual.evaluation.plots RUN_DIR [RUN_DIR ...] [--out DIR] [--group_by KEY[,KEY]] [--smooth N]
 
 Per run (written to RUN_DIR/plots at the end of training with --plots):
 - training_returns.png: training episode returns (points) and their running mean, on coloured bands showing which
@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from continual import metrics as M
+from continual.evaluation import metrics as M
 
 DPI = 110
 
@@ -123,7 +123,7 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
     out: dict[tuple[str, int], float] = {}
     games: set[int] = set()
     if os.path.exists(path):
-        from continual.backends import normalize
+        from continual.envs.backends import normalize
 
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
@@ -505,7 +505,7 @@ class PlotArgs:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
-    from continual.config import cli
+    from continual.config.loading import cli
     from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)

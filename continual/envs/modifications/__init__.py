@@ -5,7 +5,7 @@ A modification is a function `make(env, rng) -> Hooks`, registered per game with
 env, and the returned hooks run: `step` before every emulator frame, `reset` after every reset, `post` after object
 detection. A fresh `make` call happens at every switch, so per-modification state lives in the closure.
 
-Adding one: write the function in `continual/modifications/<game>.py`, decorate it, and import the module below.
+Adding one: write the function in `continual/envs/modifications/<game>.py`, decorate it, and import the module below.
 Names registered here take precedence over hackatari's own names.
 """
 
@@ -47,4 +47,4 @@ def registered(game: str) -> dict[str, Maker]:
     return REGISTRY.get(game.lower(), {})
 
 
-from continual.modifications import freeway  # noqa: E402,F401  (registers on import)
+from continual.envs.modifications import freeway  # noqa: E402,F401  (registers on import)

@@ -16,8 +16,8 @@
 Outputs in the run directory: `eval_table.csv` (one row per evaluation step x regime: mean, std, min, max, episodes,
 mean length, seconds), `kind: "eval"` lines in metrics.jsonl, TensorBoard/W&B scalars `eval/<regime slug>`,
 `eval/average` (mean over the curriculum's regimes), `eval/heldout_average`, `eval/time_share` (evaluation seconds
-spent by the training process / total seconds); at the end `metrics.json` (`continual.metrics`, with `--metrics`)
-and PNG plots under `plots/` (`continual.plots`, with `--plots`).
+spent by the training process / total seconds); at the end `metrics.json` (`continual.evaluation.metrics`, with `--metrics`)
+and PNG plots under `plots/` (`continual.evaluation.plots`, with `--plots`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ import sys
 import time
 import traceback
 import zlib
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
-from continual.backends import normalize
-from continual.envs import EnvSettings, _mp_context, make_vector_env, regime_slug
-from continual.evaluation import evaluate
+from continual.envs.backends import normalize
+from continual.envs.vector import EnvSettings, _mp_context, make_vector_env, regime_slug
+from continual.evaluation.episodes import evaluate
 
 EVAL_TABLE = "eval_table.csv"
 COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
@@ -112,7 +112,9 @@ class PolicyActor:
         self.generator.manual_seed(seed)
 
     @torch.no_grad()
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, obs: torch.Tensor, goals: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if goals is not None:  # HER: goal-conditioned play (the agent samples with the global torch RNG)
+            return self.agent.get_action_and_value(obs, goal=goals, greedy=self.greedy)[0]
         out = self.agent.actor(self.agent.features(obs))
         if getattr(self.agent, "continuous", False):  # Box actions: the Normal's mean, or a sample from it
             if self.greedy:
@@ -134,12 +136,12 @@ def switch_without_reset(envs, modification: str) -> None:
 
 
 def evaluate_regimes(actor: PolicyActor, envs, modifs: Sequence[str], episodes: int, device: torch.device,
-                     seed: int, her: bool = False, reseed: bool = False) -> list[tuple[dict, float]]:
+                     seed: int, reseed: bool = False) -> list[tuple[dict, float]]:
     """Every modification in turn on the same envs (switched in place): [(EvalResult.row(), seconds)].
 
     The envs are seeded (env i: seed + i) at their first evaluation, and again before every regime with `reseed`
     (then every evaluation plays the same games up to the policy; an ALE seed reloads the ROM, ~0.2 s). HER agents
-    (goal-conditioned) play through `continual.her.evaluate`, which adds the success rate.
+    (goal-conditioned) play through the same loop, which adds the success rate.
     """
     out = []
     for m in modifs:
@@ -149,12 +151,7 @@ def evaluate_regimes(actor: PolicyActor, envs, modifs: Sequence[str], episodes: 
         actor.reseed(regime_seed(seed, m))
         env_seed = seed if reseed or not getattr(envs, "_continual_eval_seeded", False) else None
         envs._continual_eval_seeded = True
-        if her:
-            from continual.her import evaluate as her_evaluate
-
-            row = her_evaluate(actor.agent, envs, episodes, device, env_seed, greedy=actor.greedy)
-        else:
-            row = evaluate(actor, envs, episodes, device, seed=env_seed).row()
+        row = evaluate(actor, envs, episodes, device, seed=env_seed).row()
         out.append((row, time.time() - t0))
     return out
 
@@ -165,7 +162,7 @@ def _state_bytes(agent: torch.nn.Module) -> bytes:
     return buf.getvalue()
 
 
-def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episodes: int, num_envs: int, seed: int,
+def _background_main(make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings, modifs: list[str], episodes: int, num_envs: int, seed: int,
                      greedy: bool, tasks: Any, results: Any) -> None:
     """The background evaluation process: (step, weights) in, rows out, until None or the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the learner stops us
@@ -175,13 +172,8 @@ def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episod
     parent = mp.parent_process()
     envs = None
     try:
-        import importlib
-
-        from agents import AGENT_MODULES
-
         envs = make_vector_env(settings, num_envs, modifs[0], "sync")
-        module = importlib.import_module(AGENT_MODULES[args.architecture])
-        agent = module.make_agent(envs.single_observation_space, envs.single_action_space, args)
+        agent = make_agent(envs.single_observation_space, envs.single_action_space, args)
         actor = PolicyActor(agent, greedy)
         results.put(("ready", os.getpid()))
         while True:
@@ -198,7 +190,7 @@ def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episod
             agent.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
             t0 = time.time()
             rows = evaluate_regimes(actor, envs, modifs, episodes, torch.device("cpu"), seed,
-                                    her=bool(getattr(args, "her", False)), reseed=args.eval_reseed)
+                                    reseed=args.eval_reseed)
             results.put(("result", step, rows, time.time() - t0))
     except BaseException:  # noqa: BLE001 - reported to the learner, which raises it
         results.put(("error", traceback.format_exc()))
@@ -210,12 +202,12 @@ def _background_main(args: Any, settings: EnvSettings, modifs: list[str], episod
 class BackgroundEvaluation:
     """One evaluation process fed through a task queue; results come back in submission order."""
 
-    def __init__(self, args: Any, settings: EnvSettings, modifs: list[str], episodes: int, num_envs: int, seed: int,
-                 greedy: bool):
+    def __init__(self, make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings,
+                 modifs: list[str], episodes: int, num_envs: int, seed: int, greedy: bool):
         ctx = mp.get_context(_mp_context())
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_background_main, name="continual-eval", daemon=True,
-                                args=(args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
+                                args=(make_agent, args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
                                       self.results))
         self.proc.start()
         self.pending = 0
@@ -280,9 +272,11 @@ class BackgroundEvaluation:
 class ContinualEvaluator:
     """Drives evaluation from a run session's hooks; see the module docstring."""
 
-    def __init__(self, session, agent: torch.nn.Module, device: torch.device):
+    def __init__(self, session, agent: torch.nn.Module, device: torch.device,
+                 make_agent: Callable[..., torch.nn.Module]):
         args = session.args
         self.session, self.agent, self.device, self.args = session, agent, device, args
+        self.make_agent = make_agent  # (obs_space, action_space, args) -> a fresh network, for the background process
         self.enabled = eval_enabled(args)
         self.curriculum = list(session.regimes)
         extra = [m for m in parse_eval_modifs(args.eval_modifs) if m not in self.curriculum]
@@ -372,7 +366,7 @@ class ContinualEvaluator:
             with preserved_global_rng(), single_torch_thread():
                 if self.args.eval_background:
                     if self.background is None:
-                        self.background = BackgroundEvaluation(self.args, self.settings, self.modifs, self.episodes,
+                        self.background = BackgroundEvaluation(self.make_agent, self.args, self.settings, self.modifs, self.episodes,
                                                                self.num_envs, self.seed, self.args.eval_greedy)
                     self.background.submit(step, self.agent)
                     self._collect(wait_for=MAX_PENDING)
@@ -382,8 +376,7 @@ class ContinualEvaluator:
                                                     self.args.vector_env)
                         self.actor = PolicyActor(self.agent, self.args.eval_greedy)
                     rows = evaluate_regimes(self.actor, self.envs, self.modifs, self.episodes, self.device,
-                                            self.seed, her=bool(getattr(self.args, "her", False)),
-                                            reseed=self.args.eval_reseed)
+                                            self.seed, reseed=self.args.eval_reseed)
                     self.eval_seconds += time.time() - t0
                     t0 = time.time()
                     self._write(step, rows)
@@ -451,7 +444,7 @@ class ContinualEvaluator:
         args = session.args
         if args.metrics and self.enabled:
             try:
-                from continual import metrics
+                from continual.evaluation import metrics
 
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
@@ -460,7 +453,7 @@ class ContinualEvaluator:
                 print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)
         if args.plots:
             try:
-                from continual import plots
+                from continual.evaluation import plots
 
                 paths = plots.plot_run(session.run_dir)
                 print(f"plots: {', '.join(paths)}")
@@ -474,9 +467,12 @@ class ContinualEvaluator:
                 print(f"warning: plots could not be written:\n{traceback.format_exc()}", file=sys.stderr)
 
 
-def attach(session, agent: torch.nn.Module, device: torch.device) -> ContinualEvaluator:
-    """Call once the agent holds its starting (or resumed) weights; evaluates step 0 of a new run at once."""
-    return ContinualEvaluator(session, agent, device)
+def attach(session, agent: torch.nn.Module, device: torch.device,
+           make_agent: Callable[..., torch.nn.Module]) -> ContinualEvaluator:
+    """Call once the agent holds its starting (or resumed) weights; evaluates step 0 of a new run at once.
+    `make_agent(obs_space, action_space, args)` builds the same network in the background process (a module-level
+    function of the agent file, so that it pickles by name)."""
+    return ContinualEvaluator(session, agent, device, make_agent)
 
 
 def read_eval_table(path: str) -> list[dict]:

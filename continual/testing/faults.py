@@ -1,6 +1,6 @@
-"""Faults a long run must survive or report clearly: dead env workers, non-finite losses or parameters.
+"""TEST HOOKS: fault injection at named points of the training path, for tests/ and bench/ only.
 
-TEST HOOKS. Tests inject faults at named points through the environment variable `CONTINUAL_FAULT`, a
+Tests inject faults at named points through the environment variable `CONTINUAL_FAULT`, a
 comma-separated list of `point:n` or `point:n@who` (fire on the n-th time the point is reached, counting from 1; with
 `@who`, only in actor / env `who`), e.g. `CONTINUAL_FAULT=checkpoint_write:2` SIGKILLs the process after the 2nd
 checkpoint's temporary file is written and before it is renamed. Unset, `inject` costs one dictionary lookup.
@@ -9,7 +9,7 @@ Points where the process that reaches them SIGKILLs itself:
 - trainer: `checkpoint_write`, `switch` (just before the envs switch);
 - IMPALA actor `who` (agents/impala.py): `actor_wait` (waiting for a free slot), `actor_switch` (applying a regime
   switch), `actor_weights` (copying the published weights), `actor_step` (after an env step of an unroll);
-- env `who` (continual/envs.py SwitchHandle, inside the worker process of an async vector env): `env_step`,
+- env `who` (continual/envs/vector.py SwitchHandle, inside the worker process of an async vector env): `env_step`,
   `env_reset`, `env_switch` (setting the modifications of a switch).
 Points where the IMPALA learner SIGKILLs actor `who` (default: the last) and waits for its death (`kill_at`):
 `publish` (in the middle of publishing the weights), `broadcast_switch` (in the middle of sending a switch).
@@ -20,26 +20,10 @@ first, so that a test knows when the fault happened.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
 from typing import Optional
-
-import torch
-import torch.nn as nn
-
-from continual.errors import TrainingError
-
-
-class EnvWorkerError(TrainingError):
-    pass
-
-
-class NumericalError(TrainingError):
-    def __init__(self, message: str, weights_ok: bool = True):
-        super().__init__(message)
-        self.weights_ok = weights_ok  # False: the parameters themselves are broken, do not checkpoint them
 
 
 def _parse(spec: str) -> dict[str, tuple[int, Optional[int]]]:
@@ -88,39 +72,3 @@ def kill_at(point: str, processes: list) -> None:
         victim = processes[_PLAN[point][1] if _PLAN[point][1] is not None else -1]
         _kill(point, victim.pid)
         victim.join(timeout=30)
-
-
-def check_losses(step: int, **losses: torch.Tensor) -> None:
-    """Raise NumericalError naming the step and the first non-finite loss."""
-    # called every minibatch: one host sync for all tensor losses (on a GPU each float() waits for the device)
-    tensors = [v.detach().reshape(()).double() for v in losses.values() if torch.is_tensor(v)]
-    floats = [float(v) for v in losses.values() if not torch.is_tensor(v)]
-    if (not tensors or bool(torch.isfinite(torch.stack(tensors)).all())) and all(map(math.isfinite, floats)):
-        return
-    for name, value in losses.items():
-        v = float(value.detach()) if torch.is_tensor(value) else float(value)
-        if not math.isfinite(v):
-            raise NumericalError(f"non-finite {name} ({v}) at step {step}")
-
-
-def check_parameters(model: nn.Module, step: int) -> None:
-    for name, p in model.named_parameters():
-        if not bool(torch.isfinite(p).all()):
-            raise NumericalError(f"non-finite values in parameter {name} at step {step}", weights_ok=False)
-
-
-def dead_workers(processes) -> list[str]:
-    """'env i (pid p) exited with code c' for every worker process that is no longer alive."""
-    out = []
-    for i, p in enumerate(processes or []):
-        if not p.is_alive():
-            out.append(f"env {i} (pid {p.pid}) exited with code {p.exitcode}")
-    return out
-
-
-def describe_worker_failure(processes, error: Optional[BaseException]) -> str:
-    dead = dead_workers(processes)
-    if dead:
-        return "environment worker died: " + "; ".join(dead)
-    first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else type(error).__name__
-    return f"environment worker failed: {first}"

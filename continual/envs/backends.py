@@ -1,12 +1,12 @@
 """Backends: single environments whose modifications can be switched in place.
 
 Every backend env has `set_modifications(modification: str)`; the change takes effect at the next `reset()`, which the
-vector env does right away (see `continual.envs`). Modification strings are validated with
+vector env does right away (see `continual.envs.vector`). Modification strings are validated with
 `validate_modification(backend, env_id, s)` before any env is built.
 
 - HackAtari (hackatari 0.0.6 on ocatari 2.2.1), fixed here: terminated/truncated come back in the right order, the
   observation space is the real dtype, hooks run in sorted name order, modification randomness is seeded per env,
-  the frame loop stops at game over, and names hackatari 0.0.6 lacks come from `continual.modifications`.
+  the frame loop stops at game over, and names hackatari 0.0.6 lacks come from `continual.envs.modifications`.
 - OCAtari: object-centric observations of the unmodified game (only "" is valid).
 - Gymnasium: any registered id. Tokens are `name=value`: ALE games take `mode=`/`difficulty=`; other envs take
   numeric attributes of the unwrapped env (CartPole `gravity`, `length`, ...), with dependent quantities re-derived.
@@ -25,8 +25,8 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
-from continual.modifications import registered as registered_modifications
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
 

@@ -1,0 +1,114 @@
+"""Checks on a resolved configuration that types alone cannot express: ranges, combinations, and what the chosen
+env allows (its action space, a goal space for --her). Each problem is one UserError naming the field."""
+
+from __future__ import annotations
+
+import math
+
+from continual.config.args import Args
+from continual.envs.backends import validate_action_space
+from continual.envs.goals import make_goal_space
+from continual.errors import UserError
+
+
+def validate_args(args: Args) -> None:
+    """Range checks that types alone cannot express."""
+
+    def positive(name: str) -> None:
+        if getattr(args, name) <= 0:
+            raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
+
+    def in_unit(name: str, low_open: bool = False) -> None:
+        v = getattr(args, name)
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (low_open and v == 0):
+            raise UserError(f"{name}: must be in {'(0' if low_open else '[0'}, 1], got {v}")
+
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "frameskip", "buffer_window_size",
+                 "keep_checkpoints"):
+        positive(name)
+    if args.video_every < 0:
+        raise UserError(f"video_every: must be 0 (capped cubic schedule) or positive, got {args.video_every}")
+    for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{name}: must be a positive finite number, got {v}")
+    for name in ("ent_coef", "vf_coef"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("gamma", "gae_lambda", "repeat_action_probability"):
+        in_unit(name)
+    for name in ("noop_max", "checkpoint_every"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
+        raise UserError(f"checkpoint_minutes: must be a non-negative finite number, got {args.checkpoint_minutes}")
+    for name in ("num_actors", "unroll_length", "batch_size"):
+        positive(name)
+    for name in ("replacement_rate", "shrink_factor", "decay_rate"):
+        in_unit(name)
+    for name in ("noise_scale", "dormant_tau", "vtrace_rho_bar", "vtrace_c_bar", "rmsprop_eps"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("maturity_threshold", "diagnostics_every"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if not 0 < args.rmsprop_alpha < 1:
+        raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
+    if args.architecture == "IMPALA" and args.num_envs % args.num_actors:
+        raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
+    if args.torch_threads is not None:
+        positive("torch_threads")
+    if args.total_timesteps is not None:
+        positive("total_timesteps")
+    if args.max_episode_steps is not None:
+        positive("max_episode_steps")
+    if args.target_kl is not None and not (math.isfinite(args.target_kl) and args.target_kl > 0):
+        raise UserError(f"target_kl: must be a positive finite number, got {args.target_kl}")
+    if args.rollout_size() < args.num_minibatches:
+        raise UserError(
+            f"num_minibatches: {args.num_minibatches} exceeds the rollout size num_envs*num_steps={args.rollout_size()}"
+        )
+    if args.backend != "Gymnasium" and not args.env_id.startswith("ALE/"):
+        raise UserError(
+            f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
+            f"got {args.env_id!r}"
+        )
+    if args.save_agent_wandb and not args.track:
+        raise UserError("save_agent_wandb: uploads checkpoints to W&B, which needs --track")
+    if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):
+        raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
+    if args.eval_every < 0:  # continual evaluation
+        raise UserError(f"eval_every: must be >= 0, got {args.eval_every}")
+    positive("eval_episodes")
+    for name in ("eval_num_envs", "eval_max_episode_steps"):
+        if getattr(args, name) is not None:
+            positive(name)
+    validate_her_args(args)
+    # builds the env once: Box actions need PPO, no HER
+    validate_action_space(args.architecture, args.backend, args.env_id, args.her)
+
+
+def validate_her_args(args: Args) -> None:
+    """HER flags: ranges, and a goal space for the env (continual/envs/goals.py)."""
+    for name in ("her_ratio", "her_env_reward_weight", "her_goal_reward"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    for name in ("her_tolerance", "her_is_clip"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{name}: must be a positive finite number, got {v}")
+    if args.her_k <= 0:
+        raise UserError(f"her_k: must be positive, got {args.her_k}")
+    if args.game_specific_goals and not args.her:
+        raise UserError("game_specific_goals: only used with --her")
+    if not args.her:
+        return
+    if args.architecture not in ("PPO", "PPO_CBP"):
+        raise UserError(f"her: supported by PPO and PPO_CBP, not {args.architecture}")
+    try:
+        make_goal_space(args.env_id, args.backend, args.game_specific_goals)
+    except ValueError as e:
+        raise UserError(str(e).replace("--", "", 1)) from None

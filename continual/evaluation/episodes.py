@@ -1,0 +1,79 @@
+"""The one episode loop: a policy plays whole games (no episodic-life cuts) under one modification string. Goal
+envs (`--her`, Dict observations) add each episode's success and closest goal distance."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from continual.envs.goals import episode_outcomes
+from continual.envs.vector import ContinualVectorEnv, episode_stats
+
+
+@dataclasses.dataclass
+class EvalResult:
+    modification: str
+    returns: list[float]
+    lengths: list[int]
+    successes: Optional[list[float]] = None  # goal envs only (nan: the episode reported no outcome)
+    distances: Optional[list[float]] = None
+
+    def row(self) -> dict:
+        r = np.asarray(self.returns, dtype=np.float64)
+        row = {"modification": self.modification, "episodes": len(r), "mean": float(r.mean()),
+               "std": float(r.std()), "min": float(r.min()), "max": float(r.max()),
+               "mean_length": float(np.mean(self.lengths))}
+        if self.successes is not None:
+            row["success_rate"] = float(np.nanmean(self.successes))
+            row["goal_distance"] = float(np.nanmean(self.distances))
+        return row
+
+
+@torch.no_grad()
+def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episodes: int, device: torch.device,
+             seed: Optional[int], max_steps: int = 10_000_000,
+             on_episode: Optional[Callable[[], None]] = None) -> EvalResult:
+    """Run until every env has finished its quota of episodes (ceil(episodes / num_envs), the last ones trimmed),
+    so short episodes are not over-represented. `act(obs)` maps a batch of observations to actions; on a goal env
+    it is called as `act(obs, goals)`. `on_episode` is called once per counted episode (a progress bar)."""
+    goal_env = isinstance(envs.single_observation_space, gym.spaces.Dict)
+    n = envs.num_envs
+    quota = [math.ceil(episodes / n) - (1 if i >= episodes % n and episodes % n else 0) for i in range(n)]
+    done_eps: list[list[tuple[float, int, float, float]]] = [[] for _ in range(n)]
+    outcome: dict[int, tuple[float, float]] = {}
+    obs, _ = envs.reset(seed=seed)
+    steps = 0
+    while any(len(d) < q for d, q in zip(done_eps, quota)):
+        if goal_env:
+            goals = torch.as_tensor(np.asarray(obs["goal"], np.float32), device=device)
+            actions = act(torch.as_tensor(obs["obs"], device=device), goals)
+        else:
+            actions = act(torch.as_tensor(obs, device=device))
+        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
+        for i, ok, dist in episode_outcomes(infos):
+            outcome[i] = (ok, dist)
+        for i, ret, length in episode_stats(infos):
+            if len(done_eps[i]) < quota[i]:
+                done_eps[i].append((ret, length, *outcome.pop(i, (math.nan, math.nan))))
+                if on_episode is not None:
+                    on_episode()
+        steps += n
+        if steps > max_steps:
+            raise RuntimeError(f"evaluation did not finish {episodes} episodes within {max_steps} steps")
+    flat = [e for d in done_eps for e in d]
+    return EvalResult(envs.modification, [e[0] for e in flat], [e[1] for e in flat],
+                      [e[2] for e in flat] if goal_env else None, [e[3] for e in flat] if goal_env else None)
+
+
+def agent_policy(agent: torch.nn.Module, greedy: bool = False) -> Callable[..., torch.Tensor]:
+    """`act` for `evaluate` from an agent with `get_action_and_value(x, goal=..., greedy=...)` (agents/ppo.py)."""
+    def act(x: torch.Tensor, goals: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if goals is None:
+            return agent.get_action_and_value(x, greedy=greedy)[0]
+        return agent.get_action_and_value(x, goal=goals, greedy=greedy)[0]
+    return act

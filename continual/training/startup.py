@@ -1,0 +1,260 @@
+"""Everything before a run's first env: resolve flags (or a checkpoint to resume), build and check the curriculum,
+create the run directory and logger, seed. Agent files call `parse_train_args`, `print_config`, then `start_run`,
+which returns the `RunSession` their loop drives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from continual.config.args import Args
+from continual.config.loading import DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args
+from continual.config.validation import validate_args
+from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
+from continual.envs.backends import game_name, validate_env_id, validate_modification
+from continual.errors import UserError
+from continual.evaluation.continual import parse_eval_modifs
+from continual.training import checkpoint as ckpt_lib
+from continual.training.session import RunSession
+from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
+
+# flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
+RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
+                      "wandb_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
+                      "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
+                      # continual evaluation never changes training
+                      "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
+                      "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
+
+
+def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None,
+                     architectures: Sequence[str] = (), architecture: Optional[str] = None
+                     ) -> tuple[Args, Curriculum, Optional[dict]]:
+    """Flags (+ --config), or a checkpoint's saved configuration when --resume is given. `architectures`: those the
+    entry point can run (checked here for a resumed checkpoint); `architecture`: the one agent file that parses
+    (`python agents/ppo.py`), which sets --architecture and resumes only its own checkpoints."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    resume = None
+    for i, a in enumerate(argv):
+        if a in ("--resume",) and i + 1 < len(argv):
+            resume = argv[i + 1]
+        elif a.startswith("--resume="):
+            resume = a.split("=", 1)[1]
+    if resume is None:
+        args, curriculum = parse_args(argv, description=description)
+        if architecture is not None:
+            args.architecture = architecture
+        return args, curriculum, None
+    state = ckpt_lib.load_checkpoint(resume)
+    missing = [k for k in ckpt_lib.RESUME_KEYS if k not in state]
+    if missing:
+        raise UserError(f"checkpoint {state['path']!r} cannot be resumed: it lacks {', '.join(missing)}")
+    folder = os.path.dirname(os.path.abspath(state["path"]))
+    if os.path.basename(folder) != "checkpoints" or not os.path.exists(os.path.join(folder, "..", "config.json")):
+        raise UserError(f"--resume needs a checkpoint inside a run directory (<run>/checkpoints/...): "
+                        f"{state['path']!r} is not")
+    if architecture is not None and state["architecture"] != architecture:
+        raise UserError(f"checkpoint {state['path']!r} was written by {state['architecture']}, not {architecture}: resume it "
+                        f"with continual_training_example.py --resume ...")
+    if architectures and state["architecture"] not in architectures:
+        raise UserError(f"checkpoint architecture {state['architecture']!r} is not available; available: "
+                        f"{', '.join(architectures)}")
+    saved = args_from_dict(state["args"])
+    args = cli(Args, argv, default=saved, description=description)
+    changed = [f.name for f in dataclasses.fields(Args)
+               if getattr(args, f.name) != getattr(saved, f.name) and f.name not in RESUME_OVERRIDABLE]
+    if changed:
+        raise UserError(f"--resume continues a run with its saved configuration; cannot change: {', '.join(changed)}")
+    validate_args(args)
+    return args, Curriculum(**state["curriculum"]), state
+
+
+def build_factory(args: Args, curriculum: Curriculum, granularity: int,
+                  saved_granularity: Optional[int] = None) -> ModificationFactory:
+    """The run's curriculum. `granularity` is the agent's rollout size: built-in factories ignore it (they decide
+    per step, one schedule for every agent); a curriculum with your own factory is asked once per rollout.
+    `saved_granularity` (resume): the granularity the run was started with, kept so that it continues its schedule
+    (checkpoints written before built-in curricula were per step hold the rollout size)."""
+    name, kwargs = curriculum.factory, curriculum.kwargs
+    if name is None:
+        name = "SequentialModificationFactory"
+        kwargs = {"num_total_steps": args.total_timesteps or DEFAULT_TOTAL_TIMESTEPS, "modifications": [args.modifs],
+                  "switching_thresholds": []}
+    try:
+        if saved_granularity is not None:
+            return make_factory(name, kwargs, seed=args.seed, granularity=saved_granularity)
+        return make_run_factory(name, kwargs, seed=args.seed, rollout_size=granularity)
+    except FactoryConfigError as e:
+        raise UserError(str(e)) from None
+
+
+def resolve_total(args: Args, factory: ModificationFactory, granularity: int) -> int:
+    """Steps to train: whole rollouts of `granularity` steps covering --total_timesteps (default: the whole
+    curriculum), the last rollout rounded up so that the curriculum's last switch is reached."""
+    total = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
+    if total > factory.total_timesteps:
+        raise UserError(f"total_timesteps: {total} exceeds the curriculum length {factory.total_timesteps}")
+    return -(-total // granularity) * granularity
+
+
+def rounding_note(args: Args, factory: ModificationFactory, granularity: int, total: int) -> Optional[str]:
+    """The line saying how the steps to train were rounded to whole rollouts (None if nothing was rounded)."""
+    asked = args.total_timesteps if args.total_timesteps is not None else factory.total_timesteps
+    if asked == total:
+        return None
+    what = "--total_timesteps" if args.total_timesteps is not None else "the curriculum's"
+    return (f"note: {what} {asked} steps rounded up to {total} = {total // granularity} rollouts of {granularity} "
+            f"steps (the last rollout runs {total - asked} steps past {asked}, in the regime of its start)")
+
+
+def check_modifications(args: Args, factory: ModificationFactory, extra: Sequence[str] = ()) -> list[str]:
+    """Every string the curriculum can emit, validated against the game before any env exists."""
+    validate_env_id(args.backend, args.env_id)
+    try:
+        regimes = factory.possible_modifications()
+    except FactoryConfigError as e:  # a seed-style factory's get_modification failed or returned a non-string
+        raise UserError(str(e)) from None
+    for s in list(regimes) + list(extra):
+        validate_modification(args.backend, args.env_id, s)
+    return regimes
+
+
+def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
+    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs)."""
+    threads = args.torch_threads if args.torch_threads else (1 if len(obs_shape) != 3 else None)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> np.random.Generator:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+    return np.random.default_rng(seed)
+
+
+def default_run_name(args: Args) -> str:
+    return f"{game_name(args.env_id)}__{args.exp_name or args.architecture.lower()}__s{args.seed}__{int(time.time())}"
+
+
+@dataclasses.dataclass
+class Plan:
+    """What `preflight` resolved: the curriculum, the run's length and every regime it can emit."""
+
+    factory: ModificationFactory
+    total: int
+    regimes: list[str]
+
+
+def granularity_of(args: Args) -> int:
+    """Agent steps per iteration, the curriculum's granularity (the agents pass the same to `start_run`)."""
+    if args.architecture == "IMPALA":
+        return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
+    return args.rollout_size()
+
+
+def check_creatable(folder: str) -> None:
+    """Fail when `folder` could not be created, creating nothing: its nearest existing parent must be a writable
+    folder (create_run_dir then really writes)."""
+    parent = os.path.abspath(folder)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"output folder {folder!r} is not writable: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"output folder {folder!r} is not writable: permission denied on {parent!r}")
+
+
+def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
+              granularity: Optional[int] = None) -> Plan:
+    """Every check that needs no env and creates nothing: curriculum, length, modification names, action space,
+    output folders. Also resolves the effective --exp_name and --run_name. Runs before the configuration is printed
+    (so bad input is one line) and again in `start_run`."""
+    granularity = granularity_of(args) if granularity is None else granularity
+    if not args.exp_name:  # recorded in config.json, checkpoints and W&B as the name actually used
+        args.exp_name = args.architecture.lower()
+    if args.obs_mode == "ori" and args.backend != "Gymnasium":
+        raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
+    saved = resume_state.get("factory_state") if resume_state is not None else None
+    saved_granularity = saved.get("granularity") if isinstance(saved, dict) else None
+    factory = build_factory(args, curriculum, granularity,
+                            saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
+    total = resolve_total(args, factory, granularity)
+    regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
+    # action spaces: validate_args (continual.envs.backends.validate_action_space) has checked them
+    if args.capture_video:
+        try:
+            import moviepy  # noqa: F401
+        except ImportError:
+            raise UserError("capture_video: video support needs moviepy (pip install moviepy)") from None
+    if resume_state is not None:
+        try:
+            factory.load_state_dict(resume_state["factory_state"])
+        except FactoryConfigError as e:
+            raise UserError(f"checkpoint does not match its curriculum: {e}") from None
+        check_creatable(os.path.join(run_dir_of(resume_state), "checkpoints"))
+    else:
+        if args.run_name is None:
+            args.run_name = default_run_name(args)
+        path = os.path.join(args.runs_dir, args.run_name)
+        if os.path.lexists(path):
+            raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
+                            f"--run_name")
+        check_creatable(path)
+    return Plan(factory, total, regimes)
+
+
+def run_dir_of(resume_state: dict) -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
+
+
+def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
+              ) -> RunSession:
+    """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
+    plan = preflight(args, curriculum, resume_state, granularity)
+    factory, total, regimes = plan.factory, plan.total, plan.regimes
+    if resume_state is not None:
+        run_dir = run_dir_of(resume_state)
+        check_writable(run_dir)
+        ckpt_lib.remove_partial_writes(os.path.join(run_dir, "checkpoints"))
+    else:
+        run_dir = create_run_dir(args.runs_dir, args.run_name)
+    config = {**args_to_dict(args), "modification_factory": curriculum.factory,
+              "modification_factory_kwargs": curriculum.kwargs, "resolved_total_timesteps": total,
+              "possible_modifications": regimes, "library_version": ckpt_lib.LIBRARY_VERSION}
+    if resume_state is None:
+        write_json(os.path.join(run_dir, "config.json"), config)
+    np_rng = seed_everything(args.seed, args.torch_deterministic)
+    logger = RunLogger(run_dir, config, track=args.track, wandb_project=args.wandb_project_name,
+                       wandb_entity=args.wandb_entity, wandb_dir=args.wandb_dir, run_name=args.run_name or "",
+                       resume_step=resume_state["global_step"] if resume_state else None,
+                       resume_modification=resume_state["modification"] if resume_state else None,
+                       wandb_id=resume_state.get("wandb_id") if resume_state else None)
+    if resume_state is not None:
+        ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)
+    print(f"run directory: {run_dir}")
+    note = rounding_note(args, factory, granularity, total)
+    if note:
+        print(note)
+    return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
+
+
+def print_config(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> None:
+    """Validate everything `preflight` can (bad input stays one line, `error: ...`), then print the configuration."""
+    preflight(args, curriculum, resume_state)
+    items = args_to_dict(args)
+    width = max(map(len, items))
+    print("resolved configuration:")
+    for k, v in items.items():
+        print(f"  {k:<{width}} = {v!r}")
+    if curriculum.factory:
+        print(f"  {'curriculum':<{width}} = {curriculum.factory}")
