@@ -41,6 +41,7 @@ import torch
 
 from continual.envs.backends import normalize
 from continual.envs.vector import EnvSettings, _mp_context, make_vector_env, regime_slug
+from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
 
 EVAL_TABLE = "eval_table.csv"
@@ -444,8 +445,6 @@ class ContinualEvaluator:
         args = session.args
         if args.metrics and self.enabled:
             try:
-                from continual.evaluation import metrics
-
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
@@ -453,8 +452,6 @@ class ContinualEvaluator:
                 print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)
         if args.plots:
             try:
-                from continual.evaluation import plots
-
                 paths = plots.plot_run(session.run_dir)
                 print(f"plots: {', '.join(paths)}")
                 wandb_run = session.logger.wandb_run

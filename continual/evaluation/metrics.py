@@ -53,7 +53,10 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import tyro
 
+from continual.config.loading import cli
 from continual.console import print_table
+from continual.envs.backends import normalize
+from continual.errors import UserError
 
 METRICS_FILE = "metrics.json"
 EVAL_TABLE = "eval_table.csv"
@@ -157,8 +160,6 @@ def read_eval_table(path: str) -> list[dict]:
 
 def load_run(run_dir: str) -> RunData:
     """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
-    from continual.envs.backends import normalize
-
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory")
     config_path = os.path.join(run_dir, "config.json")
@@ -347,8 +348,6 @@ class Normalizer:
                     self.abs_max[m] = max(self.abs_max.get(m, 0.0), abs(r))
         self.affine: dict[str, tuple[float, float]] = {}
         if mode == "reference_scores":
-            from continual.envs.backends import normalize
-
             if not scores:
                 raise ValueError("normalize reference_scores: needs --scores")
             for k, v in scores.items():
@@ -597,8 +596,6 @@ class MetricsArgs:
 
 
 def _load_scores(text: Optional[str]) -> Optional[dict]:
-    from continual.errors import UserError
-
     if text is None:
         return None
     try:
@@ -611,8 +608,6 @@ def _load_scores(text: Optional[str]) -> Optional[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from continual.config.loading import cli
-    from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(MetricsArgs, argv, default=None, description=__doc__.splitlines()[0])

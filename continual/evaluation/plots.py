@@ -31,6 +31,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from continual.config.loading import cli
+from continual.envs.backends import normalize
+from continual.errors import UserError
 from continual.evaluation import metrics as M
 
 DPI = 110
@@ -123,8 +126,6 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
     out: dict[tuple[str, int], float] = {}
     games: set[int] = set()
     if os.path.exists(path):
-        from continual.envs.backends import normalize
-
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
                 try:
@@ -505,8 +506,6 @@ class PlotArgs:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
-    from continual.config.loading import cli
-    from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(PlotArgs, argv, default=None, description=__doc__.splitlines()[0])

@@ -8,7 +8,7 @@ random moment after the first one, --resume, and the run ends with the schedule 
 
 The reference schedule is the factory's own: training asks the curriculum at the first step of every rollout, and
 the factory is a pure function of the step (no state to carry), so an uninterrupted run switches exactly where
-`factory.get_modification(step)` changes (tests/test_reliability.py compares against real uninterrupted runs).
+`factory.get_modification(step)` changes (tests/test_training_faults.py compares against real uninterrupted runs).
 """
 
 from __future__ import annotations
