@@ -10,13 +10,16 @@ import json
 import os
 import shutil
 
+import corridor_envs  # noqa: F401  (registers Corridor-v0)
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-import corridor_envs  # noqa: F401  (registers Corridor-v0)
 from agents import a2c
 from conftest import ROOT, run_script
+from continual.config.loading import args_from_dict
+from continual.training.startup import seed_everything
 from continual.training.tracking import read_metrics
 
 
@@ -104,10 +107,6 @@ def test_one_update_is_the_a2c_loss_step(tmp_path):
     final = torch.load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0], weights_only=True)
     assert captured["rewards"].shape == (5, 4)
     # the same initial network and the same actions: rebuild both from the seed
-    from continual.config.loading import args_from_dict
-    from continual.training.startup import seed_everything
-    import gymnasium as gym
-
     args = args_from_dict(final["args"])
     seed_everything(args.seed, True)
     agent = a2c.make_agent(gym.spaces.Box(0.0, 1.0, (8,), np.float32), gym.spaces.Discrete(2), args)

@@ -5,16 +5,17 @@ evaluation on a DQN run, flag validation, and (slow) learning CartPole."""
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import os
 import shutil
 
+import corridor_envs  # noqa: F401  (registers Corridor-v0)
 import numpy as np
 import pytest
 import torch
 
-import corridor_envs  # noqa: F401  (registers Corridor-v0)
 from agents import dqn
 from conftest import ROOT, run_script
 from continual.errors import TrainingError
@@ -273,7 +274,6 @@ def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
                  data={**CORRIDOR, "modification_factory_kwargs": {**CORRIDOR["modification_factory_kwargs"],
                                                                     "num_total_steps": 768,
                                                                     "switching_thresholds": [256, 512]}})
-    import csv
     rows = list(csv.DictReader(open(os.path.join(run, "eval_table.csv"))))
     assert {int(r["step"]) for r in rows} == {0, 768} and len(rows) == 6
     out = str(tmp_path / "ev")
