@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import continual_training_example
 from agents import dqn
 from conftest import ROOT, run_script
 from continual.errors import TrainingError
@@ -292,8 +293,6 @@ def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
     (["--architecture", "DQN", "--env_id", "Pendulum-v1"], "architecture"),
 ])
 def test_bad_dqn_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, field):
-    import continual_training_example
-
     with pytest.raises(SystemExit) as exit_info:
         continual_training_example.main(["--backend", "Gymnasium", "--env_id", "CartPole-v1",
                                          "--runs_dir", str(tmp_path / "runs"), *flags])

@@ -204,8 +204,8 @@ class Args:
     epsilon_rewarm_on_switch: bool = False
     """DQN: restart the epsilon decay from start_e at every regime switch"""
     save_replay_buffer: bool = False
-    """DQN: store the replay buffer in checkpoints, for an exact resume (large: up to buffer_size x the bytes per
-    transition printed at the start, 7.1 GB for 1M Atari transitions)"""
+    """DQN: store the replay buffer in every checkpoint, for an exact resume (large: up to buffer_size x the bytes
+    per transition printed at the start, 7.1 GB for 1M Atari transitions; consider a larger --checkpoint_minutes)"""
 
     # --- HER ---------------------------------------------------------------------------------------------------------
     her: bool = False
