@@ -184,6 +184,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.record_grads()
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
+            if agent.norm_obs:  # after the update, as in agents/ppo.py
+                agent.update_obs_stats(obs)
             check_parameters(agent, global_step)
 
             y_pred, y_true = values.reshape(-1).cpu().numpy(), b_returns.cpu().numpy()

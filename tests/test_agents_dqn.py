@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import continual_training_example
+import eval as eval_script
 from agents import dqn
 from conftest import ROOT, run_script
 from continual.errors import TrainingError
@@ -278,10 +279,10 @@ def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
     rows = list(csv.DictReader(open(os.path.join(run, "eval_table.csv"))))
     assert {int(r["step"]) for r in rows} == {0, 768} and len(rows) == 6
     out = str(tmp_path / "ev")
-    env = {"PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])}
-    for greedy in ("--greedy", "--no-greedy"):
-        run_script("eval.py", "--agent_path", run, "--modifs", "goal=3", "--eval_episodes", "2", "--output", out,
-                   "--no-progress-bar", greedy, env=env)
+    for greedy in ("--greedy", "--no-greedy"):  # in-process: eval.py rebuilds the agent from the checkpoint
+        rows = eval_script.main(["--agent_path", run, "--modifs", "goal=3", "--eval_episodes", "2", "--output", out,
+                                 "--no-progress-bar", greedy])
+        assert [r["episodes"] for r in rows] == [2]
         assert json.load(open(out + ".json"))["architecture"] == "DQN"
 
 
@@ -291,6 +292,7 @@ def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
     (["--architecture", "DQN", "--tau", "0"], "tau"),
     (["--architecture", "DQN", "--end_e", "1.5"], "end_e"),
     (["--architecture", "DQN", "--env_id", "Pendulum-v1"], "architecture"),
+    (["--architecture", "DQN", "--norm_obs"], "norm_obs"),
 ])
 def test_bad_dqn_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, field):
     with pytest.raises(SystemExit) as exit_info:
