@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import eval as eval_script
 from agents import a2c
 from conftest import ROOT, run_script
 from continual.config.loading import args_from_dict
@@ -184,6 +185,10 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path):
     assert ep[0] == ep[1] and len(ep[0]) > 10
     rows = list(csv.DictReader(open(os.path.join(full, "eval_table.csv"))))
     assert {int(r["step"]) for r in rows} == {0, 600, 1200} and len(rows) == 9
+    out = str(tmp_path / "ev")  # eval.py rebuilds the A2C agent from the checkpoint
+    assert [r["episodes"] for r in eval_script.main(["--agent_path", cut, "--modifs", "goal=6", "--eval_episodes", "2",
+                                                     "--output", out, "--no-progress-bar"])] == [2]
+    assert json.load(open(out + ".json"))["architecture"] == "A2C"
     final_rows = [(r["modification"], r["mean"]) for r in rows if r["step"] == "1200"]
     assert final_rows == [(r["modification"], r["mean"]) for r in csv.DictReader(open(os.path.join(cut, "eval_table.csv")))
                           if r["step"] == "1200"]
