@@ -5,4 +5,6 @@ AGENT_MODULES = {
     "PPO": "agents.ppo",
     "IMPALA": "agents.impala",
     "PPO_CBP": "agents.ppo_cbp",
+    "DQN": "agents.dqn",
+    "A2C": "agents.a2c",
 }

@@ -236,7 +236,7 @@ cartpole("type-bool-as-string", ("track", "yes"), {"track": "yes"})
 cartpole("type-bool-as-int", "anneal_lr", {"anneal_lr": 1})
 cartpole("type-str-as-int", "exp_name", {"exp_name": 5})
 cartpole("type-str-as-null", "env_id", {"env_id": None})
-cartpole("type-literal-architecture", ("architecture", "DQN"), {"architecture": "DQN"})
+cartpole("type-literal-architecture", ("architecture", "SAC"), {"architecture": "SAC"})
 cartpole("type-literal-backend", ("backend", "Gym"), {"backend": "Gym"})
 cartpole("type-literal-case", ("reward_scaling", "Clip"), {"reward_scaling": "Clip"})
 cartpole("type-optional-int-as-string", "total_timesteps", {"total_timesteps": "4096"})
@@ -372,7 +372,7 @@ flags("cli-unknown-flag", "--num_env", "--num_env", "8")
 flags("cli-int-not-a-number", ("num", "abc"), "--num_envs", "abc")
 flags("cli-float-not-a-number", ("learning", "fast"), "--learning_rate", "fast")
 flags("cli-bool-flag-with-value", "yes", "--track", "yes")
-flags("cli-literal-lists-choices", ("architecture", "DQN", "IMPALA"), "--architecture", "DQN")
+flags("cli-literal-lists-choices", ("architecture", "SAC", "IMPALA", "DQN"), "--architecture", "SAC")
 
 
 def _runs_dir_is_a_file(ctx: Ctx) -> list[str]:

@@ -198,10 +198,10 @@ def test_broken_checkpoints_give_clear_errors(tmp_path, reference):
     with pytest.raises(UserError, match="format version 999"):
         load_checkpoint(str(tmp_path / "future.cleanrl_model"))
     state["format_version"] = 1
-    state["architecture"] = "DQN"
-    torch.save(state, tmp_path / "dqn.cleanrl_model")
-    proc = run_script("eval.py", "--agent_path", str(tmp_path / "dqn.cleanrl_model"), check=False)
-    assert proc.returncode == 2 and "DQN" in proc.stderr
+    state["architecture"] = "SAC"
+    torch.save(state, tmp_path / "sac.cleanrl_model")
+    proc = run_script("eval.py", "--agent_path", str(tmp_path / "sac.cleanrl_model"), check=False)
+    assert proc.returncode == 2 and "SAC" in proc.stderr
     state["architecture"] = "PPO_CBP"  # says PPO_CBP, trained as PPO: inconsistent
     torch.save(state, tmp_path / "inconsistent.cleanrl_model")
     proc = run_script("eval.py", "--agent_path", str(tmp_path / "inconsistent.cleanrl_model"), check=False)

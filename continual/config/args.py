@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Optional
 
-ARCHITECTURES = ("PPO", "PPO_CBP", "IMPALA")
+ARCHITECTURES = ("PPO", "PPO_CBP", "IMPALA", "DQN", "A2C")
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
 
 
@@ -25,7 +25,7 @@ class Args:
     """name of the run directory under --runs_dir (default: <game>__<exp_name>__s<seed>__<unix time>)"""
     runs_dir: str = "runs"
     """parent folder of run directories"""
-    architecture: Literal["PPO", "PPO_CBP", "IMPALA"] = "PPO"
+    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "DQN", "A2C"] = "PPO"
     """the agent to train"""
     seed: int = 1
     """seed of the run: torch, numpy, envs (env i gets seed+i) and the curriculum"""
@@ -77,7 +77,8 @@ class Args:
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the whole run (not reset at switches)"""
     num_steps: int = 128
-    """steps per env per rollout (a rollout is num_envs x num_steps agent steps; curricula are asked once per rollout)"""
+    """steps per env per rollout (a rollout is num_envs x num_steps agent steps; curricula are asked once per rollout;
+    DQN: per iteration, which is when statistics are logged)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -172,9 +173,39 @@ class Args:
     vtrace_c_bar: float = 1.0
     """IMPALA: V-trace truncation of the trace coefficients c"""
     rmsprop_alpha: float = 0.99
-    """IMPALA: RMSprop smoothing constant"""
+    """IMPALA, A2C: RMSprop smoothing constant"""
     rmsprop_eps: float = 0.01
-    """IMPALA: RMSprop epsilon"""
+    """IMPALA, A2C: RMSprop epsilon (A2C's usual value, baselines/SB3: 1e-5)"""
+
+    # --- DQN ---------------------------------------------------------------------------------------------------------
+    buffer_size: int = 1_000_000
+    """DQN: replay capacity in transitions (one uint8 frame each for Atari pixels; split evenly between envs)"""
+    learning_starts: int = 80_000
+    """DQN: agent steps stored before the first update (again after --reset_replay_on_switch, or a resume without
+    the buffer)"""
+    train_frequency: int = 4
+    """DQN: one gradient step per this many agent steps (summed over envs)"""
+    target_network_frequency: int = 1000
+    """DQN: update the target network every this many agent steps"""
+    tau: float = 1.0
+    """DQN: target network update rate (1: copy)"""
+    replay_batch_size: int = 32
+    """DQN: transitions per gradient step"""
+    start_e: float = 1.0
+    """DQN: starting epsilon of the epsilon-greedy exploration"""
+    end_e: float = 0.01
+    """DQN: final epsilon"""
+    exploration_fraction: float = 0.10
+    """DQN: fraction of the run's steps over which epsilon decays linearly from start_e to end_e"""
+    double_dqn: bool = False
+    """DQN: Double DQN targets, Q_target(s', argmax_a Q(s', a)) (van Hasselt et al. 2016)"""
+    reset_replay_on_switch: bool = False
+    """DQN: empty the replay buffer at every regime switch (training waits for --learning_starts new transitions)"""
+    epsilon_rewarm_on_switch: bool = False
+    """DQN: restart the epsilon decay from start_e at every regime switch"""
+    save_replay_buffer: bool = False
+    """DQN: store the replay buffer in every checkpoint, for an exact resume (large: up to buffer_size x the bytes
+    per transition printed at the start, 7.1 GB for 1M Atari transitions; consider a larger --checkpoint_minutes)"""
 
     # --- HER ---------------------------------------------------------------------------------------------------------
     her: bool = False
@@ -278,7 +309,7 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
-              "IMPALA": "IMPALA", "HER": "HER", "continual evaluation": "evaluation"}
+              "IMPALA": "IMPALA", "DQN": "DQN", "HER": "HER", "continual evaluation": "evaluation"}
 
 
 def grouped_class() -> type:

@@ -85,9 +85,31 @@ def validate_args(args: Args) -> None:
     for name in ("eval_num_envs", "eval_max_episode_steps"):
         if getattr(args, name) is not None:
             positive(name)
+    validate_dqn_args(args)
     validate_her_args(args)
     # builds the env once: Box actions need PPO, no HER
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
+
+
+def validate_dqn_args(args: Args) -> None:
+    """DQN flags: ranges, a ring per env that holds at least two whole observations, DQN-only switches."""
+    for name in ("buffer_size", "train_frequency", "target_network_frequency", "replay_batch_size"):
+        if getattr(args, name) <= 0:
+            raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
+    if args.learning_starts < 0:
+        raise UserError(f"learning_starts: must be >= 0, got {args.learning_starts}")
+    for name in ("start_e", "end_e", "exploration_fraction", "tau"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (name == "tau" and v == 0):
+            raise UserError(f"{name}: must be in {'(0' if name == 'tau' else '[0'}, 1], got {v}")
+    for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer"):
+        if getattr(args, name) and args.architecture != "DQN":
+            raise UserError(f"{name}: only used with --architecture DQN, not {args.architecture}")
+    if args.norm_obs and args.architecture == "DQN":
+        raise UserError("norm_obs: not supported by DQN (PPO, PPO_CBP and A2C standardise observations)")
+    need = args.num_envs * (2 * args.buffer_window_size + 2)
+    if args.architecture == "DQN" and args.buffer_size < need:
+        raise UserError(f"buffer_size: {args.buffer_size} is too small for {args.num_envs} envs (at least {need})")
 
 
 def validate_her_args(args: Args) -> None:

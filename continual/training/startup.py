@@ -49,7 +49,9 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
         elif a.startswith("--resume="):
             resume = a.split("=", 1)[1]
     if resume is None:
-        args, curriculum = parse_args(argv, description=description)
+        # an agent file's own architecture is in force when the flags are validated (DQN-only flags, ...)
+        args, curriculum = parse_args(["--architecture", architecture, *argv] if architecture else argv,
+                                      description=description)
         if architecture is not None:
             args.architecture = architecture
         return args, curriculum, None

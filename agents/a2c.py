@@ -1,0 +1,227 @@
+"""Continual A2C: synchronous advantage actor-critic trained through a curriculum of environment modifications.
+
+Run it directly (`python agents/a2c.py --config configs/a2c_atari.json`) or through
+`python continual_training_example.py --architecture A2C`. The algorithm reads top to bottom in `train()`:
+rollout of `--num_steps` steps in `--num_envs` envs -> advantages -> one RMSprop step on
+policy-gradient + `--vf_coef` x value - `--ent_coef` x entropy (Mnih et al. 2016, synchronous as in OpenAI baselines
+and SB3). The network is agents/ppo.py's Agent (Nature CNN or MLP, shared torso, actor and critic heads).
+
+- advantages: GAE(`--gae_lambda`) over the rollout; `--gae_lambda 1` gives A2C's n-step returns (baselines, SB3);
+  they are constants in the policy loss (the critic learns only from its own loss: no gradient through the
+  advantage or the bootstrap target), one value per state (a scalar critic), one per sample (no (N, 1) x (N,)
+  broadcast); `--norm_adv` standardises them per rollout (SB3's normalize_advantage);
+- value loss: the mean squared error to the returns (baselines/SB3), gradient-norm clipping `--max_grad_norm`;
+- RMSprop with `--rmsprop_alpha` and `--rmsprop_eps` (baselines/SB3: 0.99 and 1e-5), no momentum; the learning
+  rate anneals linearly over the whole run with `--anneal_lr` (baselines' default schedule).
+
+Continual specifics (as agents/ppo.py): at a switch the envs change in place and reset; the episode cut by the switch
+is bootstrapped from the value of the last observation, never treated as a termination; time-limit truncations are
+bootstrapped from the value of the final observation; RMSprop's state carries across switches (unless
+`--reset_optimizer_on_switch`). Actions are sampled with the global torch generator, which the checkpoint restores
+after the network is built: on CPU a resumed run continues exactly as the uninterrupted one from a switch checkpoint
+(the envs restart their episodes at a resume).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+if __package__ in (None, ""):  # `python agents/a2c.py` from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+
+from agents import ppo
+from continual.config.args import Args
+from continual.config.loading import Curriculum
+from continual.console import Progress
+from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
+from continual.errors import TrainingError, exit_on_user_error
+from continual.evaluation.continual import attach as attach_evaluator
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.training.guards import check_losses, check_parameters
+from continual.training.rewards import RewardScaler
+from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+
+
+def make_agent(obs_space, action_space, args: Args) -> ppo.Agent:
+    """agents/ppo.py's actor-critic network (module-level here so that the background evaluator pickles it)."""
+    return ppo.make_agent(obs_space, action_space, args)
+
+
+def advantages_and_returns(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+                           next_done: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over a (T, N) rollout: dones[t] says obs[t] started a new episode (CleanRL's layout); lambda = 1 gives
+    the n-step returns R_t = r_t + gamma r_{t+1} + ... + gamma^(T-t) V(s_T) of A2C."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        nextnonterminal = 1.0 - (next_done if t == rewards.shape[0] - 1 else dones[t + 1])
+        nextvalues = next_value if t == rewards.shape[0] - 1 else values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+    batch_size = args.rollout_size()
+    session = start_run(args, curriculum, resume_state, granularity=batch_size)
+    num_iterations = session.total_timesteps // batch_size
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
+    try:
+        agent = make_agent(envs.single_observation_space, envs.single_action_space, args).to(device)
+        set_torch_threads(args, agent.obs_shape)
+        optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
+                                  eps=args.rmsprop_eps)
+        reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
+        monitor = PlasticityMonitor(session, agent)
+        if resume_state is not None:
+            agent.load_state_dict(resume_state["model"])
+            optimizer.load_state_dict(resume_state["optimizer"])
+            reward_scaler.load_state_dict(resume_state["reward_scaler"])
+            monitor.load_state_dict(resume_state["plasticity"])
+            torch.set_rng_state(resume_state["rng"]["torch"])  # building the network drew from it
+        install_switch_remedies(session, agent, optimizer, lambda: make_agent(
+            envs.single_observation_space, envs.single_action_space, args).to(device))
+        session.save_fn = lambda: {
+            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
+            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
+            "goal_dim": agent.goal_dim, "continuous": agent.continuous,
+        }
+        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every)
+
+        # ALGO Logic: storage setup (pixel observations stay uint8)
+        obs_space = envs.single_observation_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        obs = torch.zeros((args.num_steps, args.num_envs) + obs_space.shape, dtype=obs_dtype).to(device)
+        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long).to(device)
+        rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+        dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
+        values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+        # TRY NOT TO MODIFY: start the game
+        global_step = session.global_step
+        start_iteration = global_step // batch_size + 1
+        next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], device=device)
+        next_done = torch.zeros(args.num_envs).to(device)
+        progress = Progress(session, enabled=args.progress_bar)
+
+        for iteration in range(start_iteration, num_iterations + 1):
+            switched_obs = session.maybe_switch(envs)
+            if switched_obs is not None:  # the cut episodes bootstrap from the last value of the previous rollout
+                next_obs = torch.as_tensor(switched_obs, device=device)
+                next_done = torch.zeros(args.num_envs).to(device)
+                reward_scaler.episodes_cut()
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            t_rollout = time.time()
+            env_time = 0.0
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                session.global_step = global_step
+                obs[step] = next_obs
+                dones[step] = next_done
+
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, _, _, value = agent.get_action_and_value(next_obs)
+                    values[step] = value.flatten()
+                actions[step] = action
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                t_env = time.time()
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                env_time += time.time() - t_env
+                done = np.logical_or(terminations, truncations)
+                scaled = reward_scaler(reward, done)
+                cut = np.flatnonzero(truncations & ~terminations)
+                if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
+                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]), device=device)
+                    with torch.no_grad():
+                        scaled[cut] += args.gamma * agent.get_value(final).flatten().cpu().numpy()
+                rewards[step] = torch.as_tensor(scaled, device=device)
+                next_obs = torch.as_tensor(next_obs_np, device=device)
+                next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
+                for _, ep_return, ep_length in episode_stats(infos):
+                    session.episode(ep_return, ep_length, global_step)
+            rollout_time = time.time() - t_rollout
+            monitor.observe(obs)
+
+            # advantages (constants of the update)
+            t_learn = time.time()
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).reshape(-1)
+                advantages, returns = advantages_and_returns(rewards, values, dones, next_value, next_done,
+                                                             args.gamma, args.gae_lambda)
+            b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
+            if args.norm_adv:
+                b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+
+            # one gradient step on the whole rollout
+            _, logprob, entropy, newvalue = agent.get_action_and_value(obs.reshape((-1,) + obs_space.shape),
+                                                                       actions.reshape(-1))
+            pg_loss = -(b_advantages * logprob).mean()
+            v_loss = ((newvalue.view(-1) - b_returns) ** 2).mean()
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
+            optimizer.zero_grad()
+            loss.backward()
+            monitor.record_grads()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            if agent.norm_obs:  # after the update, as in agents/ppo.py
+                agent.update_obs_stats(obs)
+            check_parameters(agent, global_step)
+
+            y_pred, y_true = values.reshape(-1).cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            session.end_iteration(iteration, {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
+                "losses/entropy": entropy_loss.item(), "losses/explained_variance": float(explained_var),
+                "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": time.time() - t_learn,
+            })
+            monitor.maybe_log()
+            progress.update()
+            if session.stop_signal is not None:
+                break
+
+        progress.close()
+        session.finish()
+        return session.run_dir
+    except TrainingError as e:
+        raise session.failure(e) from None
+    finally:
+        envs.close()
+        session.close()
+        if session.stop_signal is not None:
+            raise SystemExit(128 + session.stop_signal)
+
+
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="A2C")
+    print_config(args, curriculum, resume_state)  # validates everything first
+    return train(args, curriculum, resume_state)
+
+
+if __name__ == "__main__":
+    import modification_factories  # noqa: F401  (registers your factories, as continual_training_example.py does)
+
+    main()

@@ -1,0 +1,321 @@
+"""agents/dqn.py: TD and Double-DQN targets against hand computation and a float64 reference, the epsilon schedule,
+the one-frame-per-transition replay buffer (episode ends, switch cuts and wrap-around never mix frames of two
+episodes; nothing still in the rings is lost), exact resume from a switch checkpoint, eval.py and continual
+evaluation on a DQN run, flag validation, and (slow) learning CartPole."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import shutil
+
+import corridor_envs  # noqa: F401  (registers Corridor-v0)
+import numpy as np
+import pytest
+import torch
+
+import continual_training_example
+import eval as eval_script
+from agents import dqn
+from conftest import ROOT, run_script
+from continual.errors import TrainingError
+from continual.training.tracking import read_metrics
+
+
+# --- TD targets --------------------------------------------------------------------------------------------------
+def test_td_target_by_hand():
+    rewards = torch.tensor([1.0, 0.5, -1.0])
+    terminated = torch.tensor([False, True, False])
+    next_q_target = torch.tensor([[1.0, 3.0], [2.0, 0.0], [5.0, 4.0]])
+    next_q_online = torch.tensor([[4.0, 1.0], [0.0, 2.0], [1.0, 6.0]])
+    # DQN: r + 0.9 * max_a Q_target(s', a), nothing after a termination
+    assert dqn.td_target(rewards, terminated, 0.9, next_q_target).tolist() == pytest.approx([3.7, 0.5, 3.5])
+    # Double DQN: a* = argmax Q_online = (0, 1, 1), valued by the target net: (1, 0, 4)
+    assert dqn.td_target(rewards, terminated, 0.9, next_q_target, next_q_online).tolist() == \
+        pytest.approx([1.9, 0.5, 2.6])
+
+
+def test_td_targets_match_a_float64_loop():
+    g = torch.Generator().manual_seed(0)
+    r, qt, qo = torch.randn(64, generator=g), torch.randn(64, 5, generator=g), torch.randn(64, 5, generator=g)
+    term = torch.rand(64, generator=g) < 0.3
+    for double in (False, True):
+        got = dqn.td_target(r, term, 0.97, qt, qo if double else None)
+        for i in range(64):
+            a = int(np.argmax(qo[i].double().numpy())) if double else int(np.argmax(qt[i].double().numpy()))
+            ref = float(r[i]) + (0.0 if term[i] else 0.97 * float(qt[i, a]))
+            assert float(got[i]) == pytest.approx(ref, abs=1e-6)
+
+
+def test_epsilon_schedule_is_cleanrls():
+    assert [dqn.linear_schedule(1.0, 0.01, 100, t) for t in (0, 50, 100, 200)] == pytest.approx([1, 0.505, 0.01, 0.01])
+    assert dqn.linear_schedule(1.0, 0.05, 0, 0) == 0.05
+
+
+def test_eval_policy_is_epsilon_greedy_around_the_argmax():
+    net = dqn.QNetwork((8,), 4)
+    x = torch.randn(16, 8)
+    probs = net.actor(net.features(x)).exp()
+    greedy = net(x).argmax(1)
+    assert torch.allclose(probs.sum(1), torch.ones(16))
+    expected = torch.full((16, 4), 0.05 / 4)
+    expected[torch.arange(16), greedy] += 0.95
+    assert torch.allclose(probs, expected)
+    assert torch.equal(net.get_action_and_value(x, greedy=True)[0], greedy)
+
+
+# --- replay buffer -------------------------------------------------------------------------------------------------
+K = 4
+
+
+class StackedEpisodes:
+    """Envs whose frames say which env, episode and step they belong to: frame (2, 2) uint8 = (env, episode % 256,
+    step % 256, pad marker). Episodes end by termination or truncation at random lengths (1 included), and
+    `cut()` starts new episodes in every env as a switch does."""
+
+    def __init__(self, num_envs: int, rng: np.random.Generator):
+        self.num_envs, self.rng = num_envs, rng
+        self.episode = np.zeros(num_envs, np.int64)
+        self.t = np.zeros(num_envs, np.int64)
+        self.length = rng.integers(1, 12, num_envs)
+        self.obs = np.stack([self._first(e) for e in range(num_envs)])
+
+    def _frame(self, e: int, t: int, pad: int = 0) -> np.ndarray:
+        return np.array([[e, self.episode[e] % 256], [t % 256, pad]], np.uint8)
+
+    def _first(self, e: int) -> np.ndarray:  # the initial stack: distinct padding frames, then the first frame
+        return np.stack([self._frame(e, 0, pad=K - 1 - j) for j in range(K)])
+
+    def _restart(self, e: int) -> None:
+        self.episode[e] += 1
+        self.t[e] = 0
+        self.length[e] = self.rng.integers(1, 12)
+
+    def cut(self) -> np.ndarray:
+        for e in range(self.num_envs):
+            self._restart(e)
+        self.obs = np.stack([self._first(e) for e in range(self.num_envs)])
+        return self.obs
+
+    def step(self):
+        next_real, terminated, done = [], np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        for e in range(self.num_envs):
+            self.t[e] += 1
+            next_real.append(np.concatenate([self.obs[e][1:], self._frame(e, self.t[e])[None]]))
+            if self.t[e] >= self.length[e]:
+                done[e] = True
+                terminated[e] = self.rng.random() < 0.5  # else a truncation
+        next_real = np.stack(next_real)
+        new_obs = next_real.copy()
+        for e in np.flatnonzero(done):
+            self._restart(e)
+            new_obs[e] = self._first(e)
+        self.obs = new_obs
+        return next_real, terminated, done
+
+
+def _fill(rb: dqn.ReplayBuffer, envs: StackedEpisodes, steps: int, rng, truth: dict, abs_slot: dict,
+          cut_every: int = 0) -> None:
+    """Step the envs into the buffer; truth[action id] = (env, obs, next_obs, reward, terminated)."""
+    obs = envs.obs
+    for i in range(steps):
+        if cut_every and i % cut_every == cut_every - 1:
+            obs = envs.cut()
+            rb.begin(range(envs.num_envs))
+        next_real, terminated, done = envs.step()
+        ids = len(truth) + np.arange(envs.num_envs)
+        rewards = rng.normal(size=envs.num_envs).astype(np.float32)
+        for e in range(envs.num_envs):
+            truth[int(ids[e])] = (e, obs[e].copy(), next_real[e].copy(), rewards[e], terminated[e])
+        rb.add(obs, next_real, ids, rewards, terminated)
+        for e in range(envs.num_envs):
+            abs_slot[int(ids[e])] = int(rb.pos[e]) - 1
+        rb.begin(np.flatnonzero(done))
+        obs = envs.obs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_replay_never_mixes_episodes_across_ends_cuts_and_wraparound(seed):
+    rng = np.random.default_rng(seed)
+    num_envs, per_env = 3, 37  # small rings: the buffer wraps around every ~30 steps
+    rb = dqn.ReplayBuffer(num_envs * per_env, num_envs, (K, 2, 2), np.uint8)
+    envs = StackedEpisodes(num_envs, rng)
+    truth: dict = {}
+    abs_slot: dict = {}
+    for round_ in range(12):
+        _fill(rb, envs, int(rng.integers(5, 40)), rng, truth, abs_slot, cut_every=int(rng.integers(0, 9)))
+        # every stored transition is exactly the one that was added, frames from its own episode only
+        e_idx, slots = rb.sample_indices(256, rng)
+        obs, actions, rewards, terminated, next_obs = rb.gather(e_idx, slots)
+        for j in range(len(actions)):
+            e, o, n, r, t = truth[int(actions[j])]
+            assert e == e_idx[j]
+            np.testing.assert_array_equal(obs[j], o)
+            np.testing.assert_array_equal(next_obs[j], n)
+            assert rewards[j] == r and terminated[j] == t
+            assert len({(f[0, 0], f[0, 1]) for f in np.concatenate([obs[j], next_obs[j]])}) == 1  # one episode
+        # nothing whose frames are still in the rings is lost: valid = the transitions whose window [slot-K, slot]
+        # is not overwritten yet
+        expected = {a for a, s in abs_slot.items() if s - K >= rb.pos[truth[a][0]] - per_env}
+        stored = {int(rb.actions[e, s]) for e, s in zip(*np.nonzero(rb.valid))}
+        assert stored == expected, round_
+        assert len(rb) == len(expected)
+
+
+def test_replay_clear_and_refill_samples_only_new_transitions():
+    rng = np.random.default_rng(5)
+    rb = dqn.ReplayBuffer(2 * 50, 2, (K, 2, 2), np.uint8)
+    envs = StackedEpisodes(2, rng)
+    truth, abs_slot = {}, {}
+    _fill(rb, envs, 60, rng, truth, abs_slot)
+    first = len(truth)
+    rb.clear()
+    assert len(rb) == 0 and rb.added == 0
+    _fill(rb, envs, 1, rng, truth, abs_slot)  # one step: 2 valid transitions among 100 slots (the fallback path)
+    _, actions, *_ = rb.gather(*rb.sample_indices(64, rng))
+    assert set(actions.tolist()) == {first, first + 1}
+
+
+def test_vector_observations_and_state_dict_round_trip(tmp_path):
+    rng = np.random.default_rng(1)
+    rb = dqn.ReplayBuffer(40, 2, (3,), np.float32)
+    assert rb.k == 1
+    obs = rng.normal(size=(2, 3)).astype(np.float32)
+    rb.begin([0, 1])
+    for i in range(30):
+        nxt = rng.normal(size=(2, 3)).astype(np.float32)
+        rb.add(obs, nxt, np.array([2 * i, 2 * i + 1]), np.ones(2, np.float32), np.zeros(2, bool))
+        obs = nxt
+    torch.save(rb.state_dict(), tmp_path / "rb.pt")
+    other = dqn.ReplayBuffer(40, 2, (3,), np.float32)
+    other.load_state_dict(torch.load(tmp_path / "rb.pt", weights_only=True))
+    draw = rb.sample_indices(32, np.random.default_rng(3))
+    assert all(np.array_equal(a, b) for a, b in zip(rb.gather(*draw), other.gather(*draw)))
+    assert np.array_equal(draw[0], other.sample_indices(32, np.random.default_rng(3))[0])
+
+
+def test_atari_bytes_per_transition_and_non_stacks_are_refused():
+    rb = dqn.ReplayBuffer(2000, 1, (4, 84, 84), np.uint8)
+    assert rb.bytes_per_transition() == 84 * 84 + 4 + 4 + 2 == 7066
+    assert rb.frames.nbytes == 2000 * 84 * 84  # one frame per slot, not a 4-frame stack
+    obs = np.zeros((1, 4, 84, 84), np.uint8)
+    rb.begin([0])
+    rb.add(obs, obs + 1, np.zeros(1), np.zeros(1), np.zeros(1, bool))  # the first add writes the whole stack
+    with pytest.raises(TrainingError, match="not frame stacks"):
+        rb.add(obs + 1, obs + 2, np.zeros(1), np.zeros(1), np.zeros(1, bool))
+
+
+# --- runs ---------------------------------------------------------------------------------------------------------
+CORRIDOR = {
+    "env_id": "corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 2, "num_steps": 16,
+    "reward_scaling": "none", "learning_starts": 64, "buffer_size": 300, "train_frequency": 2,
+    "target_network_frequency": 64, "replay_batch_size": 16, "exploration_fraction": 0.5, "learning_rate": 1e-3,
+    "modification_factory": "SequentialModificationFactory",
+    "modification_factory_kwargs": {"num_total_steps": 1536, "modifications": ["", "goal=3", "goal=6"],
+                                    "switching_thresholds": [512, 1024]},
+}
+
+
+def _train(tmp_path, *flags: str, data: dict = CORRIDOR, name: str = "full") -> str:
+    cfg = tmp_path / f"{name}.json"
+    cfg.write_text(json.dumps(data))
+    runs = str(tmp_path / "runs")
+    dqn.main(["--config", str(cfg), "--runs_dir", runs, "--run_name", name, "--no-progress-bar",
+              "--checkpoint_minutes", "0", "--no-metrics", *flags])
+    return os.path.join(runs, name)
+
+
+def _load(path: str) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+@pytest.mark.parametrize("flags", [("--double_dqn",), ("--reset_replay_on_switch", "--epsilon_rewarm_on_switch",
+                                                        "--shrink_and_perturb")])
+def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, flags):
+    full = _train(tmp_path, "--save_agent_with_switch", "--save_replay_buffer", *flags)
+    switch = glob.glob(os.path.join(full, "checkpoints", "switch__goal-3__step1024.cleanrl_model")) or \
+        glob.glob(os.path.join(full, "checkpoints", "switch__*step1024.cleanrl_model"))
+    assert len(switch) == 1, os.listdir(os.path.join(full, "checkpoints"))
+    cut = str(tmp_path / "runs" / "cut")
+    shutil.copytree(full, cut)
+    for f in glob.glob(os.path.join(cut, "checkpoints", "*")):
+        if "step1024" not in f:
+            os.unlink(f)
+    dqn.main(["--resume", os.path.join(cut, "checkpoints", os.path.basename(switch[0])), "--no-progress-bar"])
+    a, b = _load(os.path.join(full, "checkpoints", "final__step1536.cleanrl_model")), \
+        _load(os.path.join(cut, "checkpoints", "final__step1536.cleanrl_model"))
+    for key in ("model", "target_model"):
+        for name in a[key]:
+            assert torch.equal(a[key][name], b[key][name]), (key, name)
+    for name in ("frames", "actions", "rewards", "terminated", "valid", "pos"):
+        assert torch.equal(a["replay"][name], b["replay"][name]), name
+    assert a["explore_from"] == b["explore_from"] == (1024 if "--epsilon_rewarm_on_switch" in flags else 0)
+    assert a["rng"]["numpy"] == b["rng"]["numpy"]
+    ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
+           if r["kind"] == "episode" and r["global_step"] > 1024] for d in (full, cut)]
+    assert ep[0] == ep[1] and len(ep[0]) > 10
+    it = [[(r["global_step"], r["losses/td_loss"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
+           if r["kind"] == "iteration" and r["global_step"] > 1024] for d in (full, cut)]
+    assert it[0] == it[1]
+
+
+def test_reset_replay_on_switch_pauses_training_until_learning_starts(tmp_path):
+    run = _train(tmp_path, "--reset_replay_on_switch", data={**CORRIDOR, "learning_starts": 128})
+    rows = [r for r in read_metrics(os.path.join(run, "metrics.jsonl")) if r["kind"] == "iteration"]
+    updates = {r["global_step"]: r["charts/updates"] for r in rows}
+    # 32 agent steps per iteration; a fresh buffer trains once more than 128 transitions are stored
+    for start in (0, 512, 1024):
+        assert [updates[start + 32 * i] for i in range(1, 6)] == [0, 0, 0, 0, 16], start
+    assert _load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0])["replay"] is None
+
+
+def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
+    run = _train(tmp_path, "--eval_every", "768", "--eval_episodes", "2",
+                 data={**CORRIDOR, "modification_factory_kwargs": {**CORRIDOR["modification_factory_kwargs"],
+                                                                    "num_total_steps": 768,
+                                                                    "switching_thresholds": [256, 512]}})
+    rows = list(csv.DictReader(open(os.path.join(run, "eval_table.csv"))))
+    assert {int(r["step"]) for r in rows} == {0, 768} and len(rows) == 6
+    out = str(tmp_path / "ev")
+    for greedy in ("--greedy", "--no-greedy"):  # in-process: eval.py rebuilds the agent from the checkpoint
+        rows = eval_script.main(["--agent_path", run, "--modifs", "goal=3", "--eval_episodes", "2", "--output", out,
+                                 "--no-progress-bar", greedy])
+        assert [r["episodes"] for r in rows] == [2]
+        assert json.load(open(out + ".json"))["architecture"] == "DQN"
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--architecture", "PPO", "--double_dqn"], "double_dqn"),
+    (["--architecture", "DQN", "--buffer_size", "10"], "buffer_size"),
+    (["--architecture", "DQN", "--tau", "0"], "tau"),
+    (["--architecture", "DQN", "--end_e", "1.5"], "end_e"),
+    (["--architecture", "DQN", "--env_id", "Pendulum-v1"], "architecture"),
+    (["--architecture", "DQN", "--norm_obs"], "norm_obs"),
+])
+def test_bad_dqn_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, field):
+    with pytest.raises(SystemExit) as exit_info:
+        continual_training_example.main(["--backend", "Gymnasium", "--env_id", "CartPole-v1",
+                                         "--runs_dir", str(tmp_path / "runs"), *flags])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == ""
+    assert err.startswith(f"error: {field}:") and err.count("\n") == 1, err
+    assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole(tmp_path):
+    """Learning check: DQN on CartPole (CleanRL dqn.py's network and most of its values, a shorter run) reaches a
+    mean return >= 195 over its last 20 games within 60k steps (fixed seed)."""
+    cfg = json.load(open(os.path.join(ROOT, "configs", "dqn_cartpole.json")))
+    for k in ("modification_factory", "modification_factory_kwargs"):
+        cfg.pop(k, None)
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    runs = str(tmp_path / "runs")
+    run_script("agents/dqn.py", "--config", str(path), "--total_timesteps", "60000", "--seed", "1",
+               "--runs_dir", runs, "--no-progress-bar")
+    run = glob.glob(os.path.join(runs, "*"))[0]
+    returns = [r["return"] for r in read_metrics(os.path.join(run, "metrics.jsonl")) if r["kind"] == "episode"]
+    assert np.mean(returns[-20:]) >= 195, returns[-20:]
