@@ -162,11 +162,11 @@ def load_experiment(path: str) -> Experiment:
                     parts.append(f"{k}={_short(v)}")
             index = len(entries)
             label = ", ".join(parts) or "run"
-            name = f"{index:03d}_" + "_".join(_slug(p) for p in parts) if parts else f"{index:03d}"
-            if name in names_seen:
-                raise UserError(f"{where}: two entries are both named {name!r}")
-            names_seen.add(name)
-            entries.append(Entry(index, name, label, cfg))
+            entry_name = f"{index:03d}_" + "_".join(_slug(p) for p in parts) if parts else f"{index:03d}"
+            if entry_name in names_seen:
+                raise UserError(f"{where}: two entries are both named {entry_name!r}")
+            names_seen.add(entry_name)
+            entries.append(Entry(index, entry_name, label, cfg))
     script = data.get("script")
     if script is not None:
         if not isinstance(script, str) or not script:

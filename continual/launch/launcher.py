@@ -394,6 +394,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
                 interrupted = True
                 launcher.stop()
             live.update(launcher.table())
+        console.print()
     finally:
         signal.signal(signal.SIGTERM, previous)
         ray_runner.stop()
