@@ -72,7 +72,7 @@ def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str) -> dict
                 rc = proc.wait()
             log.write(f"=== launch: stopped by the launcher (exit code {rc})\n".encode())
             raise
-        log.write(f"=== launch: exit code {rc}\n".encode())
+        log.write(f"=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}\n".encode())
     return {"returncode": rc, "host": host, "node": node}
 
 
