@@ -8,6 +8,7 @@ import glob
 import json
 import multiprocessing as mp
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -293,3 +294,116 @@ def test_two_launchers_on_one_folder_split_the_work(tmp_path, cluster):
         assert st["state"] == "done"
         by.setdefault(st["pid"], []).append(name)
     assert set(by) == {a.pid, b.pid}, by  # both launchers ran entries
+
+
+# --- real training runs (slow) ---------------------------------------------------------------------------------------
+
+
+def launches(log_path) -> list[str]:
+    with open(log_path) as f:
+        return [ln for ln in f if ln.startswith("=== launch:") and " pid " in ln]
+
+
+def intervals(run_dir) -> tuple[float, float]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        times = [json.loads(ln)["time"] for ln in f if ln.strip()]
+    return min(times), max(times)
+
+
+@pytest.mark.slow
+def test_a_2x2_grid_runs_concurrently_on_local_ray_and_is_aggregated(tmp_path, ray_shutdown):
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 2048, "eval_every": 1024,
+                                                "eval_episodes": 2},
+                                      "grid": {"architecture": ["PPO", "PPO_CBP"], "seed": [1, 2]}})
+    folder = tmp_path / "f"
+    assert L.main([exp, "--folder", str(folder), "--num_cpus", "2"]) == 0
+    q = Queue(str(folder))
+    dirs = [q.run_dir(e.name) for e in load_experiment(exp).entries]
+    assert all(q.status(os.path.basename(d))["state"] == "done" for d in dirs)
+    spans = sorted(intervals(d) for d in dirs)
+    assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), spans  # two runs trained at the same time
+    agg = json.load(open(folder / "aggregate.json"))
+    assert set(agg["groups"]) == {"PPO", "PPO_CBP"} and agg["groups"]["PPO"]["summary"]["final"]["n"] == 2
+    assert set(agg["robust"]["keys"]["final"]["methods"]) == {"PPO", "PPO_CBP"}
+    assert (folder / "plots" / "robust.png").stat().st_size > 10_000 and (folder / "plots" / "comparison.png").exists()
+    for d in dirs:
+        assert json.load(open(os.path.join(d, "config.json")))["wandb_group"] == "e"
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_rerun_finishes_without_redoing_finished_runs(tmp_path):
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 6144, "checkpoint_every": 512},
+                                      "grid": {"seed": [1, 2, 3]}})
+    folder = str(tmp_path / "f")
+    cmd = [PY, "-m", "continual.launch", exp, "--folder", folder, "--num_cpus", "2"]
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    a = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    deadline = time.time() + 500
+    # kill it once one entry is done and another has a periodic checkpoint but is not finished
+    while time.time() < deadline:
+        states = [q.status(n).get("state") for n in names]
+        ckpts = [n for n in names if q.status(n).get("state") != "done" and
+                 glob.glob(os.path.join(q.run_dir(n), "checkpoints", "periodic__*"))]
+        if "done" in states and ckpts:
+            break
+        time.sleep(0.5)
+    a.kill()
+    a.wait()
+    done_before = [n for n in names if q.status(n).get("state") == "done"]
+    assert done_before and len(done_before) < 3
+    time.sleep(2)
+    b = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO, timeout=600)
+    assert b.returncode == 0, b.stdout[-2000:] + b.stderr[-2000:]
+    for n in names:
+        assert q.status(n)["state"] == "done"
+        n_launch = len(launches(q.log_path(n)))
+        if n in done_before:
+            assert n_launch == 1  # not redone
+        elif os.path.exists(os.path.join(q.run_dir(n), "checkpoints")) and n_launch > 1:
+            assert "--resume" in launches(q.log_path(n))[-1]
+    resumed = [n for n in names if n not in done_before and len(launches(q.log_path(n))) > 1]
+    assert resumed and all("--resume" in launches(q.log_path(n))[-1] for n in resumed)
+
+
+@pytest.mark.slow
+def test_a_two_node_cluster_places_runs_on_both_and_resumes_a_lost_nodes_runs(tmp_path):
+    """Two Ray nodes on this machine (ray.cluster_utils), one CPU each; the second is killed while both run: its
+    run is resumed on the head from its checkpoint."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                           "object_store_memory": 100 * 1024 * 1024})
+    try:
+        _two_nodes(tmp_path, cluster)
+    finally:
+        cluster.shutdown()
+
+
+def _two_nodes(tmp_path, cluster):
+    head = cluster.head_node
+    other = cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 8192, "checkpoint_every": 512},
+                                      "grid": {"seed": [1, 2]}})
+    folder = str(tmp_path / "f")
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    a = subprocess.Popen([PY, "-m", "continual.launch", exp, "--folder", folder, "--address", cluster.address],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    node_ids = {head.node_id[:12]: "head", other.node_id[:12]: "other"}
+    deadline = time.time() + 500
+    placed = {}
+    while time.time() < deadline and len(placed) < 2:
+        for n in names:
+            for ln in launches(q.log_path(n)) if os.path.exists(q.log_path(n)) else []:
+                placed[n] = node_ids[re.search(r" node (\w+) ", ln).group(1)]
+        time.sleep(0.3)
+    assert sorted(placed.values()) == ["head", "other"]  # one run on each node
+    victim = next(n for n, where in placed.items() if where == "other")
+    while time.time() < deadline and not glob.glob(os.path.join(q.run_dir(victim), "checkpoints", "periodic__*")):
+        time.sleep(0.3)
+    cluster.remove_node(other, allow_graceful=False)
+    assert a.wait(timeout=600) == 0
+    assert all(q.status(n)["state"] == "done" for n in names)
+    last = launches(q.log_path(victim))[-1]
+    assert "--resume" in last and node_ids[re.search(r" node (\w+) ", last).group(1)] == "head"
