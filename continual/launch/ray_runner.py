@@ -28,7 +28,8 @@ def start(address: Optional[str], num_cpus: Optional[int], object_store_mb: int,
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=object_store_mb * 1024 * 1024,
+        # "local": a new instance of our own, even when `ray start` left one running on this machine
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=object_store_mb * 1024 * 1024,
                  _temp_dir=temp_dir, **kwargs)
 
 
