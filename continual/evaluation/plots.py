@@ -522,7 +522,7 @@ def plot_robust(run_dirs: Sequence[str], path: str, group_by: Optional[Sequence[
     ax.legend(fontsize=8)
     ax = axes[1]
     for g in methods:
-        ax.plot(k["profile_taus"], k["profiles"][g], color=gcol[g], lw=2, label=g)
+        ax.plot(k["profile_taus"], k["profiles"][g], color=gcol[g], lw=2, label=g, drawstyle="steps-post")
     ax.set_xlabel("final evaluation return τ")
     ax.set_ylabel("fraction of (run, regime) scores > τ")
     ax.set_title("Performance profile", fontsize=11)
