@@ -46,6 +46,7 @@ def timed(cmd: list[str], env: dict) -> float:
 def main() -> None:
     args = tyro.cli(BenchArgs)
     out = args.out or tempfile.mkdtemp(prefix="launch-grid-")
+    os.makedirs(out, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "WANDB_MODE": "offline"}
     flags = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64,
              "total_timesteps": args.total_timesteps}
