@@ -9,6 +9,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -410,3 +411,23 @@ def _two_nodes(tmp_path, cluster):
     assert all(q.status(n)["state"] == "done" for n in names)
     last = launches(q.log_path(victim))[-1]
     assert "--resume" in last and node_ids[re.search(r" node (\w+) ", last).group(1)] == "head"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_runs_releases_claims_and_a_rerun_resumes(tmp_path):
+    script = fake_script(tmp_path / "s", {"1": ["wait", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})
+    folder = str(tmp_path / "f")
+    cmd = [PY, "-m", "continual.launch", exp, "--folder", folder, "--script", script, "--num_cpus", "1"]
+    q = Queue(folder)
+    run_dir = q.run_dir("000_seed=1")
+    a = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    deadline = time.time() + 300
+    while not os.path.exists(os.path.join(run_dir, "attempts")) and time.time() < deadline:
+        time.sleep(0.2)
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(timeout=300) == 130
+    assert q.status("000_seed=1")["state"] == "interrupted" and q.claims("000_seed=1") == []
+    assert "stopped by the launcher" in open(q.log_path("000_seed=1")).read()
+    assert subprocess.run(cmd, capture_output=True, env=env(), cwd=REPO, timeout=300).returncode == 0
+    assert [x[1] for x in attempts(run_dir)] == ["fresh", "resume", "end"]

@@ -175,9 +175,15 @@ class Launcher:
         return [self.script, "--config", self.queue.config_path(entry.name), "--runs_dir",
                 os.path.dirname(run_dir), "--run_name", entry.name]
 
+    def stop_path(self, entry: Entry) -> str:
+        return os.path.join(self.queue.dir, entry.name + ".stop")
+
     def submit(self, job: Job) -> None:
         argv = self.argv(job.entry)
-        job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder)
+        if os.path.exists(self.stop_path(job.entry)):
+            os.unlink(self.stop_path(job.entry))
+        job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder,
+                                   self.stop_path(job.entry))
         job.started, job.where = time.time(), ""
         self.queue.set_status(job.entry.name, state="running", resumed="--resume" in argv)
 
@@ -280,18 +286,27 @@ class Launcher:
                 time.sleep(1.0)  # entries held by other launchers: wait for them to finish or go stale
 
     def stop(self) -> None:
-        """Cancel the running tasks (their runs save an interrupted checkpoint), mark them, release the claims."""
+        """Stop the running runs (SIGTERM: each saves an interrupted checkpoint), record how each ended, release
+        the claims."""
         import ray
 
         for job in self.jobs.values():
-            ray.cancel(job.ref, force=False)
-        deadline = time.time() + 150
-        for job in list(self.jobs.values()):
-            try:
-                ray.wait([job.ref], timeout=max(0.0, deadline - time.time()))
-            except Exception:  # noqa: BLE001
+            with open(self.stop_path(job.entry), "w"):
                 pass
-            self.queue.set_status(job.entry.name, state="interrupted")
+        for job in list(self.jobs.values()):
+            state = "interrupted"
+            try:
+                res = ray.get(job.ref, timeout=180)
+                if res["returncode"] == 0 and not res["stopped"]:  # it finished meanwhile
+                    state = DONE
+                job.where = ray_runner.node_of(res)
+            except Exception:  # noqa: BLE001  (lost, or still stopping: its checkpoint decides the next launch)
+                ray.cancel(job.ref, force=True)
+            self.queue.set_status(job.entry.name, state=state, where=job.where)
+            try:
+                os.unlink(self.stop_path(job.entry))
+            except FileNotFoundError:
+                pass
             job.claim.release()
         self.jobs.clear()
 

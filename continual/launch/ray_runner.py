@@ -3,8 +3,8 @@
 The training CLI runs as a child process of the Ray task, so a crash of a run (segfault, OOM kill, exit code) is the
 child's exit status, never the worker's. The child gets SIGKILL when its parent worker dies (prctl
 PR_SET_PDEATHSIG): a run never outlives its task, so a run resumed elsewhere after its node died has its run
-directory to itself. A cancelled task (the launcher stopping) sends SIGTERM first: the training CLI saves an
-`interrupted` checkpoint and exits.
+directory to itself. The launcher stops a run by creating its stop file (in the experiment folder, seen by every
+node): the task sends SIGTERM, and the training CLI saves an `interrupted` checkpoint and exits.
 """
 
 from __future__ import annotations
@@ -50,31 +50,45 @@ def _die_with_parent() -> None:
     os.setsid()  # its own process group: SIGTERM/SIGKILL reach the env workers too
 
 
-def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str) -> dict:
-    """Run `python argv...` with stdout and stderr appended to log_path; returns exit code, host, node."""
+def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_path: str) -> dict:
+    """Run `python argv...` with stdout and stderr appended to log_path; returns exit code, host, node, and whether
+    it was stopped (the launcher creates `stop_path` to stop it: SIGTERM, so the run saves a checkpoint)."""
     import ray
 
     node = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    stopped = False
     with open(log_path, "ab", buffering=0) as log:
         log.write(f"\n=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} host {host} node {node[:12]} pid "
                   f"{os.getpid()}: {' '.join(argv)}\n".encode())
         proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, env={**os.environ, **env}, preexec_fn=_die_with_parent)
         try:
-            rc = proc.wait()
-        except BaseException:  # ray.cancel: KeyboardInterrupt in this worker; let the run save its checkpoint
+            while True:
+                try:
+                    rc = proc.wait(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if os.path.exists(stop_path):
+                        stopped = True
+                        os.killpg(proc.pid, signal.SIGTERM)
+                        try:
+                            rc = proc.wait(timeout=120)
+                        except subprocess.TimeoutExpired:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            rc = proc.wait()
+                        break
+        except BaseException:  # cancelled: the run must not outlive its task
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                rc = proc.wait(timeout=120)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(proc.pid, signal.SIGKILL)
-                rc = proc.wait()
-            log.write(f"=== launch: stopped by the launcher (exit code {rc})\n".encode())
+            except ProcessLookupError:
+                pass
+            proc.wait()
             raise
-        log.write(f"=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}\n".encode())
-    return {"returncode": rc, "host": host, "node": node}
+        what = "stopped by the launcher, " if stopped else ""
+        log.write(f"=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} {what}exit code {rc}\n".encode())
+    return {"returncode": rc, "host": host, "node": node, "stopped": stopped}
 
 
 def remote_run(num_cpus: float, num_gpus: float):
