@@ -8,7 +8,9 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
+from rliable import metrics as rl
 
 from continual.evaluation import metrics as M
 from continual.evaluation import plots
@@ -196,17 +198,59 @@ def test_single_regime_run():
 
 
 def test_mean_ci_uses_the_t_distribution():
+    from scipy import stats
+
     d = M.mean_ci([1.0, 2.0, 3.0])
     assert d["mean"] == 2 and d["n"] == 3
-    assert d["ci95"] == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert d["ci95"] == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-3)  # the printed table's t_{0.975, 2}
+    assert d["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3), rel=1e-12)
     assert M.mean_ci([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
     assert M.mean_ci([None]) == {"mean": None, "ci95": None, "n": 0}
-    try:
-        from scipy import stats
-    except ImportError:
-        return
-    for df in (1, 2, 5, 29, 30, 31, 45, 100, 1000):
-        assert M.t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=2e-3)
+    for df, table in ((1, 12.706), (2, 4.303), (5, 2.571), (30, 2.042), (120, 1.980)):  # printed t tables
+        assert M.t_quantile_975(df) == pytest.approx(table, abs=6e-4)
+
+
+def test_robust_statistics_against_hand_computation():
+    # IQM: the mean of the middle half of the pooled scores (8 scores: the 2nd..6th quarter-trimmed)
+    x = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]])
+    assert rl.aggregate_iqm(x) == pytest.approx(np.mean([3.0, 4.0, 10.0, 20.0]))
+    # probability of improvement, one task: pairs (x_i, y_j) with x_i > y_j (ties 1/2): (3>2, 3>0, 1>0) of 4
+    assert rl.probability_of_improvement(np.array([[3.0], [1.0]]), np.array([[2.0], [0.0]])) == pytest.approx(0.75)
+    # performance profile: fraction of scores above tau
+    assert M.performance_profile(x, np.array([0.0, 3.0, 40.0])).tolist() == [1.0, 5 / 8, 0.0]  # 4, 10, 20, 30, 40 > 3
+    # the bootstrap is stratified: each task keeps its own runs, so a matrix whose tasks are constant has one mean
+    const = np.array([[0.0, 10.0], [0.0, 10.0], [0.0, 10.0]])
+    assert M.stratified_bootstrap(const, np.mean, reps=200) == (5.0, 5.0)
+    # one task, runs (0, 1): resampled means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4 -> 95% interval [0, 1]
+    assert M.stratified_bootstrap(np.array([[0.0], [1.0]]), np.mean, reps=2000) == (0.0, 1.0)
+    lo, hi = M.stratified_bootstrap(np.arange(20.0).reshape(20, 1), np.mean, reps=4000)
+    se = np.std(np.arange(20.0)) / math.sqrt(20)  # the bootstrap distribution of a mean: ~normal, sd = sd_pop/sqrt(n)
+    assert lo == pytest.approx(9.5 - 1.96 * se, abs=0.35) and hi == pytest.approx(9.5 + 1.96 * se, abs=0.35)
+
+
+def test_robust_aggregate_groups_methods():
+    results, configs = [], []
+    for arch, shift in (("PPO", 0), ("PPO", 2), ("PPO", 4), ("PPO_CBP", 10), ("PPO_CBP", 12)):
+        curves = {m: [y + shift for y in ys] for m, ys in CURVES.items()}
+        cfg = {"architecture": arch}
+        results.append(M.run_metrics(make_run(curves=curves, config=cfg)))
+        configs.append(cfg)
+    rob = M.robust_aggregate(results, configs, reps=300)
+    final = rob["keys"]["final"]
+    assert final["tasks"] == ["A", "B", "C"]  # the trained regimes (H is held out)
+    ppo = np.array([[7 + s, 5 + s, 11 + s] for s in (0, 2, 4)], dtype=float)
+    assert final["methods"]["PPO"]["iqm"]["estimate"] == pytest.approx(rl.aggregate_iqm(ppo))
+    assert final["methods"]["PPO"]["mean"]["estimate"] == pytest.approx(ppo.mean())
+    lo, hi = final["methods"]["PPO"]["mean"]["ci95"]
+    assert ppo.min() <= lo <= ppo.mean() <= hi <= ppo.max()
+    # every CBP score beats every PPO score on every task
+    assert final["probability_of_improvement"]["PPO_CBP > PPO"]["estimate"] == 1.0
+    assert final["probability_of_improvement"]["PPO > PPO_CBP"]["ci95"] == [0.0, 0.0]
+    assert "optimality_gap" not in final["methods"]["PPO"]  # raw returns: no threshold
+    gap = M.robust_aggregate(results, configs, reps=50, gamma=8.0)["keys"]["final"]["methods"]["PPO"]
+    assert gap["optimality_gap"]["estimate"] == pytest.approx(8.0 - np.minimum(ppo, 8.0).mean())
+    # thresholds from the lowest to the highest score: all but the lowest (5, one PPO score) lie above the first
+    assert final["profiles"]["PPO"][0] == pytest.approx(8 / 9) and final["profiles"]["PPO_CBP"][-1] == 0.0
 
 
 def test_aggregate_groups_runs_by_method():
@@ -220,7 +264,7 @@ def test_aggregate_groups_runs_by_method():
     assert set(groups) == {"PPO", "PPO+S&P", "PPO_CBP"}
     ppo = groups["PPO"]["summary"]["final"]
     assert ppo["n"] == 2 and ppo["mean"] == pytest.approx(23 / 3 + 1)
-    assert ppo["ci95"] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))  # sd of (x, x + 2) = sqrt(2)
+    assert ppo["ci95"] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2), rel=1e-4)  # sd of (x, x + 2) = sqrt(2)
     assert groups["PPO+S&P"]["summary"]["final"]["ci95"] is None
     assert groups["PPO"]["regimes"]["A"]["forgetting_isolated"]["mean"] == pytest.approx(5.5)  # shifts cancel
     by_exp = M.aggregate(results, [{**c, "exp_name": "x"} for c in configs], group_by=["exp_name"])
@@ -303,7 +347,7 @@ def test_plots_are_written(tmp_path):
     out = tmp_path / "plots"
     paths = plots.main([a, b, "--out", str(out)])
     names = sorted(os.path.relpath(p, out) for p in paths)
-    assert names == sorted(["comparison.png"] + [f"{r}/{n}.png" for r in ("a", "b") for n in
+    assert names == sorted(["comparison.png", "robust.png"] + [f"{r}/{n}.png" for r in ("a", "b") for n in
                                                   ("training_returns", "eval_curves", "eval_heatmap", "plasticity")])
     for p in paths:
         with open(p, "rb") as f:

@@ -99,3 +99,25 @@ def test_save_agent_wandb_without_track_is_an_error():
         parse_args(["--save_agent_wandb"])
     args, _ = parse_args(["--save_agent_wandb", "--track"])
     assert args.save_agent_wandb and args.track
+
+
+def test_wandb_group_tags_and_final_metrics_in_the_summary(tmp_path):
+    """--wandb_group/--wandb_tags reach wandb.init; the end-of-run metrics (average performance, forgetting, transfer)
+    land in the W&B summary, equal to metrics.json's."""
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+               "--num_steps", "32", "--total_timesteps", "128", "--runs_dir", runs, "--run_name", "g", "--track",
+               "--wandb_group", "exp-7", "--wandb_tags", "grid, seed1", "--eval_every", "64", "--eval_episodes", "1",
+               "--no-progress-bar", timeout=600)
+    run_dir = os.path.join(runs, "g")
+    (log,) = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    records = list(wandb_records(log))
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run.run_group == "exp-7" and list(run.tags) == ["grid", "seed1"]
+    summary = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "summary":
+            summary.update({(u.key or "/".join(u.nested_key)): json.loads(u.value_json) for u in r.summary.update})
+    final = json.load(open(os.path.join(run_dir, "metrics.json")))["summary"]
+    assert final["final"] is not None and summary["final_metrics/final"] == pytest.approx(final["final"])
+    assert summary["final_metrics/average"] == pytest.approx(final["average"])

@@ -111,6 +111,11 @@ class Args:
     """W&B entity (team or user)"""
     wandb_dir: Optional[str] = None
     """W&B local folder (default: the run directory)"""
+    wandb_group: Optional[str] = None
+    """W&B group of the run (python -m continual.launch sets the experiment's name, so seeds and methods of one
+    experiment are compared together)"""
+    wandb_tags: str = ""
+    """W&B tags, comma-separated"""
     capture_video: bool = False
     """record episodes of env 0 on gymnasium's capped cubic schedule, as CleanRL does (episodes 0, 1, 8, 27, ...,
     729, then every 1000th), plus the first episode of each regime; file names carry regime and step"""

@@ -447,6 +447,8 @@ class ContinualEvaluator:
             try:
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
+                session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
+                                        if isinstance(v, (int, float))})
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
             except Exception:  # noqa: BLE001
                 print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)

@@ -37,7 +37,10 @@ switch step belongs to the visit that ends there.
 Normalisation (--normalize): raw; max_abs: R_i / max|R_i| (over the evaluations of every run given, references
 included); reference_scores: --scores maps each regime to a score s (R / s) or to [low, high] ((R - low) / (high -
 low)). Several runs are grouped (config.json keys, --group_by; default: architecture, + S&P) and each scalar is
-reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n).
+reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n). With several runs, the robust statistics of
+Agarwal et al. (2021, rliable) over the runs x trained-regimes matrix of per-regime final and average scores: IQM,
+mean, median and (normalised scores) optimality gap at 1, each with a 95% stratified-bootstrap CI; the probability
+of improvement of each method over each other one; performance profiles (in the JSON; drawn by the plots CLI).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 import tyro
+from rliable import metrics as rl
+from scipy import stats
 
 from continual.config.loading import cli
 from continual.console import print_table
@@ -471,18 +476,9 @@ def _write_json(path: str, data: Any) -> None:
 # several runs: groups, confidence intervals
 # ---------------------------------------------------------------------------------------------------------------------
 
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
 def t_quantile_975(df: int) -> float:
-    """Two-sided 95% Student-t critical value (table up to 30 degrees of freedom, then a Cornish-Fisher series)."""
-    if df < 1:
-        return float("nan")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    """Two-sided 95% Student-t critical value."""
+    return float(stats.t.ppf(0.975, df)) if df >= 1 else float("nan")
 
 
 def mean_ci(values: Iterable[Optional[float]]) -> dict:
@@ -494,6 +490,99 @@ def mean_ci(values: Iterable[Optional[float]]) -> dict:
         return {"mean": xs[0], "ci95": None, "n": 1}
     sd = float(np.std(xs, ddof=1))
     return {"mean": float(np.mean(xs)), "ci95": t_quantile_975(len(xs) - 1) * sd / math.sqrt(len(xs)), "n": len(xs)}
+
+
+# --- robust statistics over runs x tasks (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice") ---
+# Scores: one matrix per method, runs x tasks, a task being a regime and the score its per-regime metric (final or
+# average). The point estimates are rliable's own functions; the stratified bootstrap (runs resampled with
+# replacement within each task, percentile intervals) is rliable's StratifiedBootstrap written out here, because
+# rliable.library imports `arch`, which does not import next to pandas 3.
+
+ROBUST_KEYS = ("final", "average")
+
+
+def stratified_bootstrap(scores: np.ndarray, statistic, reps: int = 2000, seed: int = 0, alpha: float = 0.05
+                         ) -> tuple[float, float]:
+    """Percentile (1 - alpha) interval of statistic(scores) under resampling the runs of each task (column)
+    independently."""
+    rng = np.random.default_rng(seed)
+    n, k = scores.shape
+    cols = np.arange(k)
+    stats_ = np.empty(reps)
+    for b in range(reps):
+        rows = rng.integers(0, n, size=(n, k))
+        stats_[b] = statistic(scores[rows, cols])
+    lo, hi = np.percentile(stats_, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
+
+
+def paired_bootstrap(x: np.ndarray, y: np.ndarray, statistic, reps: int = 2000, seed: int = 0, alpha: float = 0.05
+                     ) -> tuple[float, float]:
+    """The same for a statistic of two methods' score matrices, each resampled within its tasks."""
+    rng = np.random.default_rng(seed)
+    cols = np.arange(x.shape[1])
+    stats_ = np.empty(reps)
+    for b in range(reps):
+        stats_[b] = statistic(x[rng.integers(0, x.shape[0], size=x.shape), cols],
+                              y[rng.integers(0, y.shape[0], size=y.shape), cols])
+    lo, hi = np.percentile(stats_, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
+
+
+def score_matrices(results: Sequence[dict], configs: Sequence[dict], key: str = "final",
+                   group_by: Optional[Sequence[str]] = None) -> tuple[dict[str, np.ndarray], list[str]]:
+    """method -> runs x tasks matrix of the per-regime `key`, over the trained regimes every run has a value for."""
+    groups: dict[str, list[dict]] = {}
+    for r, cfg in zip(results, configs):
+        groups.setdefault(method_label(cfg, group_by), []).append(r)
+    tasks = None
+    for r in results:
+        have = [reg for reg, m in r["regimes"].items() if m.get("trained") and m.get(key) is not None]
+        tasks = have if tasks is None else [t for t in tasks if t in have]
+    tasks = tasks or []
+    return {g: np.array([[r["regimes"][t][key] for t in tasks] for r in rs], dtype=np.float64)
+            for g, rs in groups.items()}, tasks
+
+
+def performance_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """Fraction of (run, task) scores above each threshold tau (rliable's run-score distribution)."""
+    return np.array([(scores > t).mean() for t in taus])
+
+
+def robust_aggregate(results: Sequence[dict], configs: Sequence[dict], group_by: Optional[Sequence[str]] = None,
+                     reps: int = 2000, seed: int = 0, gamma: Optional[float] = None) -> dict:
+    """Per method and key (final, average): IQM, mean, median and optimality gap (at `gamma`, on normalised scores)
+    with stratified-bootstrap 95% CIs; the probability that each method improves on each other one; performance
+    profiles."""
+    out: dict = {"reps": reps, "seed": seed, "gamma": gamma, "keys": {}}
+    for key in ROBUST_KEYS:
+        mats, tasks = score_matrices(results, configs, key, group_by)
+        if not tasks:
+            continue
+        stats_: dict[str, Any] = {"iqm": rl.aggregate_iqm, "mean": rl.aggregate_mean, "median": rl.aggregate_median}
+        if gamma is not None:
+            stats_["optimality_gap"] = lambda s: rl.aggregate_optimality_gap(s, gamma)
+        methods = {}
+        for g, m in mats.items():
+            methods[g] = {"runs": int(m.shape[0])}
+            for name, f in stats_.items():
+                lo, hi = stratified_bootstrap(m, f, reps, seed)
+                methods[g][name] = {"estimate": float(f(m)), "ci95": [lo, hi]}
+        improvement = {}
+        names = list(mats)
+        for a in names:
+            for b in names:
+                if a != b:
+                    x, y = mats[a], mats[b]
+                    lo, hi = paired_bootstrap(x, y, rl.probability_of_improvement, reps, seed)
+                    improvement[f"{a} > {b}"] = {"estimate": float(rl.probability_of_improvement(x, y)),
+                                                 "ci95": [lo, hi]}
+        allv = np.concatenate([m.ravel() for m in mats.values()])
+        taus = np.linspace(float(allv.min()), float(allv.max()), 51) if allv.size else np.zeros(0)
+        profiles = {g: performance_profile(m, taus).tolist() for g, m in mats.items()}
+        out["keys"][key] = {"tasks": tasks, "methods": methods, "probability_of_improvement": improvement,
+                            "profile_taus": taus.tolist(), "profiles": profiles}
+    return out
 
 
 def method_label(config: dict, group_by: Optional[Sequence[str]] = None) -> str:
@@ -565,6 +654,25 @@ def print_run_table(result: dict) -> None:
               + ", ".join(f"visit {n}: {_fmt(g)}" for n, g in gains.items()) + f"; overall {_fmt(s['plasticity'])}")
 
 
+def _fmt_interval(d: Optional[dict]) -> str:
+    if not d:
+        return "-"
+    lo, hi = d["ci95"]
+    return f"{d['estimate']:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def print_robust_table(robust: dict) -> None:
+    for key, k in robust["keys"].items():
+        cols = ["method", "runs", "IQM", "mean", "median", "optimality gap"]
+        rows = [[g, str(m["runs"]), *(_fmt_interval(m.get(s)) for s in ("iqm", "mean", "median", "optimality_gap"))]
+                for g, m in k["methods"].items()]
+        print_table(f"{key} (per regime, {len(k['tasks'])} regime(s)): point estimate [95% stratified bootstrap CI, "
+                    f"{robust['reps']} resamples]", cols, rows, width=max(120, 22 * len(cols)))
+        if k["probability_of_improvement"]:
+            print(f"probability of improvement ({key}): " + "; ".join(
+                f"P({pair}) = {_fmt_interval(d)}" for pair, d in k["probability_of_improvement"].items()))
+
+
 def print_group_table(groups: dict) -> None:
     cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (CW)", "forget (best)",
             "ZS transfer", "FT (ref)", "plasticity"]
@@ -593,6 +701,11 @@ class MetricsArgs:
     """comma-separated config.json keys that define a method (default: architecture, + S&P)"""
     out: Optional[str] = None
     """write the results here (JSON); default: RUN_DIR/metrics.json for a single run, nothing for several"""
+    bootstrap_reps: int = 2000
+    """resamples of the stratified bootstrap behind the robust statistics of several runs (IQM, optimality gap,
+    probability of improvement)"""
+    bootstrap_seed: int = 0
+    """seed of the bootstrap resampling"""
 
 
 def _load_scores(text: Optional[str]) -> Optional[dict]:
@@ -613,6 +726,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     args = cli(MetricsArgs, argv, default=None, description=__doc__.splitlines()[0])
     if args.normalize not in ("raw", "max_abs", "reference_scores"):
         raise UserError(f"normalize: must be raw, max_abs or reference_scores, got {args.normalize!r}")
+    if args.bootstrap_reps < 1:
+        raise UserError(f"bootstrap_reps: must be positive, got {args.bootstrap_reps}")
     if args.plasticity_window is not None and args.plasticity_window <= 0:
         raise UserError(f"plasticity_window: must be positive, got {args.plasticity_window}")
     try:
@@ -635,6 +750,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     if len(runs) > 1:
         out["groups"] = aggregate(results, [r.config for r in runs], group_by)
         print_group_table(out["groups"])
+        out["robust"] = robust_aggregate(results, [r.config for r in runs], group_by, args.bootstrap_reps,
+                                         args.bootstrap_seed, gamma=None if args.normalize == "raw" else 1.0)
+        print_robust_table(out["robust"])
     path = args.out or (os.path.join(runs[0].run_dir, METRICS_FILE) if len(runs) == 1 else None)
     if path:
         _write_json(path, results[0] if len(runs) == 1 and not args.out else out)

@@ -12,7 +12,8 @@ Per run (written to RUN_DIR/plots at the end of training with --plots):
 - plasticity.png: plasticity diagnostics at switches (dormant fraction per layer, effective rank) and the return
   gained early in each visit, by visit number (when present).
 With several runs: comparison.png, runs grouped into methods (config.json architecture + shrink & perturb, or
---group_by keys), seeds aggregated as mean +- 95% CI bands.
+--group_by keys), seeds aggregated as mean +- 95% CI bands; robust.png, rliable's statistics of the per-regime final
+scores (IQM / mean / median with stratified-bootstrap CIs, performance profile, probability of improvement).
 """
 
 from __future__ import annotations
@@ -487,6 +488,64 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
     return _save(fig, path)
 
 
+def plot_robust(run_dirs: Sequence[str], path: str, group_by: Optional[Sequence[str]] = None, reps: int = 2000
+                ) -> Optional[str]:
+    """rliable's figures over the runs x trained-regimes final scores: interval estimates (IQM, mean, median),
+    the performance profile and the probability of improvement. None when no run has per-regime final scores."""
+    runs = [M.load_run(d) for d in run_dirs]
+    runs = [r for r in runs if r.evals]
+    if not runs:
+        return None
+    norm = M.Normalizer("raw", runs=runs)
+    results = [M.run_metrics(r, norm) for r in runs]
+    robust = M.robust_aggregate(results, [r.config for r in runs], group_by, reps)
+    k = robust["keys"].get("final")
+    if not k:
+        return None
+    methods = list(k["methods"])
+    palette = regime_colors([f"g{i}" for i in range(max(10, len(methods)))])
+    gcol = {g: palette[f"g{i}"] for i, g in enumerate(methods)}
+    fig = Figure(figsize=(17, 4.6))
+    axes = fig.subplots(1, 3)
+    ax = axes[0]
+    stats_ = ("iqm", "mean", "median")
+    for gi, g in enumerate(methods):
+        for si, st in enumerate(stats_):
+            d = k["methods"][g][st]
+            y = si + (gi - (len(methods) - 1) / 2) * 0.8 / max(1, len(methods))
+            ax.plot(d["ci95"], [y, y], color=gcol[g], lw=6, alpha=0.6, solid_capstyle="butt",
+                    label=f"{g} (n={k['methods'][g]['runs']})" if si == 0 else None)
+            ax.plot([d["estimate"]], [y], "|", color="k", ms=14)
+    ax.set_yticks(range(len(stats_)), labels=["IQM", "mean", "median"])
+    ax.set_xlabel("final evaluation return (raw)")
+    ax.set_title("Point estimate and 95% stratified-bootstrap CI", fontsize=11)
+    ax.grid(alpha=0.25, axis="x")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for g in methods:
+        ax.plot(k["profile_taus"], k["profiles"][g], color=gcol[g], lw=2, label=g, drawstyle="steps-post")
+    ax.set_xlabel("final evaluation return τ")
+    ax.set_ylabel("fraction of (run, regime) scores > τ")
+    ax.set_title("Performance profile", fontsize=11)
+    ax.grid(alpha=0.25)
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    pairs = list(k["probability_of_improvement"].items())
+    for i, (pair, d) in enumerate(pairs):
+        ax.plot(d["ci95"], [i, i], color=gcol[pair.split(" > ")[0]], lw=6, alpha=0.6, solid_capstyle="butt")
+        ax.plot([d["estimate"]], [i], "|", color="k", ms=14)
+    ax.axvline(0.5, color="0.3", lw=0.8, ls="--")
+    ax.set_yticks(range(len(pairs)), labels=[p.replace(" > ", " > \n") for p, _ in pairs], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("P(X > Y)")
+    ax.set_title("Probability of improvement" if pairs else "Probability of improvement (one method)", fontsize=11)
+    ax.grid(alpha=0.25, axis="x")
+    fig.suptitle(f"Robust comparison (rliable statistics) over {len(k['tasks'])} trained regime(s), "
+                 f"{len(results)} runs", fontsize=12)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------------------------------
@@ -503,6 +562,8 @@ class PlotArgs:
     """comma-separated config.json keys that define a method (default: architecture, + S&P)"""
     smooth: int = 20
     """running-mean window (episodes) of the training return"""
+    bootstrap_reps: int = 2000
+    """resamples of the stratified bootstrap behind robust.png"""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
@@ -514,6 +575,8 @@ def main(argv: Optional[Sequence[str]] = None) -> list[str]:
             raise UserError(f"{d!r} is not a run directory")
     if args.smooth <= 0:
         raise UserError(f"smooth: must be positive, got {args.smooth}")
+    if args.bootstrap_reps < 1:
+        raise UserError(f"bootstrap_reps: must be positive, got {args.bootstrap_reps}")
     group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None
     paths: list[str] = []
     if len(args.run_dirs) == 1:
@@ -523,6 +586,9 @@ def main(argv: Optional[Sequence[str]] = None) -> list[str]:
         for d in args.run_dirs:
             paths += plot_run(d, os.path.join(out, os.path.basename(os.path.normpath(d))), args.smooth)
         paths.append(plot_comparison(args.run_dirs, os.path.join(out, "comparison.png"), group_by))
+        robust = plot_robust(args.run_dirs, os.path.join(out, "robust.png"), group_by, args.bootstrap_reps)
+        if robust:
+            paths.append(robust)
     for p in paths:
         print(p)
     return paths

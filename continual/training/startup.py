@@ -28,7 +28,7 @@ from continual.training.tracking import RunLogger, check_writable, create_run_di
 
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
 RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
-                      "wandb_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
+                      "wandb_dir", "wandb_group", "wandb_tags", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
                       "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
                       "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
@@ -238,6 +238,8 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
     np_rng = seed_everything(args.seed, args.torch_deterministic)
     logger = RunLogger(run_dir, config, track=args.track, wandb_project=args.wandb_project_name,
                        wandb_entity=args.wandb_entity, wandb_dir=args.wandb_dir, run_name=args.run_name or "",
+                       wandb_group=args.wandb_group,
+                       wandb_tags=[t.strip() for t in args.wandb_tags.split(",") if t.strip()],
                        resume_step=resume_state["global_step"] if resume_state else None,
                        resume_modification=resume_state["modification"] if resume_state else None,
                        wandb_id=resume_state.get("wandb_id") if resume_state else None)

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from continual.errors import UserError
 
@@ -60,7 +60,8 @@ class RunLogger:
     def __init__(self, run_dir: str, config: dict, *, track: bool = False, wandb_project: str = "",
                  wandb_entity: Optional[str] = None, wandb_dir: Optional[str] = None, run_name: str = "",
                  resume_step: Optional[int] = None, wandb_id: Optional[str] = None,
-                 resume_modification: Optional[str] = None):
+                 resume_modification: Optional[str] = None, wandb_group: Optional[str] = None,
+                 wandb_tags: Sequence[str] = ()):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = run_dir
@@ -79,7 +80,8 @@ class RunLogger:
 
             self.wandb_run = wandb.init(
                 project=wandb_project, entity=wandb_entity, name=run_name, config=config,
-                dir=wandb_dir or run_dir, id=wandb_id, resume="allow", job_type="training",
+                dir=wandb_dir or run_dir, id=wandb_id, resume="allow", job_type="training", group=wandb_group,
+                tags=list(wandb_tags) or None,
             )
             self.wandb_run.define_metric("global_step")
             self.wandb_run.define_metric("*", step_metric="global_step")
@@ -98,6 +100,11 @@ class RunLogger:
             self.writer.add_scalar(tag, v, global_step)
         if self.wandb_run is not None:
             self.wandb_run.log({**values, "global_step": global_step})
+
+    def summary(self, values: dict[str, Any]) -> None:
+        """Values for the W&B run summary (the final metrics: what the project's run table shows)."""
+        if self.wandb_run is not None:
+            self.wandb_run.summary.update({k: v for k, v in values.items() if v is not None})
 
     def text(self, tag: str, value: str, global_step: int) -> None:
         self.writer.add_text(tag, value, global_step)

@@ -1,0 +1,211 @@
+"""The experiment file: its schema, its validation and the expansion of its grid into entries (runs).
+
+    {
+      "name": "cartpole_ppo_vs_cbp",                 # optional: the file name without .json
+      "config": "run_config.json",                    # optional: the run_config.json every run starts from
+      "flags": {"env_id": "CartPole-v1", "backend": "Gymnasium", "total_timesteps": 20000, "eval_every": 4096},
+      "grid": {"seed": [1, 2, 3], "architecture": ["PPO", "PPO_CBP"]},
+      "runs": [{"name": "sp", "shrink_and_perturb": true}],   # optional; each one is crossed with the grid
+      "cpus_per_run": 1, "gpus_per_run": 0, "max_retries": 2
+    }
+
+A run's configuration, later keys winning: the `config` file, `flags`, its `runs` item, its grid values. Keys are
+the training CLI's flags (`Args` fields) and the curriculum keys of run_config.json. Grid keys may also be `config`
+(a list of run_config.json files) and `flags` (a list of flag objects, one variant each). Paths in the file are
+relative to the file. Entries are numbered in expansion order (the grid's last key varies fastest); `--resume-id N`
+names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import re
+import tempfile
+from typing import Any, Callable, Optional
+
+from continual.config.args import field_names
+from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
+from continual.errors import UserError, one_line
+
+TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script")
+RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
+DEFAULT_MAX_RETRIES = 2
+
+
+@dataclasses.dataclass
+class Entry:
+    index: int
+    name: str  # the run directory's name: "<index>_<varying values>"
+    label: str  # what varies, "architecture=PPO, seed=1"
+    config: dict  # the run's run_config.json (Args fields + curriculum keys)
+
+
+@dataclasses.dataclass
+class Experiment:
+    path: str
+    name: str
+    entries: list[Entry]
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    max_retries: int = DEFAULT_MAX_RETRIES
+    script: Optional[str] = None  # the training script named in the file (absolute)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")[:80]
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str):
+        return os.path.splitext(os.path.basename(value))[0] if value.endswith(".json") else value or "''"
+    return json.dumps(value, sort_keys=True)
+
+
+def _check_keys(obj: dict, where: str, extra: tuple[str, ...] = ()) -> None:
+    names = field_names()
+    for key in obj:
+        if not isinstance(key, str):
+            raise UserError(f"{where}: keys must be strings")
+        if key.startswith("_"):
+            continue  # "_comment"
+        if key in RESERVED:
+            raise UserError(f"{where}: {key!r} is set by the launcher (one run directory per entry under the "
+                            f"experiment folder)")
+        if key not in names and key not in CURRICULUM_KEYS and key not in extra:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(names) + list(CURRICULUM_KEYS) + list(extra), n=1)
+            raise UserError(f"{where}: unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
+def _number(data: dict, key: str, default: float, path: str, integer: bool = False, minimum: float = 0) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or \
+            (integer and value != int(value)):
+        kind = "an integer" if integer else "a number"
+        raise UserError(f"experiment {path!r}: {key} must be {kind} >= {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def load_experiment(path: str) -> Experiment:
+    """Read and expand an experiment file (schema errors are one-line UserErrors; the runs' own flags are checked by
+    `validate`)."""
+    data = load_json_file(path, "experiment")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    where = f"experiment {path!r}"
+    for key in data:
+        if not key.startswith("_") and key not in TOP_KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(key, TOP_KEYS, n=1)
+            raise UserError(f"{where}: unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
+                            f" (keys: {', '.join(TOP_KEYS)})")
+    name = data.get("name", os.path.splitext(os.path.basename(path))[0])
+    if not isinstance(name, str) or not _slug(name):
+        raise UserError(f"{where}: name must be a non-empty string, got {name!r}")
+
+    def config_file(value: Any, what: str) -> dict:
+        if not isinstance(value, str) or not value:
+            raise UserError(f"{where}: {what} must be a path to a run_config.json, got {value!r}")
+        file = value if os.path.isabs(value) else os.path.join(base_dir, value)
+        return {**load_json_file(file, f"{what} (in {path!r})"), "_config_file": os.path.abspath(file)}
+
+    flags = data.get("flags", {})
+    if not isinstance(flags, dict):
+        raise UserError(f"{where}: flags must be an object of flag -> value")
+    _check_keys(flags, f"{where}: flags")
+    runs = data.get("runs", [{}])
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+        raise UserError(f"{where}: runs must be a non-empty list of objects (flag -> value, optional name)")
+    for i, r in enumerate(runs):
+        _check_keys(r, f"{where}: runs[{i}]", extra=("name",))
+    grid = data.get("grid", {})
+    if not isinstance(grid, dict):
+        raise UserError(f"{where}: grid must be an object of key -> list of values")
+    _check_keys(grid, f"{where}: grid", extra=("config", "flags"))
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{where}: grid {key!r} must be a non-empty list of values (an empty grid runs nothing)")
+        if key == "flags":
+            for j, v in enumerate(values):
+                if not isinstance(v, dict):
+                    raise UserError(f"{where}: grid 'flags'[{j}] must be an object of flag -> value")
+                _check_keys(v, f"{where}: grid 'flags'[{j}]", extra=("name",))
+    if "grid" not in data and "runs" not in data:
+        raise UserError(f"{where}: nothing to run: give a grid and/or runs")
+    base = config_file(data["config"], "config") if "config" in data else {}
+
+    entries: list[Entry] = []
+    keys = list(grid)
+    names_seen: set[str] = set()
+    for run in runs:
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            cfg = {k: v for k, v in base.items()}
+            parts = [str(run["name"])] if "name" in run else []
+            picked = dict(zip(keys, combo))
+            if "config" in picked:
+                cfg = config_file(picked["config"], "grid 'config'")
+            cfg.update(flags)
+            cfg.update({k: v for k, v in run.items() if k != "name"})
+            for k, v in picked.items():
+                if k == "config":
+                    parts.append(f"config={_short(v)}")
+                elif k == "flags":
+                    cfg.update({fk: fv for fk, fv in v.items() if fk != "name"})
+                    parts.append(str(v["name"]) if "name" in v else
+                                 ",".join(f"{fk}={_short(fv)}" for fk, fv in v.items()))
+                else:
+                    cfg[k] = v
+                    parts.append(f"{k}={_short(v)}")
+            index = len(entries)
+            label = ", ".join(parts) or "run"
+            entry_name = f"{index:03d}_" + "_".join(_slug(p) for p in parts) if parts else f"{index:03d}"
+            if entry_name in names_seen:
+                raise UserError(f"{where}: two entries are both named {entry_name!r}")
+            names_seen.add(entry_name)
+            entries.append(Entry(index, entry_name, label, cfg))
+    script = data.get("script")
+    if script is not None:
+        if not isinstance(script, str) or not script:
+            raise UserError(f"{where}: script must be a path, got {script!r}")
+        script = script if os.path.isabs(script) else os.path.join(base_dir, script)
+    return Experiment(
+        path=os.path.abspath(path), name=_slug(name), entries=entries,
+        cpus_per_run=_number(data, "cpus_per_run", 1.0, path, minimum=0.01),
+        gpus_per_run=_number(data, "gpus_per_run", 0.0, path),
+        max_retries=int(_number(data, "max_retries", DEFAULT_MAX_RETRIES, path, integer=True)), script=script)
+
+
+def run_config(entry: Entry, group: str) -> dict:
+    """The run_config.json the launcher writes for an entry: its configuration, W&B group = the experiment, no
+    progress bar (the launcher's table shows progress)."""
+    cfg = {k: v for k, v in entry.config.items() if k != "_config_file"}
+    cfg.setdefault("progress_bar", False)
+    cfg.setdefault("wandb_group", group)
+    return cfg
+
+
+def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[Any, Any], None]] = None) -> None:
+    """Check every entry with the training CLI's own parser and preflight (curriculum, modification names, output
+    folder), in-process and creating nothing: the first problem is a UserError naming the entry."""
+    from continual.training.startup import check_creatable, preflight
+
+    check_creatable(runs_dir)
+    with tempfile.TemporaryDirectory(prefix="launch-validate-") as tmp:
+        for entry in experiment.entries:
+            path = os.path.join(tmp, f"{entry.name}.json")
+            with open(path, "w") as f:
+                json.dump(run_config(entry, experiment.name), f)
+            try:
+                # a scratch runs_dir: an entry whose run directory exists is resumed, not refused
+                args, curriculum = parse_args(["--config", path, "--runs_dir", os.path.join(tmp, "runs"),
+                                               "--run_name", entry.name])
+                preflight(args, curriculum)
+                if check is not None:
+                    check(args, curriculum)
+            except UserError as e:
+                msg = one_line(str(e)).replace(f"config {path!r}: ", "").replace(path, "its config")
+                raise UserError(f"experiment {experiment.path!r}: entry {entry.index} ({entry.label}): {msg}") from None

@@ -1,0 +1,429 @@
+"""Run an experiment's entries as Ray tasks, resumably, with a live table; then aggregate them.
+
+    python -m continual.launch EXPERIMENT.json [--folder DIR] [--address ADDR] [--resume-id N] [--max_retries N]
+
+Every entry is the ordinary training CLI (`continual_training_example.py`) in a subprocess of a Ray task, with its
+own run directory under the experiment folder (see `continual.launch.queue` for the layout). Re-running the same
+command continues the experiment: finished entries are skipped, unfinished ones resume from their newest
+checkpoint. A run that exits non-zero is retried from its checkpoint up to --max_retries times, then reported as
+failed (a run refused with exit code 2, bad input, is not retried). A run lost with its Ray node is resumed
+elsewhere without counting as a failure. Several launchers may share one experiment folder (also from several
+machines, the folder on shared storage): each entry is run by one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+import tyro
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from continual.errors import UserError, one_line
+from continual.launch import ray_runner
+from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
+from continual.launch.queue import DONE, FAILED, Queue
+
+SCRIPT = "continual_training_example.py"
+LOST_LIMIT = 5  # runs lost with their node, per entry and launcher, before it counts as failed
+USER_ERROR_EXIT = 2  # the training CLI's exit code for bad input: retrying cannot help
+
+
+@dataclasses.dataclass
+class LaunchArgs:
+    experiment: tyro.conf.Positional[str]
+    """the experiment file (JSON: flags, grid and/or runs; see continual/launch/experiment.py)"""
+    folder: Optional[str] = None
+    """the experiment folder (default: experiments/<name>); on a cluster, on storage every node sees"""
+    address: Optional[str] = None
+    """join this Ray cluster ("auto", or host:port of its head) instead of starting Ray on this machine"""
+    script: Optional[str] = None
+    """the training script (default: the experiment's "script", else continual_training_example.py in the current
+    folder, beside the experiment file or in the repository)"""
+    resume_id: Optional[int] = None
+    """run or resume entry N alone (entries are numbered from 0 in the order --dry_run lists them)"""
+    max_retries: Optional[int] = None
+    """times a failed run is restarted from its checkpoint before it is reported (default: the file's, else 2)"""
+    retry_failed: bool = False
+    """run entries that an earlier launch reported as failed again"""
+    num_cpus: Optional[int] = None
+    """CPUs of the local Ray instance (default: all); runs at once = CPUs / the experiment's cpus_per_run"""
+    object_store_mb: int = 200
+    """object store of the local Ray instance (runs exchange nothing through it)"""
+    stale_after: float = 120.0
+    """seconds without a heartbeat after which another host's claim on an entry is taken over"""
+    aggregate: bool = True
+    """when every entry is done: python -m continual.evaluation.metrics and .plots over the runs (needs evaluation:
+    --eval_every or --eval_at_switches in the runs' flags)"""
+    dry_run: bool = False
+    """check the experiment and list its entries, then exit (creates nothing)"""
+
+
+def find_script(given: Optional[str], experiment_path: str) -> str:
+    if given:
+        if not os.path.isfile(given):
+            raise UserError(f"script: {given!r} does not exist")
+        return os.path.abspath(given)
+    here = os.path.dirname(os.path.abspath(experiment_path))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [os.getcwd()]
+    while True:
+        candidates.append(here)
+        if os.path.dirname(here) == here:
+            break
+        here = os.path.dirname(here)
+    for d in [*candidates, repo]:
+        path = os.path.join(d, SCRIPT)
+        if os.path.isfile(path):
+            return os.path.abspath(path)
+    raise UserError(f"script: no {SCRIPT} in the current folder, beside the experiment file or in the repository; "
+                    f"pass --script")
+
+
+# --- progress --------------------------------------------------------------------------------------------------------
+
+
+def read_progress(run_dir: str) -> dict:
+    """Last step, SPS and episode return of a run, from the tail of its metrics.jsonl."""
+    out: dict = {}
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            out["total"] = json.load(f).get("resolved_total_timesteps")
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "iteration" and "step" not in out:
+            out["step"], out["sps"] = rec.get("global_step"), rec.get("charts/SPS")
+        elif rec.get("kind") == "episode" and "return" not in out:
+            out["return"] = rec.get("return")
+        if "step" in out and "return" in out:
+            break
+    return out
+
+
+def last_error(log_path: str) -> str:
+    """The run's `error: ...` line, else its last line of output."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    attempt = [ln for ln in lines if ln and not ln.startswith("=== launch:")]
+    errors = [ln for ln in attempt if ln.startswith("error:")]
+    return one_line(errors[-1] if errors else attempt[-1] if attempt else "")[:300]
+
+
+# --- the launcher ----------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Job:
+    entry: Entry
+    claim: object
+    ref: object = None
+    where: str = ""
+    started: float = 0.0
+    lost: int = 0
+
+
+class Launcher:
+    def __init__(self, exp: Experiment, entries: Sequence[Entry], queue: Queue, script: str, max_retries: int,
+                 retry_failed: bool, console: Console):
+        self.exp, self.entries, self.queue, self.script = exp, list(entries), queue, script
+        self.max_retries, self.retry_failed, self.console = max_retries, retry_failed, console
+        self.jobs: dict[str, Job] = {}
+        self.note: dict[str, str] = {}  # entry -> what this launcher knows (other launcher, skipped, ...)
+        self.task = ray_runner.remote_run(exp.cpus_per_run, exp.gpus_per_run)
+        paths = [os.path.dirname(script)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        self.env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+                    **{k: v for k, v in os.environ.items() if k.startswith("WANDB_")}}
+
+    # --- one entry ---------------------------------------------------------------------------------------------
+    def argv(self, entry: Entry) -> list[str]:
+        from continual.training.checkpoint import SUFFIX
+
+        run_dir = self.queue.run_dir(entry.name)
+        if glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX)):
+            return [self.script, "--resume", run_dir]
+        if os.path.lexists(run_dir):  # started, but lost before its first checkpoint: start again, keep the remains
+            k = 1
+            while os.path.lexists(f"{run_dir}.incomplete{k}"):
+                k += 1
+            shutil.move(run_dir, f"{run_dir}.incomplete{k}")
+        return [self.script, "--config", self.queue.config_path(entry.name), "--runs_dir",
+                os.path.dirname(run_dir), "--run_name", entry.name]
+
+    def stop_path(self, entry: Entry) -> str:
+        return os.path.join(self.queue.dir, entry.name + ".stop")
+
+    def submit(self, job: Job) -> None:
+        argv = self.argv(job.entry)
+        if os.path.exists(self.stop_path(job.entry)):
+            os.unlink(self.stop_path(job.entry))
+        job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder,
+                                   self.stop_path(job.entry))
+        job.started, job.where = time.time(), ""
+        self.queue.set_status(job.entry.name, state="running", resumed="--resume" in argv)
+
+    def finish(self, job: Job) -> None:
+        """The task of `job` returned or failed: done, retry, or failed."""
+        import ray
+
+        name = job.entry.name
+        try:
+            res = ray.get(job.ref)
+        except ray.exceptions.RayError as e:  # the worker or its node died: not the run's fault
+            job.lost += 1
+            msg = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
+            if job.lost <= LOST_LIMIT:
+                self.queue.set_status(name, state="lost", error=f"ray: {msg}")
+                self.submit(job)
+                return
+            self.give_up(job, f"lost {job.lost} times: {msg}", None)
+            return
+        job.where = ray_runner.node_of(res)
+        rc = res["returncode"]
+        st = self.queue.status(name)
+        if rc == 0:
+            self.queue.set_status(name, state=DONE, returncode=0, where=job.where, error="")
+            self.release(job)
+            return
+        attempts = int(st.get("attempts", 0)) + 1
+        error = last_error(self.queue.log_path(name)) or f"exit code {rc}"
+        self.queue.set_status(name, attempts=attempts, returncode=rc, error=error)
+        if rc == USER_ERROR_EXIT or attempts > self.max_retries:
+            self.give_up(job, error, rc)
+        else:
+            self.submit(job)
+
+    def give_up(self, job: Job, error: str, rc: Optional[int]) -> None:
+        self.queue.set_status(job.entry.name, state=FAILED, error=error, returncode=rc)
+        self.release(job)
+
+    def release(self, job: Job) -> None:
+        job.claim.release()
+        del self.jobs[job.entry.name]
+
+    # --- the loop ----------------------------------------------------------------------------------------------
+    def settled(self, entry: Entry) -> bool:
+        st = self.queue.status(entry.name).get("state")
+        return st == DONE or (st == FAILED and not self.retry_failed)
+
+    def try_start(self, entry: Entry) -> bool:
+        claim = self.queue.claim(entry.name)
+        if claim is None:
+            owner = self.queue.owner(entry.name) or {}
+            self.note[entry.name] = f"other launcher ({owner.get('host', '?')}:{owner.get('pid', '?')})"
+            return False
+        if self.settled(entry):  # finished by another launcher since we looked
+            claim.release()
+            return True
+        if self.queue.status(entry.name).get("state") == FAILED:  # --retry_failed: a fresh retry budget
+            self.queue.set_status(entry.name, attempts=0)
+        self.note.pop(entry.name, None)
+        job = Job(entry, claim)
+        self.jobs[entry.name] = job
+        self.submit(job)
+        return True
+
+    def slots(self) -> int:
+        import ray
+
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        return max(1, int(cpus // self.exp.cpus_per_run + 1e-9))
+
+    def run(self, live: Optional[Live]) -> None:
+        import ray
+
+        todo = [e for e in self.entries if not self.settled(e)]
+        slots, slots_at = self.slots(), time.time()
+        while todo or self.jobs:
+            if time.time() - slots_at > 5:
+                slots, slots_at = self.slots(), time.time()
+            waiting = []
+            for e in todo:
+                if self.settled(e):
+                    continue
+                if len(self.jobs) >= slots or not self.try_start(e):
+                    waiting.append(e)
+            todo = waiting
+            refs = {job.ref: job for job in self.jobs.values()}
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=1.0) if refs else ([], [])
+            for ref in ready:
+                self.finish(refs[ref])
+            for job in list(self.jobs.values()):
+                if not self.queue.still_mine(job.claim):  # judged dead and taken over: the new owner runs it
+                    ray.cancel(job.ref, force=True)
+                    self.note[job.entry.name] = "taken over by another launcher"
+                    del self.jobs[job.entry.name]
+                else:
+                    job.claim.beat()
+            if live is not None:
+                live.update(self.table())
+            if not refs and todo:
+                time.sleep(1.0)  # entries held by other launchers: wait for them to finish or go stale
+
+    def stop(self) -> None:
+        """Stop the running runs (SIGTERM: each saves an interrupted checkpoint), record how each ended, release
+        the claims."""
+        import ray
+
+        for job in self.jobs.values():
+            with open(self.stop_path(job.entry), "w"):
+                pass
+        for job in list(self.jobs.values()):
+            state = "interrupted"
+            try:
+                res = ray.get(job.ref, timeout=180)
+                if res["returncode"] == 0 and not res["stopped"]:  # it finished meanwhile
+                    state = DONE
+                job.where = ray_runner.node_of(res)
+            except Exception:  # noqa: BLE001  (lost, or still stopping: its checkpoint decides the next launch)
+                ray.cancel(job.ref, force=True)
+            self.queue.set_status(job.entry.name, state=state, where=job.where)
+            try:
+                os.unlink(self.stop_path(job.entry))
+            except FileNotFoundError:
+                pass
+            job.claim.release()
+        self.jobs.clear()
+
+    def table(self) -> Table:
+        t = Table(title=f"experiment {self.exp.name}: {self.queue.folder}", title_justify="left")
+        for c in ("#", "run", "status", "step", "SPS", "last return", "node / note"):
+            t.add_column(c, justify="left" if c in ("run", "status", "node / note") else "right")
+        for e in self.entries:
+            st = self.queue.status(e.name)
+            state = "running" if e.name in self.jobs else st.get("state", "pending")
+            if state == "running" and st.get("state") == "lost":
+                state = "resumed (node lost)"
+            elif state == "running" and st.get("attempts"):
+                state = f"retry {st['attempts']}/{self.max_retries}"
+            p = read_progress(self.queue.run_dir(e.name))
+            step = f"{p['step']}/{p.get('total') or '?'}" if p.get("step") is not None else "-"
+            sps = str(p["sps"]) if p.get("sps") is not None and state != DONE else "-"
+            ret = f"{p['return']:.1f}" if isinstance(p.get("return"), (int, float)) else "-"
+            note = self.note.get(e.name) or (st.get("error") if state == FAILED else st.get("where", ""))
+            t.add_row(str(e.index), e.label, state, step, sps, ret, note or "")
+        return t
+
+
+def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> None:
+    """An entry whose configuration changed since it was first launched would resume a different run: refuse."""
+    for e in entries:
+        path = queue.config_path(e.name)
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            if old != run_config(e, exp.name):
+                raise UserError(f"entry {e.index} ({e.label}) differs from the one started in {queue.folder!r} "
+                                f"(configs/{e.name}.json): use another --folder for a changed experiment")
+
+
+def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
+    from continual.evaluation import metrics, plots
+
+    dirs = [queue.run_dir(e.name) for e in entries]
+    if not all(os.path.exists(os.path.join(d, metrics.EVAL_TABLE)) for d in dirs):
+        console.print("no aggregate: the runs have no evaluation table (add eval_every or eval_at_switches to the "
+                      "experiment's flags)")
+        return
+    out = os.path.join(queue.folder, "aggregate.json")
+    try:
+        metrics.main([*dirs, "--out", out])
+        plots.main([*dirs, "--out", os.path.join(queue.folder, "plots")])
+    except UserError as e:
+        console.print(f"no aggregate: {one_line(str(e))}")
+
+
+def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str], None]] = None) -> int:
+    """`prepare(script)` runs before validation (the entry point registers the script's factories with it)."""
+    from continual.config.loading import cli
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
+    exp = load_experiment(args.experiment)
+    script = find_script(args.script or exp.script, args.experiment)
+    entries = exp.entries
+    if args.resume_id is not None:
+        if not 0 <= args.resume_id < len(entries):
+            raise UserError(f"resume_id: the experiment has entries 0..{len(entries) - 1}, got {args.resume_id}")
+        entries = [entries[args.resume_id]]
+    max_retries = exp.max_retries if args.max_retries is None else args.max_retries
+    if max_retries < 0:
+        raise UserError(f"max_retries: must be >= 0, got {max_retries}")
+    if args.num_cpus is not None and args.num_cpus < 1:
+        raise UserError(f"num_cpus: must be positive, got {args.num_cpus}")
+    if args.stale_after <= 0:
+        raise UserError(f"stale_after: must be positive, got {args.stale_after}")
+    folder = args.folder or os.path.join("experiments", exp.name)
+    queue = Queue(folder, args.stale_after)
+    if prepare is not None:
+        prepare(script)
+    validate(exp, os.path.join(queue.folder, "runs"))
+    check_configs(queue, exp, exp.entries)
+    console = Console()
+    if args.dry_run:
+        for e in entries:
+            console.print(f"{e.index:>4}  {e.name}")
+        console.print(f"{len(entries)} entries, folder {queue.folder}, script {script}")
+        return 0
+
+    queue.create()
+    shutil.copyfile(exp.path, os.path.join(queue.folder, "experiment.json"))
+    for e in exp.entries:
+        if not os.path.exists(queue.config_path(e.name)):
+            with open(queue.config_path(e.name), "w") as f:
+                json.dump(run_config(e, exp.name), f, indent=2)
+    ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
+    launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console)
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupted = False
+    try:
+        with Live(launcher.table(), console=console, refresh_per_second=1, transient=False) as live:
+            try:
+                launcher.run(live)
+            except KeyboardInterrupt:
+                interrupted = True
+                launcher.stop()
+            live.update(launcher.table())
+        console.print()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ray_runner.stop()
+    states = {e.name: queue.status(e.name).get("state") for e in entries}
+    failed = [e for e in entries if states[e.name] == FAILED]
+    done = sum(s == DONE for s in states.values())
+    console.print(f"{done}/{len(entries)} done, {len(failed)} failed" + ("; interrupted: run the same command again "
+                                                                           "to continue" if interrupted else ""))
+    for e in failed:
+        st = queue.status(e.name)
+        console.print(f"failed: entry {e.index} ({e.label}): {st.get('error')} (log: {queue.log_path(e.name)})")
+    if interrupted:
+        return 130
+    if args.aggregate and args.resume_id is None and all(queue.status(e.name).get("state") == DONE
+                                                         for e in exp.entries):
+        aggregate(queue, exp.entries, console)
+    return 1 if failed else 0

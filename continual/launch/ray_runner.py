@@ -1,0 +1,102 @@
+"""Ray: start a local instance (or join a cluster), and the task that runs one training command as a subprocess.
+
+The training CLI runs as a child process of the Ray task, so a crash of a run (segfault, OOM kill, exit code) is the
+child's exit status, never the worker's. The child gets SIGKILL when its parent worker dies (prctl
+PR_SET_PDEATHSIG): a run never outlives its task, so a run resumed elsewhere after its node died has its run
+directory to itself. The launcher stops a run by creating its stop file (in the experiment folder, seen by every
+node): the task sends SIGTERM, and the training CLI saves an `interrupted` checkpoint and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+# ray is imported inside functions: `python -m continual.launch --help` and validation stay fast
+
+
+def start(address: Optional[str], num_cpus: Optional[int], object_store_mb: int, temp_dir: Optional[str] = None
+          ) -> None:
+    import ray
+
+    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        # "local": a new instance of our own, even when `ray start` left one running on this machine
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=object_store_mb * 1024 * 1024,
+                 _temp_dir=temp_dir, **kwargs)
+
+
+def stop() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setsid()  # its own process group: SIGTERM/SIGKILL reach the env workers too
+
+
+def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_path: str) -> dict:
+    """Run `python argv...` with stdout and stderr appended to log_path; returns exit code, host, node, and whether
+    it was stopped (the launcher creates `stop_path` to stop it: SIGTERM, so the run saves a checkpoint)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    host = socket.gethostname()
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    stopped = False
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"\n=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} host {host} node {node[:12]} pid "
+                  f"{os.getpid()}: {' '.join(argv)}\n".encode())
+        proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, env={**os.environ, **env}, preexec_fn=_die_with_parent)
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if os.path.exists(stop_path):
+                        stopped = True
+                        os.killpg(proc.pid, signal.SIGTERM)
+                        try:
+                            rc = proc.wait(timeout=120)
+                        except subprocess.TimeoutExpired:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            rc = proc.wait()
+                        break
+        except BaseException:  # cancelled: the run must not outlive its task
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            raise
+        what = "stopped by the launcher, " if stopped else ""
+        log.write(f"=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} {what}exit code {rc}\n".encode())
+    return {"returncode": rc, "host": host, "node": node, "stopped": stopped}
+
+
+def remote_run(num_cpus: float, num_gpus: float):
+    """`run_command` as a Ray task needing these resources (Ray never re-runs it itself: the launcher decides)."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=0)(run_command)
+
+
+def node_of(host_and_node: dict) -> str:
+    return f"{host_and_node.get('host', '?')}:{str(host_and_node.get('node', ''))[:6]}"

@@ -1,0 +1,433 @@
+"""python -m continual.launch: experiment files and their validation, the claim queue under races, the launcher on
+local Ray and on a shared Ray cluster (with a stand-in training script: fast), and, marked slow, real CartPole runs:
+a 2 seeds x 2 methods grid with its aggregate, a killed launcher re-run, a two-node cluster losing a node."""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from continual.errors import exit_on_user_error
+from continual.launch import launcher as L
+from continual.launch.experiment import load_experiment, run_config
+from continual.launch.queue import Queue
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+CARTPOLE = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64}
+
+
+def write(path, data) -> str:
+    with open(path, "w") as f:
+        json.dump(data, f)
+    return str(path)
+
+
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "WANDB_MODE": "offline"}
+
+
+# --- the experiment file ---------------------------------------------------------------------------------------------
+
+
+def test_grid_expansion_order_names_and_precedence(tmp_path):
+    write(tmp_path / "base.json", {**CARTPOLE, "seed": 9, "learning_rate": 0.1, "num_steps": 32})
+    other = write(tmp_path / "other.json", {**CARTPOLE, "learning_rate": 0.2})
+    exp = write(tmp_path / "e.json", {
+        "config": "base.json",  # relative to the experiment file
+        "flags": {"num_steps": 16, "total_timesteps": 2048},
+        "runs": [{"name": "plain"}, {"name": "sp", "shrink_and_perturb": True, "num_steps": 8}],
+        "grid": {"architecture": ["PPO", "PPO_CBP"], "seed": [1, 2]},
+    })
+    e = load_experiment(exp)
+    assert e.name == "e" and len(e.entries) == 2 * 2 * 2
+    assert [x.name for x in e.entries[:3]] == ["000_plain_architecture=PPO_seed=1", "001_plain_architecture=PPO_seed=2",
+                                               "002_plain_architecture=PPO_CBP_seed=1"]
+    sp = e.entries[7]
+    assert sp.label == "sp, architecture=PPO_CBP, seed=2"
+    # base < flags < runs item < grid
+    assert (sp.config["learning_rate"], sp.config["num_steps"], sp.config["seed"], sp.config["architecture"]) == \
+        (0.1, 8, 2, "PPO_CBP")
+    assert sp.config["shrink_and_perturb"] and not e.entries[0].config.get("shrink_and_perturb")
+    cfg = run_config(sp, e.name)
+    assert cfg["wandb_group"] == "e" and cfg["progress_bar"] is False and "_config_file" not in cfg
+    # grid over config files and over flag variants
+    e2 = load_experiment(write(tmp_path / "e2.json", {
+        "grid": {"config": ["base.json", str(other)], "flags": [{"name": "lr", "learning_rate": 0.5}, {"gamma": 0.9}]}}))
+    assert [x.label for x in e2.entries] == ["config=base, lr", "config=base, gamma=0.9", "config=other, lr",
+                                             "config=other, gamma=0.9"]
+    assert e2.entries[2].config["learning_rate"] == 0.5 and e2.entries[3].config["learning_rate"] == 0.2
+
+
+BAD = [
+    ({"grid": {"seed": [1]}, "flags": CARTPOLE, "gird": {}}, "unknown key 'gird'; did you mean 'grid'"),
+    ({"grid": {"seed": []}, "flags": CARTPOLE}, "grid 'seed' must be a non-empty list"),
+    ({"flags": CARTPOLE}, "nothing to run"),
+    ({"grid": {"sead": [1, 2]}, "flags": CARTPOLE}, "unknown key 'sead'; did you mean 'seed'"),
+    ({"grid": {"seed": [1]}, "flags": {**CARTPOLE, "runs_dir": "x"}}, "'runs_dir' is set by the launcher"),
+    ({"grid": {"seed": [1]}, "flags": {**CARTPOLE, "num_envs": "two"}}, "entry 0 (seed=1): num_envs: expected an integer"),
+    ({"grid": {"architecture": ["PPO", "DQN"]}, "flags": CARTPOLE}, "entry 1 (architecture=DQN): architecture: must be one"),
+    # refused by the training CLI's preflight: a modification the environment does not have
+    ({"grid": {"seed": [1], "modifs": ["", "gravityy=3"]}, "flags": CARTPOLE},
+     "entry 1 (seed=1, modifs=gravityy=3): "),
+    ({"grid": {"seed": [1]}, "flags": CARTPOLE, "max_retries": -1}, "max_retries must be an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("data,message", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_a_malformed_experiment_is_one_line_and_exit_2_before_anything(tmp_path, capsys, data, message):
+    exp = write(tmp_path / "bad.json", data)
+    folder = tmp_path / "folder"
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(folder)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not folder.exists() and sorted(os.listdir(tmp_path)) == ["bad.json"]
+
+
+def test_entry_point_refuses_with_exit_2(tmp_path):
+    exp = write(tmp_path / "bad.json", {"grid": {"seed": [1]}, "flags": {**CARTPOLE, "total_timestep": 5}})
+    p = subprocess.run([PY, "-m", "continual.launch", exp, "--folder", str(tmp_path / "f")], capture_output=True,
+                       text=True, env=env(), cwd=REPO, timeout=300)
+    assert p.returncode == 2 and p.stdout == "" and not (tmp_path / "f").exists()
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "did you mean 'total_timesteps'" in p.stderr
+
+
+def test_changed_experiment_on_the_same_folder_is_refused(tmp_path, capsys):
+    exp = write(tmp_path / "e.json", {"grid": {"seed": [1]}, "flags": {**CARTPOLE, "total_timesteps": 256}})
+    folder = tmp_path / "f"
+    q = Queue(str(folder))
+    q.create()
+    write(q.config_path("000_seed=1"), {**run_config(load_experiment(exp).entries[0], "e"), "total_timesteps": 512})
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(folder), "--dry_run"])
+    assert e.value.code == 2 and "differs from the one started" in capsys.readouterr().err
+
+
+# --- the queue: claims under races -----------------------------------------------------------------------------------
+
+
+def _race(folder, entries, barrier, out):
+    q = Queue(folder)
+    barrier.wait()
+    won = [e for e in entries if q.claim(e) is not None]
+    out.put((os.getpid(), won))
+
+
+def _run_race(folder, entries, n=6):
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(folder, entries, barrier, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return results
+
+
+def test_claims_are_exclusive_under_a_race(tmp_path):
+    q = Queue(str(tmp_path))
+    q.create()
+    entries = [f"{i:03d}" for i in range(40)]
+    results = _run_race(str(tmp_path), entries)
+    won = [e for _, w in results for e in w]
+    assert sorted(won) == entries  # every entry claimed, and by exactly one process
+
+
+def test_a_stale_claim_is_taken_over_by_exactly_one(tmp_path):
+    q = Queue(str(tmp_path), stale_after=30)
+    q.create()
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    entries = [f"{i:03d}" for i in range(20)]
+    for e in entries:  # claims of a process that has exited (same host)
+        write(os.path.join(q.dir, f"{e}.claim.1"), {"host": socket.gethostname(), "pid": dead.pid, "start": "1"})
+    live = q.claim("live")  # a claim of this (live) process is not taken
+    far = os.path.join(q.dir, "far.claim.3")  # another host's: stale only once its heartbeat is old
+    write(far, {"host": "elsewhere", "pid": 1})
+    results = _run_race(str(tmp_path), entries + ["live", "far"])
+    won = sorted(e for _, w in results for e in w)
+    assert won == entries
+    assert all(q.claims(e) == [2] for e in entries)  # generation 2 replaced the stale generation 1
+    assert q.still_mine(live) and q.owner("far")["host"] == "elsewhere"
+    os.utime(far, (time.time() - 60, time.time() - 60))
+    assert q.owner("far") is None and q.claim("far").generation == 4
+    assert q.claim("far") is None  # now ours, and live
+
+
+# --- the launcher with a stand-in training script --------------------------------------------------------------------
+
+FAKE = r'''
+"""Stand-in for continual_training_example.py: a run directory, a checkpoint, metrics; behaviour by seed from
+plan.json beside this file (one action per attempt: ok, fail, usage, wait)."""
+import json, os, sys, time
+argv = sys.argv[1:]
+opt = lambda k: argv[argv.index(k) + 1] if k in argv else None
+here = os.path.dirname(os.path.abspath(__file__))
+if opt("--resume"):
+    run_dir = opt("--resume")
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+else:
+    cfg = json.load(open(opt("--config")))
+    run_dir = os.path.join(opt("--runs_dir"), opt("--run_name"))
+    os.makedirs(os.path.join(run_dir, "checkpoints"))
+    json.dump({**cfg, "resolved_total_timesteps": 100}, open(os.path.join(run_dir, "config.json"), "w"))
+with open(os.path.join(run_dir, "attempts"), "a") as f:
+    f.write(f"{os.getpid()} {'resume' if opt('--resume') else 'fresh'} {time.time()}\n")
+n = len(open(os.path.join(run_dir, "attempts")).readlines())
+plan = json.load(open(os.path.join(here, "plan.json"))).get(str(cfg.get("seed", 1)), ["ok"])
+action = plan[min(n, len(plan)) - 1]
+open(os.path.join(run_dir, "checkpoints", f"periodic__step{50 * n}.cleanrl_model"), "w").write("x")
+with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+    f.write(json.dumps({"kind": "iteration", "global_step": 50 * n, "charts/SPS": 7}) + "\n")
+    f.write(json.dumps({"kind": "episode", "global_step": 50 * n, "return": 1.5}) + "\n")
+while action == "wait" and not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.1)
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0.2")))
+if action == "fail":
+    sys.exit("RuntimeError: boom")
+if action == "usage":
+    print("error: refused", file=sys.stderr)
+    sys.exit(2)
+with open(os.path.join(run_dir, "attempts"), "a") as f:
+    f.write(f"{os.getpid()} end {time.time()}\n")
+'''
+
+
+def fake_script(folder, plan) -> str:
+    os.makedirs(folder, exist_ok=True)
+    write(os.path.join(folder, "plan.json"), plan)
+    path = os.path.join(folder, "fake_train.py")
+    with open(path, "w") as f:
+        f.write(FAKE)
+    return path
+
+
+def attempts(run_dir) -> list[list[str]]:
+    with open(os.path.join(run_dir, "attempts")) as f:
+        return [ln.split() for ln in f]
+
+
+@pytest.fixture
+def ray_shutdown():
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(tmp_path, capsys, ray_shutdown):
+    # seed 2 fails once then succeeds (resumed); seed 3 always fails; seed 4 is refused (exit 2: no retry)
+    script = fake_script(tmp_path / "s", {"2": ["fail", "ok"], "3": ["fail"], "4": ["usage"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3, 4]}, "max_retries": 2})
+    folder = str(tmp_path / "f")
+    args = [exp, "--folder", folder, "--script", script, "--num_cpus", "2"]
+    assert L.main(args) == 1
+    out = capsys.readouterr().out
+    q = Queue(folder)
+    runs = {s: q.run_dir(f"{s - 1:03d}_seed={s}") for s in (1, 2, 3, 4)}
+    assert [a[1] for a in attempts(runs[1])] == ["fresh", "end"]
+    assert [a[1] for a in attempts(runs[2])] == ["fresh", "resume", "end"]  # retried from its checkpoint
+    assert [a[1] for a in attempts(runs[3])] == ["fresh", "resume", "resume"]  # 1 + max_retries attempts
+    assert [a[1] for a in attempts(runs[4])] == ["fresh"]
+    st = {s: q.status(os.path.basename(d)) for s, d in runs.items()}
+    assert [st[s]["state"] for s in (1, 2, 3, 4)] == ["done", "done", "failed", "failed"]
+    assert st[3]["attempts"] == 3 and st[3]["error"] == "RuntimeError: boom" and st[4]["error"] == "error: refused"
+    assert "2/4 done, 2 failed" in out and "failed: entry 2 (seed=3): RuntimeError: boom" in out
+    assert os.listdir(q.dir) == [n for n in os.listdir(q.dir) if ".claim." not in n]  # every claim released
+    # again: finished and failed entries are not run again
+    assert L.main(args) == 1
+    assert len(attempts(runs[1])) == 2 and len(attempts(runs[3])) == 3
+    # --resume-id with --retry_failed: that entry alone, with a fresh retry budget
+    write(os.path.join(tmp_path, "s", "plan.json"), {"3": ["ok"]})
+    assert L.main(args + ["--resume-id", "2", "--retry_failed"]) == 0
+    assert [a[1] for a in attempts(runs[3])][-2:] == ["resume", "end"] and q.status("002_seed=3")["state"] == "done"
+    assert q.status("003_seed=4")["state"] == "failed" and len(attempts(runs[4])) == 1
+
+
+@pytest.fixture
+def cluster():
+    """A Ray cluster on this machine (ray.cluster_utils: a head node of 2 CPUs; tests add nodes), shut down after."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                                                     "object_store_memory": 100 * 1024 * 1024})
+    yield c
+    c.shutdown()
+
+
+def test_two_launchers_on_one_folder_split_the_work(tmp_path, cluster):
+    # every run waits for `go`: the first launcher holds 2 entries (2 CPUs) when the second one starts
+    script = fake_script(tmp_path / "s", {str(s): ["wait"] for s in range(1, 7)})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": list(range(1, 7))}})
+    folder = str(tmp_path / "f")
+    cmd = [PY, "-m", "continual.launch", exp, "--folder", folder, "--script", script, "--address",
+           cluster.address, "--no-aggregate"]
+    logs = [open(tmp_path / f"l{i}.txt", "w") for i in range(2)]
+    a = subprocess.Popen(cmd, stdout=logs[0], stderr=subprocess.STDOUT, env=env(), cwd=REPO)
+    q = Queue(folder)
+    deadline = time.time() + 240
+    while len(glob.glob(os.path.join(q.dir, "*.claim.*"))) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    b = subprocess.Popen(cmd, stdout=logs[1], stderr=subprocess.STDOUT, env=env(), cwd=REPO)
+    while len(glob.glob(os.path.join(q.dir, "*.claim.*"))) < 4 and time.time() < deadline:
+        time.sleep(0.2)
+    (tmp_path / "s" / "go").write_text("")
+    assert a.wait(timeout=300) == 0 and b.wait(timeout=300) == 0
+    by = {}
+    for s in range(1, 7):
+        name = f"{s - 1:03d}_seed={s}"
+        assert [x[1] for x in attempts(q.run_dir(name))] == ["fresh", "end"]  # run once, by one launcher
+        st = q.status(name)
+        assert st["state"] == "done"
+        by.setdefault(st["pid"], []).append(name)
+    assert set(by) == {a.pid, b.pid}, by  # both launchers ran entries
+
+
+# --- real training runs (slow) ---------------------------------------------------------------------------------------
+
+
+def launches(log_path) -> list[str]:
+    with open(log_path) as f:
+        return [ln for ln in f if ln.startswith("=== launch:") and " pid " in ln]
+
+
+def intervals(run_dir) -> tuple[float, float]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        times = [json.loads(ln)["time"] for ln in f if ln.strip()]
+    return min(times), max(times)
+
+
+@pytest.mark.slow
+def test_a_2x2_grid_runs_concurrently_on_local_ray_and_is_aggregated(tmp_path, ray_shutdown):
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 2048, "eval_every": 1024,
+                                                "eval_episodes": 2},
+                                      "grid": {"architecture": ["PPO", "PPO_CBP"], "seed": [1, 2]}})
+    folder = tmp_path / "f"
+    assert L.main([exp, "--folder", str(folder), "--num_cpus", "2"]) == 0
+    q = Queue(str(folder))
+    dirs = [q.run_dir(e.name) for e in load_experiment(exp).entries]
+    assert all(q.status(os.path.basename(d))["state"] == "done" for d in dirs)
+    spans = sorted(intervals(d) for d in dirs)
+    assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), spans  # two runs trained at the same time
+    agg = json.load(open(folder / "aggregate.json"))
+    assert set(agg["groups"]) == {"PPO", "PPO_CBP"} and agg["groups"]["PPO"]["summary"]["final"]["n"] == 2
+    assert set(agg["robust"]["keys"]["final"]["methods"]) == {"PPO", "PPO_CBP"}
+    assert (folder / "plots" / "robust.png").stat().st_size > 10_000 and (folder / "plots" / "comparison.png").exists()
+    for d in dirs:
+        assert json.load(open(os.path.join(d, "config.json")))["wandb_group"] == "e"
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_rerun_finishes_without_redoing_finished_runs(tmp_path):
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 6144, "checkpoint_every": 512},
+                                      "grid": {"seed": [1, 2, 3]}})
+    folder = str(tmp_path / "f")
+    cmd = [PY, "-m", "continual.launch", exp, "--folder", folder, "--num_cpus", "2"]
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    a = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    deadline = time.time() + 500
+    # kill it once one entry is done and another has a periodic checkpoint but is not finished
+    while time.time() < deadline:
+        states = [q.status(n).get("state") for n in names]
+        ckpts = [n for n in names if q.status(n).get("state") != "done" and
+                 glob.glob(os.path.join(q.run_dir(n), "checkpoints", "periodic__*"))]
+        if "done" in states and ckpts:
+            break
+        time.sleep(0.5)
+    a.kill()
+    a.wait()
+    done_before = [n for n in names if q.status(n).get("state") == "done"]
+    had_checkpoint = [n for n in names if n not in done_before and
+                      glob.glob(os.path.join(q.run_dir(n), "checkpoints", "*.cleanrl_model"))]
+    assert done_before and had_checkpoint
+    time.sleep(2)
+    b = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO, timeout=600)
+    assert b.returncode == 0, b.stdout[-2000:] + b.stderr[-2000:]
+    for n in names:
+        assert q.status(n)["state"] == "done"
+        if n in done_before:
+            assert len(launches(q.log_path(n))) == 1  # not redone
+        elif n in had_checkpoint:
+            assert "--resume" in launches(q.log_path(n))[-1]  # resumed from its newest checkpoint
+        # (an entry started but killed before its first checkpoint starts afresh; its remains are kept aside)
+    steps = [json.loads(ln)["global_step"] for ln in open(os.path.join(q.run_dir(had_checkpoint[0]), "metrics.jsonl"))
+             if '"iteration"' in ln]
+    assert steps == sorted(set(steps)) and steps[-1] == 6144  # one continuous run, no step twice
+
+
+@pytest.mark.slow
+def test_a_two_node_cluster_places_runs_on_both_and_resumes_a_lost_nodes_runs(tmp_path):
+    """Two Ray nodes on this machine (ray.cluster_utils), one CPU each; the second is killed while both run: its
+    run is resumed on the head from its checkpoint."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                           "object_store_memory": 100 * 1024 * 1024})
+    try:
+        _two_nodes(tmp_path, cluster)
+    finally:
+        cluster.shutdown()
+
+
+def _two_nodes(tmp_path, cluster):
+    head = cluster.head_node
+    other = cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "total_timesteps": 8192, "checkpoint_every": 512},
+                                      "grid": {"seed": [1, 2]}})
+    folder = str(tmp_path / "f")
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    a = subprocess.Popen([PY, "-m", "continual.launch", exp, "--folder", folder, "--address", cluster.address],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    node_ids = {head.node_id[:12]: "head", other.node_id[:12]: "other"}
+    deadline = time.time() + 500
+    placed = {}
+    while time.time() < deadline and len(placed) < 2:
+        for n in names:
+            for ln in launches(q.log_path(n)) if os.path.exists(q.log_path(n)) else []:
+                placed[n] = node_ids[re.search(r" node (\w+) ", ln).group(1)]
+        time.sleep(0.3)
+    assert sorted(placed.values()) == ["head", "other"]  # one run on each node
+    victim = next(n for n, where in placed.items() if where == "other")
+    while time.time() < deadline and not glob.glob(os.path.join(q.run_dir(victim), "checkpoints", "periodic__*")):
+        time.sleep(0.3)
+    cluster.remove_node(other, allow_graceful=False)
+    assert a.wait(timeout=600) == 0
+    assert all(q.status(n)["state"] == "done" for n in names)
+    last = launches(q.log_path(victim))[-1]
+    assert "--resume" in last and node_ids[re.search(r" node (\w+) ", last).group(1)] == "head"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_runs_releases_claims_and_a_rerun_resumes(tmp_path):
+    script = fake_script(tmp_path / "s", {"1": ["wait", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})
+    folder = str(tmp_path / "f")
+    cmd = [PY, "-m", "continual.launch", exp, "--folder", folder, "--script", script, "--num_cpus", "1"]
+    q = Queue(folder)
+    run_dir = q.run_dir("000_seed=1")
+    a = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    deadline = time.time() + 300
+    while not os.path.exists(os.path.join(run_dir, "attempts")) and time.time() < deadline:
+        time.sleep(0.2)
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(timeout=300) == 130
+    assert q.status("000_seed=1")["state"] == "interrupted" and q.claims("000_seed=1") == []
+    assert "stopped by the launcher" in open(q.log_path("000_seed=1")).read()
+    assert subprocess.run(cmd, capture_output=True, env=env(), cwd=REPO, timeout=300).returncode == 0
+    assert [x[1] for x in attempts(run_dir)] == ["fresh", "resume", "end"]
