@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from continual.config.args import field_names
 from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
 from continual.errors import UserError, one_line
+from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script")
 RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
@@ -191,8 +192,6 @@ def run_config(entry: Entry, group: str) -> dict:
 def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[Any, Any], None]] = None) -> None:
     """Check every entry with the training CLI's own parser and preflight (curriculum, modification names, output
     folder), in-process and creating nothing: the first problem is a UserError naming the entry."""
-    from continual.training.startup import check_creatable, preflight
-
     check_creatable(runs_dir)
     with tempfile.TemporaryDirectory(prefix="launch-validate-") as tmp:
         for entry in experiment.entries:

@@ -28,10 +28,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from continual.config.loading import cli
 from continual.errors import UserError, one_line
+from continual.evaluation import metrics, plots
 from continual.launch import ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Queue
+from continual.training.checkpoint import SUFFIX
 
 SCRIPT = "continual_training_example.py"
 LOST_LIMIT = 5  # runs lost with their node, per entry and launcher, before it counts as failed
@@ -162,8 +165,6 @@ class Launcher:
 
     # --- one entry ---------------------------------------------------------------------------------------------
     def argv(self, entry: Entry) -> list[str]:
-        from continual.training.checkpoint import SUFFIX
-
         run_dir = self.queue.run_dir(entry.name)
         if glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX)):
             return [self.script, "--resume", run_dir]
@@ -343,8 +344,6 @@ def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> No
 
 
 def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
-    from continual.evaluation import metrics, plots
-
     dirs = [queue.run_dir(e.name) for e in entries]
     if not all(os.path.exists(os.path.join(d, metrics.EVAL_TABLE)) for d in dirs):
         console.print("no aggregate: the runs have no evaluation table (add eval_every or eval_at_switches to the "
@@ -360,8 +359,6 @@ def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str], None]] = None) -> int:
     """`prepare(script)` runs before validation (the entry point registers the script's factories with it)."""
-    from continual.config.loading import cli
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
     exp = load_experiment(args.experiment)
