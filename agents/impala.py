@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -73,6 +72,7 @@ from continual.console import Progress
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env
 from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
+from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.testing.faults import inject, kill_at
@@ -527,8 +527,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
-        with open(os.path.join(session.run_dir, "actors.json"), "w") as f:
-            json.dump({"learner": os.getpid(), "actors": fleet.pids()}, f)
+        atomic_write_json(os.path.join(session.run_dir, "actors.json"), {"learner": os.getpid(), "actors": fleet.pids()})
         print(f"learner pid {os.getpid()}, actor pids {fleet.pids()}; {args.num_actors} actors x {envs_per_actor} envs, "
               f"{steps_per_update} steps per update", flush=True)
         global_step = session.global_step

@@ -42,10 +42,9 @@ import torch
 from continual.envs.backends import normalize
 from continual.envs.vector import EnvSettings, _mp_context, make_vector_env, regime_slug
 from continual.evaluation.episodes import evaluate
+from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
+from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
 
-EVAL_TABLE = "eval_table.csv"
-COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
-           "seconds", "greedy", "success_rate"]  # success_rate: HER agents only (share of games that reached the goal)
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
 
 
@@ -308,18 +307,8 @@ class ContinualEvaluator:
     # --- table -----------------------------------------------------------------------------------------------------
     def _prepare_table(self, resume_step: Optional[int]) -> None:
         """Keep rows up to the resumed step (later ones will be produced again)."""
-        if not os.path.exists(self.table_path):
-            return
-        with open(self.table_path, newline="") as f:
-            rows = [r for r in csv.DictReader(f)]
-        if resume_step is not None:
-            rows = [r for r in rows if int(r["step"]) <= resume_step]
-        with open(self.table_path + ".tmp", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(self.table_path + ".tmp", self.table_path)
-        self.evaluated = {int(r["step"]) for r in rows}
+        if os.path.exists(self.table_path):
+            self.evaluated = keep_rows_until(self.table_path, resume_step)
 
     def _write(self, step: int, rows: list[tuple[dict, float]]) -> None:
         new = not os.path.exists(self.table_path)
@@ -473,15 +462,4 @@ def attach(session, agent: torch.nn.Module, device: torch.device,
     `make_agent(obs_space, action_space, args)` builds the same network in the background process (a module-level
     function of the agent file, so that it pickles by name)."""
     return ContinualEvaluator(session, agent, device, make_agent)
-
-
-def read_eval_table(path: str) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["step"] = int(r["step"])
-        for k in ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate"):
-            r[k] = float(r[k]) if r.get(k) not in (None, "") else float("nan")
-        r["episodes"] = int(r["episodes"])
-    return rows
 

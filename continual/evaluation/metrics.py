@@ -42,7 +42,6 @@ reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -54,9 +53,10 @@ import numpy as np
 import tyro
 
 from continual.console import print_table
+from continual.evaluation.table import EVAL_TABLE, read_eval_table
+from continual.io import atomic_write_json, read_jsonl
 
 METRICS_FILE = "metrics.json"
-EVAL_TABLE = "eval_table.csv"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
 SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
                 "transfer_zero_shot", "transfer_reference", "plasticity")
@@ -133,28 +133,6 @@ def make_visits(first: str, switches: Iterable[tuple[int, str]], end_step: int) 
     return number_visits(visits)
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    return out
-
-
-def read_eval_table(path: str) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["step"] = int(r["step"])
-        r["mean"] = float(r["mean"])
-    return rows
-
-
 def load_run(run_dir: str) -> RunData:
     """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
     from continual.envs.backends import normalize
@@ -163,7 +141,7 @@ def load_run(run_dir: str) -> RunData:
         raise FileNotFoundError(f"{run_dir!r} is not a run directory")
     config_path = os.path.join(run_dir, "config.json")
     config = json.load(open(config_path)) if os.path.exists(config_path) else {}
-    records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     evals: dict[str, Curve] = {}
     heldout: list[str] = []
     table = os.path.join(run_dir, EVAL_TABLE)
@@ -462,10 +440,7 @@ def compute_run_metrics(run_dir: str, write: bool = True, **kwargs: Any) -> dict
 
 
 def _write_json(path: str, data: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=lambda x: None)
-    os.replace(tmp, path)
+    atomic_write_json(path, data, default=lambda x: None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

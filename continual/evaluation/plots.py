@@ -17,7 +17,6 @@ With several runs: comparison.png, runs grouped into methods (config.json archit
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -32,6 +31,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from continual.evaluation import metrics as M
+from continual.evaluation.table import read_eval_table
+from continual.io import atomic_open
 
 DPI = 110
 
@@ -89,7 +90,8 @@ def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> No
 
 def _save(fig: Figure, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    with atomic_open(path, "wb") as f:  # a crash never leaves a half-written image
+        fig.savefig(f, format=os.path.splitext(path)[1][1:] or "png", dpi=DPI, bbox_inches="tight")
     return path
 
 
@@ -125,13 +127,9 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
     if os.path.exists(path):
         from continual.envs.backends import normalize
 
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                try:
-                    out[(normalize(r["modification"]), int(r["step"]))] = float(r["std"])
-                    games.add(int(r["episodes"]))
-                except (KeyError, ValueError):
-                    pass
+        for r in read_eval_table(path):
+            out[(normalize(r["modification"]), r["step"])] = r["std"]
+            games.add(r["episodes"])
     return out, games
 
 

@@ -11,7 +11,6 @@ import os
 import pickle
 import random
 import re
-import tempfile
 import zipfile
 from typing import Any, Optional
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from continual.errors import TrainingError, UserError
-from continual.testing.faults import inject
+from continual.io import TMP_PREFIX, atomic_open
 
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
@@ -54,24 +53,12 @@ def _to_tuple(x: Any) -> Any:
 def save_checkpoint(path: str, payload: dict) -> str:
     """Write atomically: a crash mid-write leaves the previous file (or none), never a truncated one."""
     payload = {"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload}
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_open(path, "wb", fault="checkpoint_write") as f:
             torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        inject("checkpoint_write")
-        os.replace(tmp, path)
     except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise TrainingError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 
@@ -133,18 +120,8 @@ def final_policy_path(run_dir: str, args: Any) -> str:
 
 def save_state_dict(path: str, state_dict: dict) -> str:
     """The policy alone (a plain state_dict, loadable with `agent.load_state_dict(torch.load(path))`), atomically."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "wb") as f:
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
     return path
 
 
@@ -191,7 +168,7 @@ def _step_of(path: str) -> int:
 
 def remove_partial_writes(folder: str) -> None:
     """Temporary files of writes cut by a crash (the previous checkpoints are intact)."""
-    for f in glob.glob(os.path.join(folder, ".tmp-*" + SUFFIX)):
+    for f in glob.glob(os.path.join(folder, TMP_PREFIX + "*" + SUFFIX)):
         os.unlink(f)
 
 
