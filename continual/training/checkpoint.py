@@ -23,6 +23,7 @@ from continual.io import TMP_PREFIX, atomic_open
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
 SUFFIX = ".cleanrl_model"
+CHECKPOINT_DIR = "checkpoints"  # <run>/checkpoints/*.cleanrl_model
 REQUIRED_KEYS = ("format_version", "architecture", "args", "model", "global_step")
 RESUME_KEYS = ("curriculum", "factory_state", "rng", "modification", "optimizer")
 
@@ -110,7 +111,16 @@ def _check(data: Any, path: str, expect_architecture: Optional[str]) -> dict:
 def run_dir_of(path: str) -> str:
     """The run directory of a checkpoint (<run>/checkpoints/x) or of a final policy file (<run>/<exp_name>...)."""
     folder = os.path.dirname(os.path.abspath(path))
-    return os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder
+    return os.path.dirname(folder) if in_checkpoint_dir(path) else folder
+
+
+def in_checkpoint_dir(path: str) -> bool:
+    """True for <somewhere>/checkpoints/<file>, where a run keeps its checkpoints."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) == CHECKPOINT_DIR
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINT_DIR)
 
 
 def final_policy_path(run_dir: str, args: Any) -> str:
@@ -137,7 +147,7 @@ def load_policy_file(path: str) -> dict:
     from continual.config.args import field_names
     from continual.config.loading import load_json_file
 
-    run_dir = os.path.dirname(os.path.abspath(path))
+    run_dir = run_dir_of(path)
     config_path = os.path.join(run_dir, "config.json")
     if not os.path.exists(config_path):
         raise UserError(f"{path!r} is a plain state_dict (a final policy): its run's config.json, which describes "
@@ -145,7 +155,7 @@ def load_policy_file(path: str) -> dict:
     config = load_json_file(config_path, "run config")
     if not isinstance(config.get("architecture"), str):
         raise UserError(f"run config {config_path!r} has no architecture")
-    finals = glob.glob(os.path.join(run_dir, "checkpoints", "final__step*" + SUFFIX))
+    finals = glob.glob(os.path.join(checkpoint_dir(run_dir), "final__step*" + SUFFIX))
     step = max(map(_step_of, finals)) if finals else int(config.get("resolved_total_timesteps") or 0)
     names = field_names()
     return {"architecture": config["architecture"], "args": {k: v for k, v in config.items() if k in names},
@@ -155,7 +165,7 @@ def load_policy_file(path: str) -> dict:
 
 def latest_checkpoint(run_dir: str) -> str:
     """The newest checkpoint of a run directory (by global step, then modification time)."""
-    files = [f for f in glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX))]
+    files = glob.glob(os.path.join(checkpoint_dir(run_dir), "*" + SUFFIX))
     if not files:
         raise UserError(f"run directory {run_dir!r} has no checkpoints")
     return max(files, key=lambda f: (_step_of(f), os.path.getmtime(f)))

@@ -61,7 +61,7 @@ class RunSession:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.start_time = time.time()
         self.start_step = self._last_iteration_step = self.global_step
-        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
+        self.checkpoint_dir = ckpt_lib.checkpoint_dir(run_dir)
         self.video_dir = os.path.join(run_dir, "videos")
         if args.save_agent_with_switch:
             self.before_switch.append(lambda session, ev: session.request_checkpoint(

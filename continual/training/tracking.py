@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from continual.errors import UserError
 from continual.io import atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines
+from continual.training.checkpoint import checkpoint_dir
 
 
 def check_writable(folder: str) -> None:
@@ -38,7 +39,7 @@ def create_run_dir(runs_dir: str, run_name: str) -> str:
     if os.path.exists(path):
         raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
                         f"--run_name")
-    os.makedirs(os.path.join(path, "checkpoints"))
+    os.makedirs(checkpoint_dir(path))
     return path
 
 
