@@ -75,6 +75,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
@@ -446,16 +447,7 @@ class ActorFleet:
     def close(self) -> None:
         """Stop flag, join with a timeout, then SIGTERM, then SIGKILL: no actor outlives the learner."""
         self.stop[0] = 1
-        deadline = time.time() + JOIN_TIMEOUT_S
-        for p in self.processes:
-            p.join(timeout=max(0.1, deadline - time.time()))
-        for p in self.processes:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2.0)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=2.0)
+        stop_processes(self.processes, join_timeout=JOIN_TIMEOUT_S, kill_timeout=2.0)
         for conn in self.conns:
             conn.close()
 
@@ -463,13 +455,9 @@ class ActorFleet:
 def start_forkserver(settings: EnvSettings):
     """Actors fork from a server process that imported torch and the env stack once (a fork of the learner would
     copy its threads; spawn would re-import everything per actor). Started early, its imports overlap the learner's."""
-    preload = ["torch", "agents.ppo", "continual.envs.vector", "continual.training.rewards"]
-    if settings.atari:
-        preload += ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
-                    "stable_baselines3.common.atari_wrappers"]
-    mp.set_forkserver_preload(preload)
+    ctx = mp_context(settings.atari, extra=["agents.ppo"])
     forkserver.ensure_running()
-    return mp.get_context("forkserver")
+    return ctx
 
 
 def probe_spaces(settings: EnvSettings, modification: str):

@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
 from continual.envs.backends import is_atari, make_backend_env, normalize
 from continual.errors import EnvWorkerError
-from continual.processes import dead_workers, describe_worker_failure
+from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
 from continual.testing.faults import inject
 
 
@@ -226,17 +226,6 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
     return thunk
 
 
-_PRELOAD = ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
-            "stable_baselines3.common.atari_wrappers", "gymnasium"]
-
-
-def _mp_context() -> str:
-    # forkserver: workers fork from a clean server that imported the env stack once (a fork of the learner would
-    # copy torch's thread pools; spawn would re-import hackatari in every worker, ~3 s each)
-    mp.set_forkserver_preload(_PRELOAD)
-    return "forkserver"
-
-
 class ContinualVectorEnv(gym.vector.VectorWrapper):
     """A vector env plus the current modification string and an in-place `switch`."""
 
@@ -289,14 +278,7 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
                 raise EOFError("a worker is dead or its pipe is in an unknown state")
             self.env.close(**kwargs)
         except Exception:
-            for p in processes:
-                if p.is_alive():
-                    p.terminate()
-            for p in processes:
-                p.join(timeout=5)
-                if p.is_alive():
-                    p.kill()
-                    p.join(timeout=5)
+            stop_processes(processes)
             for pipe in getattr(base, "parent_pipes", []):
                 pipe.close()
             base.closed = True
@@ -307,7 +289,7 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vec
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
     use_async = vector_env == "async" or (vector_env == "auto" and settings.atari and num_envs > 1)
     if use_async:
-        envs = gym.vector.AsyncVectorEnv(fns, context=_mp_context(), autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = gym.vector.AsyncVectorEnv(fns, context=mp_context(settings.atari).get_start_method(), autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification)

@@ -40,10 +40,11 @@ import numpy as np
 import torch
 
 from continual.envs.backends import normalize
-from continual.envs.vector import EnvSettings, _mp_context, make_vector_env, regime_slug
+from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
+from continual.processes import mp_context, stop_processes
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
 
@@ -203,7 +204,7 @@ class BackgroundEvaluation:
 
     def __init__(self, make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings,
                  modifs: list[str], episodes: int, num_envs: int, seed: int, greedy: bool):
-        ctx = mp.get_context(_mp_context())
+        ctx = mp_context(settings.atari)
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_background_main, name="continual-eval", daemon=True,
                                 args=(make_agent, args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
@@ -255,13 +256,7 @@ class BackgroundEvaluation:
                     if msg is not None and msg[0] == "done":
                         break
         finally:
-            self.proc.join(timeout=10 if wait else 0.5)
-            if self.proc.is_alive():
-                self.proc.terminate()
-                self.proc.join(timeout=5)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join(timeout=5)
+            stop_processes([self.proc], join_timeout=10 if wait else 0.5)
             for q in (self.tasks, self.results):
                 q.cancel_join_thread()
                 q.close()
