@@ -78,7 +78,7 @@ from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
 from continual.training.guards import check_losses, check_parameters
-from continual.training.rewards import RewardScaler
+from continual.training.rewards import RewardScaler, state_from_row, state_to_row
 from continual.training.session import RunSession
 from continual.training.startup import parse_train_args, print_config, start_run
 
@@ -193,9 +193,9 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
         T = args.unroll_length
         torch.manual_seed(args.seed * 7919 + 104729 * (index + 1) + start_step)
         scaler = RewardScaler(args.reward_scaling, n, args.gamma)
-        if scaler_state[index, 0] > 0:  # resumed: the running statistics of this actor's reward scaler
-            row = scaler_state[index].tolist()
-            scaler.load_state_dict({"count": row[0], "mean": row[1], "var": row[2], "returns": row[3:]})
+        resumed = state_from_row(scaler_state[index].tolist(), args.reward_scaling)
+        if resumed is not None:  # the running statistics of this actor's reward scaler
+            scaler.load_state_dict(resumed)
         view = {k: v.numpy() for k, v in buffers.items()}
         next_obs, _ = envs.reset(seed=args.seed + start_step + index * n)
         env_s = act_s = wait_s = 0.0
@@ -267,8 +267,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                                  ("actor", index), ("ep_count", n_eps)):
                     view[k][slot] = value
                 if scaler.mode == "normalize":
-                    scaler_state[index, :3] = torch.tensor([scaler.count, scaler.mean, scaler.var], dtype=torch.float64)
-                    scaler_state[index, 3:] = torch.from_numpy(scaler.returns)
+                    scaler_state[index] = torch.tensor(state_to_row(scaler.state_dict()), dtype=torch.float64)
                 conn.send(("full", slot))
             act_s += time.time() - t1
             stats[index] = torch.tensor([env_s, act_s - env_s, wait_s, float(stats[index, 3]) + 1], dtype=torch.float64)
@@ -316,8 +315,7 @@ class ActorFleet:
         self.scaler_state = torch.zeros((args.num_actors, 3 + self.n), dtype=torch.float64).share_memory_()
         for i, st in enumerate(scaler_states or []):
             if st is not None:
-                self.scaler_state[i] = torch.tensor([st["count"], st["mean"], st["var"], *st["returns"]],
-                                                    dtype=torch.float64)
+                self.scaler_state[i] = torch.tensor(state_to_row(st), dtype=torch.float64)
         self.stop = torch.zeros(1, dtype=torch.uint8).share_memory_()  # written by the learner only
         self.processes: list = []
         self.conns: list = []  # the learner's end of each actor's pipe
@@ -439,9 +437,7 @@ class ActorFleet:
                 "time/actor_utilisation": busy / (busy + wait_s) if busy + wait_s > 0 else float("nan")}
 
     def scaler_states(self) -> list[dict]:
-        rows = self.scaler_state.tolist()
-        return [{"mode": self.args.reward_scaling, "count": r[0], "mean": r[1], "var": r[2], "returns": r[3:]}
-                if r[0] > 0 else None for r in rows]
+        return [state_from_row(row, self.args.reward_scaling) for row in self.scaler_state.tolist()]
 
     # --- shutdown ------------------------------------------------------------------------------------------------------
     def close(self) -> None:
