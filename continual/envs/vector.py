@@ -27,8 +27,9 @@ from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
-from continual.envs.backends import is_atari, make_backend_env, normalize
+from continual.envs.backends import is_atari, make_backend_env
 from continual.errors import EnvWorkerError
+from continual.modstrings import normalize_modification
 from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
 from continual.testing.faults import inject
 
@@ -75,7 +76,7 @@ class EnvSettings:
 
 def regime_slug(modification: str) -> str:
     """A file/tag-safe name for a modification string ("" -> "no_modif")."""
-    s = normalize(modification)
+    s = normalize_modification(modification)
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", s.replace(" ", "+")) if s else "no_modif"
 
 
@@ -231,11 +232,11 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
 
     def __init__(self, env: gym.vector.VectorEnv, modification: str):
         super().__init__(env)
-        self.modification = normalize(modification)
+        self.modification = normalize_modification(modification)
 
     def switch(self, modification: str, step: int = 0) -> tuple[np.ndarray, dict]:
         """Swap every env's modifications and reset them all; returns the new first observations."""
-        self.modification = normalize(modification)
+        self.modification = normalize_modification(modification)
         with self._worker_faults():
             self.env.call("set_modifications", self.modification, step)
             return self.env.reset()

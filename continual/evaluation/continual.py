@@ -39,11 +39,11 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from continual.envs.backends import normalize
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
+from continual.modstrings import normalize_modification
 from continual.processes import mp_context, stop_processes
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
@@ -55,7 +55,7 @@ def parse_eval_modifs(text: str) -> list[str]:
         return []
     out: list[str] = []
     for item in text.split(";"):
-        m = normalize(item)
+        m = normalize_modification(item)
         if m not in out:
             out.append(m)
     return out
@@ -131,7 +131,7 @@ class PolicyActor:
 def switch_without_reset(envs, modification: str) -> None:
     """`ContinualVectorEnv.switch` minus its reset: `evaluate` resets every env with the evaluation seed right after
     (an ALE reset costs ~0.15 s, one per regime and evaluation saved)."""
-    envs.modification = normalize(modification)
+    envs.modification = normalize_modification(modification)
     envs.env.call("set_modifications", envs.modification, 0)
 
 

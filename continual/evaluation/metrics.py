@@ -55,6 +55,7 @@ import tyro
 from continual.console import print_table
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
+from continual.modstrings import normalize_modification
 
 METRICS_FILE = "metrics.json"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
@@ -135,8 +136,6 @@ def make_visits(first: str, switches: Iterable[tuple[int, str]], end_step: int) 
 
 def load_run(run_dir: str) -> RunData:
     """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
-    from continual.envs.backends import normalize
-
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory")
     config_path = os.path.join(run_dir, "config.json")
@@ -149,13 +148,13 @@ def load_run(run_dir: str) -> RunData:
         {"step": r["global_step"], "modification": r["modification"], "mean": r["mean"], "split": r.get("split")}
         for r in records if r.get("kind") == "eval"]
     for r in rows:
-        m = normalize(r["modification"] or "")
+        m = normalize_modification(r["modification"] or "")
         evals.setdefault(m, []).append((int(r["step"]), float(r["mean"])))
         if r.get("split") == "heldout" and m not in heldout:
             heldout.append(m)
     for m in evals:
         evals[m] = sorted(dict(evals[m]).items())  # one value per step (the last written)
-    switches = sorted((r["global_step"], normalize(r["modification"] or "")) for r in records
+    switches = sorted((r["global_step"], normalize_modification(r["modification"] or "")) for r in records
                       if r.get("kind") == "switch")
     sw_records = sorted((r for r in records if r.get("kind") == "switch"), key=lambda r: r["global_step"])
     iterations = [r for r in records if r.get("kind") == "iteration"]
@@ -167,8 +166,8 @@ def load_run(run_dir: str) -> RunData:
         first = config.get("modifs", "")
     steps = [r["global_step"] for r in iterations] + [s for c in evals.values() for s, _ in c]
     end_step = max(steps) if steps else int(config.get("resolved_total_timesteps") or 0)
-    visits = make_visits(normalize(first or ""), switches, end_step)
-    episodes = [(r["global_step"], normalize(r.get("modification") or ""), float(r["return"])) for r in records
+    visits = make_visits(normalize_modification(first or ""), switches, end_step)
+    episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
     return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout)
@@ -325,12 +324,10 @@ class Normalizer:
                     self.abs_max[m] = max(self.abs_max.get(m, 0.0), abs(r))
         self.affine: dict[str, tuple[float, float]] = {}
         if mode == "reference_scores":
-            from continual.envs.backends import normalize
-
             if not scores:
                 raise ValueError("normalize reference_scores: needs --scores")
             for k, v in scores.items():
-                key = "" if k in ("(none)", "none") else normalize(k)
+                key = "" if k in ("(none)", "none") else normalize_modification(k)
                 if isinstance(v, (int, float)) and v != 0:
                     self.affine[key] = (0.0, float(v))
                 elif isinstance(v, (list, tuple)) and len(v) == 2 and v[1] != v[0]:

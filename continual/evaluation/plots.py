@@ -33,6 +33,7 @@ from matplotlib.ticker import FuncFormatter
 from continual.evaluation import metrics as M
 from continual.evaluation.table import read_eval_table
 from continual.io import atomic_open
+from continual.modstrings import normalize_modification
 
 DPI = 110
 
@@ -125,10 +126,8 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
     out: dict[tuple[str, int], float] = {}
     games: set[int] = set()
     if os.path.exists(path):
-        from continual.envs.backends import normalize
-
         for r in read_eval_table(path):
-            out[(normalize(r["modification"]), r["step"])] = r["std"]
+            out[(normalize_modification(r["modification"]), r["step"])] = r["std"]
             games.add(r["episodes"])
     return out, games
 
