@@ -493,7 +493,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
-        monitor = PlasticityMonitor(session, agent)
+        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None and "plasticity" in resume_state:
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
@@ -507,7 +507,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
         }
-        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then session hooks
+        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()

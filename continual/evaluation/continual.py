@@ -45,6 +45,7 @@ from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
 from continual.modstrings import normalize_modification
 from continual.processes import mp_context, stop_processes
+from continual.training.callbacks import Callback, SwitchEvent
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
 
@@ -263,8 +264,8 @@ class BackgroundEvaluation:
         return done
 
 
-class ContinualEvaluator:
-    """Drives evaluation from a run session's hooks; see the module docstring."""
+class ContinualEvaluator(Callback):
+    """Evaluation as a run session's callback; see the module docstring."""
 
     def __init__(self, session, agent: torch.nn.Module, device: torch.device,
                  make_agent: Callable[..., torch.nn.Module]):
@@ -288,14 +289,10 @@ class ContinualEvaluator:
         self.background: Optional[BackgroundEvaluation] = None
         self.completed = False
         self._last_step = session.global_step
-        session.finish_hooks.append(self._on_finish)
-        session.close_hooks.append(self._on_close)
+        session.add_callback(self)
         if not self.enabled:
             return
         self._prepare_table(session.global_step if session.resume_state is not None else None)
-        session.iteration_hooks.append(self._on_iteration)
-        if args.eval_at_switches:
-            session.before_switch.append(lambda s, event: self.evaluate_now())
         if session.global_step == 0 and 0 not in self.evaluated:
             self.evaluate_now()
 
@@ -371,6 +368,20 @@ class ContinualEvaluator:
         if self.background is not None:
             for step, rows, _ in self.background.poll(wait_for=wait_for):
                 self._write(step, rows)
+
+    def on_switch_start(self, event: SwitchEvent) -> None:
+        if self.enabled and self.args.eval_at_switches:
+            self.evaluate_now()
+
+    def on_iteration_end(self) -> None:
+        if self.enabled:
+            self._on_iteration(self.session)
+
+    def on_training_end(self) -> None:
+        self._on_finish(self.session)
+
+    def on_close(self) -> None:
+        self._on_close(self.session)
 
     def _on_iteration(self, session) -> None:
         every = self.args.eval_every
