@@ -374,18 +374,10 @@ class ContinualEvaluator(Callback):
             self.evaluate_now()
 
     def on_iteration_end(self) -> None:
-        if self.enabled:
-            self._on_iteration(self.session)
-
-    def on_training_end(self) -> None:
-        self._on_finish(self.session)
-
-    def on_close(self) -> None:
-        self._on_close(self.session)
-
-    def _on_iteration(self, session) -> None:
+        if not self.enabled:
+            return
         every = self.args.eval_every
-        step = session.global_step
+        step = self.session.global_step
         if every and step // every != self._last_step // every:
             self.evaluate_now()
         elif self.background is not None and self.background.pending:
@@ -395,7 +387,8 @@ class ContinualEvaluator(Callback):
             self.eval_seconds += time.time() - t0
         self._last_step = step
 
-    def _on_finish(self, session) -> None:
+    def on_training_end(self) -> None:
+        session = self.session
         if not self.enabled:
             self.completed = session.stop_signal is None
             return
@@ -422,10 +415,10 @@ class ContinualEvaluator(Callback):
               f"({100 * share:.1f}%){where}; table: {self.table_path}")
         self.completed = session.stop_signal is None
 
-    def _on_close(self, session) -> None:
+    def on_close(self) -> None:
         try:
             if self.completed:
-                self._reports(session)
+                self._reports(self.session)
         finally:
             if self.envs is not None:
                 self.envs.close()
