@@ -25,3 +25,15 @@ def modification_tokens(modification: str | Sequence[str]) -> list[str]:
 def normalize_modification(modification: str | Sequence[str]) -> str:
     """Canonical form: whitespace-split, drop empties, de-duplicate, sort, join with one space."""
     return " ".join(modification_tokens(modification))
+
+
+def parse_eval_modifs(text: str) -> list[str]:
+    """`--eval_modifs`: modification strings separated by ';' ("" -> none; an empty item is the unmodified game)."""
+    if not text or not text.strip():
+        return []
+    out: list[str] = []
+    for item in text.split(";"):
+        m = normalize_modification(item)
+        if m not in out:
+            out.append(m)
+    return out

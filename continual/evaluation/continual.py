@@ -43,23 +43,11 @@ from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
-from continual.modstrings import normalize_modification
+from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.processes import mp_context, stop_processes
 from continual.training.callbacks import Callback, SwitchEvent
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
-
-
-def parse_eval_modifs(text: str) -> list[str]:
-    """`--eval_modifs`: modification strings separated by ';' ("" -> none; an empty item is the unmodified game)."""
-    if not text or not text.strip():
-        return []
-    out: list[str] = []
-    for item in text.split(";"):
-        m = normalize_modification(item)
-        if m not in out:
-            out.append(m)
-    return out
 
 
 def eval_enabled(args: Any) -> bool:

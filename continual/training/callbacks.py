@@ -20,12 +20,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from continual.envs.vector import regime_slug
-
-if TYPE_CHECKING:  # annotations only: the session imports this module
-    from continual.training.session import RunSession
 
 
 @dataclasses.dataclass
@@ -39,9 +36,9 @@ class SwitchEvent:
 class Callback:
     """Base class: override the events you need (each does nothing here)."""
 
-    session: RunSession
+    session: Any  # the continual.training.session.RunSession that registered it (which imports this module)
 
-    def init_callback(self, session: RunSession) -> None:
+    def init_callback(self, session: Any) -> None:
         self.session = session
 
     def on_switch_start(self, event: SwitchEvent) -> None:
@@ -71,7 +68,7 @@ class CheckpointCallback(Callback):
     def __init__(self, every: int, minutes: float):
         self.every, self.minutes = every, minutes
 
-    def init_callback(self, session: RunSession) -> None:
+    def init_callback(self, session: Any) -> None:
         super().init_callback(session)
         self._last_step = session.global_step
 

@@ -21,7 +21,7 @@ from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
 from continual.envs.backends import game_name, validate_env_id, validate_modification
 from continual.errors import UserError
-from continual.evaluation.continual import parse_eval_modifs
+from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
 from continual.training.session import RunSession
 from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
