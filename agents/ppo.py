@@ -305,8 +305,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 rewards[step] = torch.as_tensor(scaled, device=device)
                 next_obs = torch.as_tensor(next_obs_np, device=device)
                 next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
-                for _, ep_return, ep_length in episode_stats(infos):
-                    session.episode(ep_return, ep_length, global_step)
+                for i, ep_return, ep_length in episode_stats(infos):
+                    session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
             monitor.observe(obs)
 

@@ -74,6 +74,7 @@ def test_train_command(base_run):
     assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_seed_run_config_example(tmp_path):
     cfg = tmp_path / "run_config.json"
     cfg.write_text(json.dumps(SEED_EXAMPLE_CONFIG))
@@ -113,6 +114,7 @@ def test_custom_factory_registered_in_the_mapping(tmp_path):
     assert [s["modification"] for s in switches] == ["all_green_cars"]
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_custom_factory_written_into_modification_factories_py(tmp_path):
     """The seed's instructions taken literally: the class is written into modification_factories.py itself (a copy
     of this repository) and registered there in modification_factory_mapping."""
@@ -142,6 +144,7 @@ def test_custom_factory_written_into_modification_factories_py(tmp_path):
     assert switches == ["all_green_cars", ""]
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_config_keys_and_flags_precedence_note(tmp_path):
     """The seed: 'extra keys in run_config.json override CLI flags'. Here flags win, and a note line says so."""
     cfg = tmp_path / "run_config.json"
@@ -152,6 +155,7 @@ def test_config_keys_and_flags_precedence_note(tmp_path):
     assert "note" in said.lower() and "total_timesteps" in said
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_her_commands(her_run):
     run_dir, _ = her_run
     config = json.load(open(os.path.join(run_dir, "config.json")))
@@ -159,6 +163,7 @@ def test_her_commands(her_run):
     assert os.path.exists(os.path.join(run_dir, "ppo.cleanrl_model"))
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_ppo_cbp_command(tmp_path):
     run_dir, _ = train(tmp_path, "cbp", "--env_id", "ALE/Freeway-v5", "--backend", "HackAtari", "--architecture",
                        "PPO_CBP", "--replacement_rate", "1e-4", "--init", "kaiming", "--maturity_threshold", "100",
@@ -166,6 +171,7 @@ def test_ppo_cbp_command(tmp_path):
     assert os.path.exists(os.path.join(run_dir, "ppo_cbp.cleanrl_model"))
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_shrink_and_perturb_checkpoints_and_wandb_commands(tmp_path):
     cfg = tmp_path / "run_config.json"
     cfg.write_text(json.dumps(SEED_EXAMPLE_CONFIG))
@@ -208,6 +214,7 @@ def test_eval_attached_to_the_training_run(base_run, tmp_path):
     assert os.path.exists(out + ".json")
 
 
+@pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_eval_her_command(her_run, tmp_path):
     run_dir, _ = her_run
     out = str(tmp_path / "her")

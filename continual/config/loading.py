@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 import tyro
 
-from continual.config.args import Args, field_names
+from continual.config.args import Args, field_names, from_grouped, grouped_class, to_grouped
 from continual.config.validation import validate_args
 from continual.errors import UserError, one_line
 
@@ -178,8 +178,6 @@ def _tyro_error_line(text: str) -> str:
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
     """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
     if cls is Args:  # --help in panels (run, environment, PPO, ...) with the same flat flag names
-        from continual.config.args import from_grouped, grouped_class, to_grouped
-
         grouped = grouped_class()
         return from_grouped(cli(grouped, argv, to_grouped(default if default is not None else Args(), grouped),
                                 description))

@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
 from continual.envs.backends import is_atari, make_backend_env
+from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
 from continual.modstrings import normalize_modification
 from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
@@ -176,8 +177,6 @@ class NoopReset(gym.Wrapper):
 
 
 def _her_needs_objects(settings: EnvSettings) -> bool:
-    from continual.envs.goals import needs_objects
-
     return needs_objects(settings.env_id, settings.backend, settings.game_specific_goals)
 
 
@@ -219,8 +218,6 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
             if "FIRE" in env.unwrapped.get_action_meanings():
                 env = FireResetEnv(env)
         if settings.her:
-            from continual.envs.goals import wrap_env
-
             env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
         return SwitchHandle(env, idx)
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
+from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
@@ -420,8 +421,6 @@ class ContinualEvaluator(Callback):
         args = session.args
         if args.metrics and self.enabled:
             try:
-                from continual.evaluation import metrics
-
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
@@ -429,8 +428,6 @@ class ContinualEvaluator(Callback):
                 print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)
         if args.plots:
             try:
-                from continual.evaluation import plots
-
                 paths = plots.plot_run(session.run_dir)
                 print(f"plots: {', '.join(paths)}")
                 wandb_run = session.logger.wandb_run

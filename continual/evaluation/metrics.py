@@ -52,7 +52,9 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import tyro
 
+from continual.config.loading import cli
 from continual.console import print_table
+from continual.errors import UserError
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
 from continual.modstrings import normalize_modification
@@ -569,8 +571,6 @@ class MetricsArgs:
 
 
 def _load_scores(text: Optional[str]) -> Optional[dict]:
-    from continual.errors import UserError
-
     if text is None:
         return None
     try:
@@ -583,8 +583,6 @@ def _load_scores(text: Optional[str]) -> Optional[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from continual.config.loading import cli
-    from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(MetricsArgs, argv, default=None, description=__doc__.splitlines()[0])

@@ -30,6 +30,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from continual.config.loading import cli
+from continual.errors import UserError
 from continual.evaluation import metrics as M
 from continual.evaluation.table import read_eval_table
 from continual.io import atomic_open
@@ -502,8 +504,6 @@ class PlotArgs:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
-    from continual.config.loading import cli
-    from continual.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(PlotArgs, argv, default=None, description=__doc__.splitlines()[0])

@@ -17,6 +17,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from continual.config.args import field_names
+from continual.config.loading import load_json_file
 from continual.errors import TrainingError, UserError
 from continual.io import TMP_PREFIX, atomic_open
 
@@ -144,8 +146,6 @@ def load_policy_file(path: str) -> dict:
     if not (isinstance(data, dict) and data and "format_version" not in data
             and all(isinstance(v, torch.Tensor) for v in data.values())):
         return _check(data, path, None)
-    from continual.config.args import field_names
-    from continual.config.loading import load_json_file
 
     run_dir = run_dir_of(path)
     config_path = os.path.join(run_dir, "config.json")

@@ -144,13 +144,16 @@ class RunSession:
         return obs
 
     # --- statistics ----------------------------------------------------------------------------------------------
-    def episode(self, ret: float, length: int, step: int, modification: Optional[str] = None) -> None:
-        """A finished game; `modification` defaults to the current regime (IMPALA passes the regime of the unroll)."""
+    def episode(self, ret: float, length: int, step: int, modification: Optional[str] = None,
+                env: Optional[int] = None) -> None:
+        """A finished game; `modification` defaults to the current regime (IMPALA passes the regime of the unroll).
+        `env`: the index of the env that played it (two envs can end equal games in the same vector step)."""
         regime = self.modification if modification is None else modification
         self.recent_returns.append(ret)
         self.logger.scalars({"charts/episodic_return": ret, "charts/episodic_length": length,
                              f"episodic_return_by_modif/{regime_slug(regime or '')}": ret}, step)
-        self.logger.record("episode", step, modification=regime, **{"return": ret, "length": length})
+        extra = {} if env is None else {"env": env}
+        self.logger.record("episode", step, modification=regime, **{"return": ret, "length": length}, **extra)
 
     def sps(self) -> int:
         return int((self.global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))

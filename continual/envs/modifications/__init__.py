@@ -5,46 +5,14 @@ A modification is a function `make(env, rng) -> Hooks`, registered per game with
 env, and the returned hooks run: `step` before every emulator frame, `reset` after every reset, `post` after object
 detection. A fresh `make` call happens at every switch, so per-modification state lives in the closure.
 
-Adding one: write the function in `continual/envs/modifications/<game>.py`, decorate it, and import the module below.
+Adding one: write the function in `continual/envs/modifications/<game>.py`, decorate it with `@modification`
+(from `.registry`), and import the module below.
 Names registered here take precedence over hackatari's own names.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Optional
+from continual.envs.modifications import freeway  # noqa: F401  (each game's module registers on import)
+from continual.envs.modifications.registry import REGISTRY, Hooks, modification, registered
 
-import numpy as np
-
-Hook = Callable[[], None]
-
-
-@dataclasses.dataclass
-class Hooks:
-    step: Optional[Hook] = None
-    reset: Optional[Hook] = None
-    post: Optional[Hook] = None
-
-
-Maker = Callable[[object, np.random.Generator], Hooks]
-
-# game name in lower case -> modification name -> maker
-REGISTRY: dict[str, dict[str, Maker]] = {}
-
-
-def modification(game: str, name: str, doc: Optional[str] = None) -> Callable[[Maker], Maker]:
-    """Register `make(env, rng) -> Hooks` as modification `name` of `game` (e.g. "Freeway")."""
-
-    def deco(fn: Maker) -> Maker:
-        REGISTRY.setdefault(game.lower(), {})[name] = fn
-        fn.__doc__ = doc or fn.__doc__ or name
-        return fn
-
-    return deco
-
-
-def registered(game: str) -> dict[str, Maker]:
-    return REGISTRY.get(game.lower(), {})
-
-
-from continual.envs.modifications import freeway  # noqa: E402,F401  (registers on import)
+__all__ = ["REGISTRY", "Hooks", "modification", "registered"]

@@ -6,7 +6,7 @@ RAM map: 1 frame counter; 14 player chicken y; 33-42 per-lane car speed/move tim
 
 from __future__ import annotations
 
-from continual.envs.modifications import Hooks, modification
+from continual.envs.modifications.registry import Hooks, modification
 
 FRAME_COUNTER = 1
 CAR_SPEED = range(33, 43)

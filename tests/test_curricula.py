@@ -1150,7 +1150,9 @@ def test_preview_plain_text_without_rich(monkeypatch: pytest.MonkeyPatch, capsys
     for module in ("rich", "rich.console", "rich.table"):
         monkeypatch.setitem(sys.modules, module, None)  # makes "from rich... import" fail
     f = make_factory("Sequential", {"num_total_steps": 10, "modifications": ["", "b a"], "switching_thresholds": [4]}, granularity=2)
-    mf._print_preview(f, "Sequential", max_rows=0)
+    from continual.curricula.preview import _print_preview
+
+    _print_preview(f, "Sequential", max_rows=0)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "Sequential: total 10 steps, granularity 2, seed 0, 1 switches"
     assert lines[1] == mf.granularity_rule(f)

@@ -28,7 +28,7 @@ from fault_runs import KILL_TO_EXIT_S, run_killed
 
 
 class RaisingCartPole(CartPoleEnv):
-    """CartPole that raises after 200 steps (imported by the actors as `test_impala:RaisingCartPole-v0`)."""
+    """CartPole that raises after 200 steps (imported by the actors as `test_agents_impala:RaisingCartPole-v0`)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -271,14 +271,14 @@ def test_soak_actor_kills(tmp_path, moment, seed):
 def test_actor_exception_is_reported_in_one_line(tmp_path):
     """An env that raises inside an actor: one line naming the actor and the exception, the traceback in the run
     directory, a crash checkpoint, nothing left running."""
-    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "test_impala:RaisingCartPole-v0"})
+    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "test_agents_impala:RaisingCartPole-v0"})
     runs = str(tmp_path / "runs")
     proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
                       "--run_name", "raise", "--no-progress-bar", check=False,
                       env={"PYTHONPATH": os.path.join(ROOT, "tests")})
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: actor ") and "failed: RuntimeError: env exploded (test_impala.py:" in last, last
+    assert last.startswith("error: actor ") and "failed: RuntimeError: env exploded (test_agents_impala.py:" in last, last
     assert "Traceback" not in proc.stderr
     tracebacks = glob.glob(os.path.join(runs, "raise", "actor*_traceback.txt"))
     assert len(tracebacks) == 1 and "env exploded" in open(tracebacks[0]).read()

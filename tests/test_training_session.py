@@ -8,7 +8,7 @@ random moment after the first one, --resume, and the run ends with the schedule 
 
 The reference schedule is the factory's own: training asks the curriculum at the first step of every rollout, and
 the factory is a pure function of the step (no state to carry), so an uninterrupted run switches exactly where
-`factory.get_modification(step)` changes (tests/test_reliability.py compares against real uninterrupted runs).
+`factory.get_modification(step)` changes (tests/test_training_faults.py compares against real uninterrupted runs).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def _assert_resumed_like_uninterrupted(run_dir: str, total: int) -> None:
     assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"] == switches
     assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "iteration"] == iterations
     # every episode once: the same (step, regime) never logged twice by the killed and the resumed process
-    eps = [(r["global_step"], r["return"], r["length"]) for r in records if r["kind"] == "episode"]
+    eps = [(r["global_step"], r.get("env"), r["return"], r["length"]) for r in records if r["kind"] == "episode"]
     assert len(eps) == len(set(eps))
     evals = [(r["global_step"], r["modification"]) for r in records if r["kind"] == "eval"]
     assert len(evals) == len(set(evals)), "an evaluation was logged twice"
