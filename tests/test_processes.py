@@ -78,7 +78,7 @@ def test_mp_context_sets_one_preload_list():
 
 def test_only_continual_processes_sets_the_preload_list():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(["git", "grep", "-l", "set_forkserver_preload", "--", "continual", "agents", "*.py"],
+    out = subprocess.run(["git", "grep", "-l", "set_forkserver_preload", "--", "continual", "agents", ":(glob)*.py"],
                          cwd=root, capture_output=True, text=True).stdout.split()
     assert out == ["continual/processes.py"], out
     assert sys.modules["continual.processes"] is processes
