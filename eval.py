@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import importlib
-import json
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ from continual.envs.backends import validate_env_id, validate_modification
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
+from continual.io import atomic_open, atomic_write_csv, atomic_write_json
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
 
@@ -196,12 +196,8 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
             "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
-    with open(output + ".csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(output + ".json", "w") as f:
-        json.dump({**meta, "results": rows}, f, indent=2)
+    atomic_write_csv(output + ".csv", list(rows[0]), rows)
+    atomic_write_json(output + ".json", {**meta, "results": rows})
     print(f"wrote {output}.csv and {output}.json")
 
     if args.track:
@@ -245,17 +241,14 @@ def matrix(args: EvalArgs) -> list[dict]:
         rows += [{"checkpoint": label, "global_step": st["global_step"], **r} for r in evaluate_checkpoint(sub)]
     means = {(r["checkpoint"], r["modification"]): r["mean"] for r in rows}
     grid = [[means.get((lab, m), float("nan")) for m in modifs] for lab in labels]
-    with open(output + "_matrix.csv", "w", newline="") as f:
+    with atomic_open(output + "_matrix.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
         writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
-    with open(output + ".csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(output + ".json", "w") as f:
-        json.dump({"checkpoints": labels, "modifications": modifs, "mean": grid, "greedy": args.greedy,
-                   "seed": args.seed, "eval_episodes": args.eval_episodes, "results": rows}, f, indent=2)
+    atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
+    atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
+                                         "greedy": args.greedy, "seed": args.seed,
+                                         "eval_episodes": args.eval_episodes, "results": rows})
     import numpy as np
 
     from continual.evaluation.plots import heatmap, regime_label

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -73,11 +72,13 @@ from continual.console import Progress
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env
 from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
+from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
 from continual.training.guards import check_losses, check_parameters
-from continual.training.rewards import RewardScaler
+from continual.training.rewards import RewardScaler, state_from_row, state_to_row
 from continual.training.session import RunSession
 from continual.training.startup import parse_train_args, print_config, start_run
 
@@ -192,9 +193,9 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
         T = args.unroll_length
         torch.manual_seed(args.seed * 7919 + 104729 * (index + 1) + start_step)
         scaler = RewardScaler(args.reward_scaling, n, args.gamma)
-        if scaler_state[index, 0] > 0:  # resumed: the running statistics of this actor's reward scaler
-            row = scaler_state[index].tolist()
-            scaler.load_state_dict({"count": row[0], "mean": row[1], "var": row[2], "returns": row[3:]})
+        resumed = state_from_row(scaler_state[index].tolist(), args.reward_scaling)
+        if resumed is not None:  # the running statistics of this actor's reward scaler
+            scaler.load_state_dict(resumed)
         view = {k: v.numpy() for k, v in buffers.items()}
         next_obs, _ = envs.reset(seed=args.seed + start_step + index * n)
         env_s = act_s = wait_s = 0.0
@@ -266,8 +267,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                                  ("actor", index), ("ep_count", n_eps)):
                     view[k][slot] = value
                 if scaler.mode == "normalize":
-                    scaler_state[index, :3] = torch.tensor([scaler.count, scaler.mean, scaler.var], dtype=torch.float64)
-                    scaler_state[index, 3:] = torch.from_numpy(scaler.returns)
+                    scaler_state[index] = torch.tensor(state_to_row(scaler.state_dict()), dtype=torch.float64)
                 conn.send(("full", slot))
             act_s += time.time() - t1
             stats[index] = torch.tensor([env_s, act_s - env_s, wait_s, float(stats[index, 3]) + 1], dtype=torch.float64)
@@ -315,8 +315,7 @@ class ActorFleet:
         self.scaler_state = torch.zeros((args.num_actors, 3 + self.n), dtype=torch.float64).share_memory_()
         for i, st in enumerate(scaler_states or []):
             if st is not None:
-                self.scaler_state[i] = torch.tensor([st["count"], st["mean"], st["var"], *st["returns"]],
-                                                    dtype=torch.float64)
+                self.scaler_state[i] = torch.tensor(state_to_row(st), dtype=torch.float64)
         self.stop = torch.zeros(1, dtype=torch.uint8).share_memory_()  # written by the learner only
         self.processes: list = []
         self.conns: list = []  # the learner's end of each actor's pipe
@@ -438,24 +437,13 @@ class ActorFleet:
                 "time/actor_utilisation": busy / (busy + wait_s) if busy + wait_s > 0 else float("nan")}
 
     def scaler_states(self) -> list[dict]:
-        rows = self.scaler_state.tolist()
-        return [{"mode": self.args.reward_scaling, "count": r[0], "mean": r[1], "var": r[2], "returns": r[3:]}
-                if r[0] > 0 else None for r in rows]
+        return [state_from_row(row, self.args.reward_scaling) for row in self.scaler_state.tolist()]
 
     # --- shutdown ------------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop flag, join with a timeout, then SIGTERM, then SIGKILL: no actor outlives the learner."""
         self.stop[0] = 1
-        deadline = time.time() + JOIN_TIMEOUT_S
-        for p in self.processes:
-            p.join(timeout=max(0.1, deadline - time.time()))
-        for p in self.processes:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2.0)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=2.0)
+        stop_processes(self.processes, join_timeout=JOIN_TIMEOUT_S, kill_timeout=2.0)
         for conn in self.conns:
             conn.close()
 
@@ -463,13 +451,9 @@ class ActorFleet:
 def start_forkserver(settings: EnvSettings):
     """Actors fork from a server process that imported torch and the env stack once (a fork of the learner would
     copy its threads; spawn would re-import everything per actor). Started early, its imports overlap the learner's."""
-    preload = ["torch", "agents.ppo", "continual.envs.vector", "continual.training.rewards"]
-    if settings.atari:
-        preload += ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
-                    "stable_baselines3.common.atari_wrappers"]
-    mp.set_forkserver_preload(preload)
+    ctx = mp_context(settings.atari, extra=["agents.ppo"])
     forkserver.ensure_running()
-    return mp.get_context("forkserver")
+    return ctx
 
 
 def probe_spaces(settings: EnvSettings, modification: str):
@@ -509,7 +493,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
-        monitor = PlasticityMonitor(session, agent)
+        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None and "plasticity" in resume_state:
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
@@ -523,12 +507,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
         }
-        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then session hooks
+        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
-        with open(os.path.join(session.run_dir, "actors.json"), "w") as f:
-            json.dump({"learner": os.getpid(), "actors": fleet.pids()}, f)
+        atomic_write_json(os.path.join(session.run_dir, "actors.json"), {"learner": os.getpid(), "actors": fleet.pids()})
         print(f"learner pid {os.getpid()}, actor pids {fleet.pids()}; {args.num_actors} actors x {envs_per_actor} envs, "
               f"{steps_per_update} steps per update", flush=True)
         global_step = session.global_step

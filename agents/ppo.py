@@ -212,7 +212,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         set_torch_threads(args, agent.obs_shape)
         optimizer = agent.make_optimizer(args.learning_rate)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = PlasticityMonitor(session, agent)
+        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
@@ -226,7 +226,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "goal_dim": agent.goal_dim, "continuous": agent.continuous,
         }
-        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then session hooks
+        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         # HER: observations are Dicts; `her` keeps goals, achieved goals and what relabelling needs (None without HER)

@@ -59,8 +59,8 @@ def make_plain_vector_env(args: argparse.Namespace):
 def bench_switch(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from continual.envs.backends import normalize
     from continual.envs.vector import EnvSettings, make_vector_env
+    from continual.modstrings import normalize_modification
 
     settings = EnvSettings(env_id=args.env_id, backend="HackAtari")
     rng = np.random.default_rng(args.seed)
@@ -101,9 +101,9 @@ def bench_switch(args: argparse.Namespace) -> dict:
                 checks["switch_no_new_processes"] = False
                 problems.append(f"switch {k}: new processes {sorted(new_procs)}")
             applied = set(envs.env.get_attr("modification"))
-            if applied != {normalize(mod)} or envs.modification != normalize(mod) or obs.shape[0] != args.num_envs:
+            if applied != {normalize_modification(mod)} or envs.modification != normalize_modification(mod) or obs.shape[0] != args.num_envs:
                 checks["switch_modification_applied"] = False
-                problems.append(f"switch {k}: workers report {applied}, expected {normalize(mod)!r}")
+                problems.append(f"switch {k}: workers report {applied}, expected {normalize_modification(mod)!r}")
             run_steps(envs, args.steps_between)  # switch mid-episode, as in training
         # --- re-creation ---
         k += 1

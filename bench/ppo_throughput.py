@@ -82,7 +82,6 @@ def worker_ours(args: argparse.Namespace, switching: bool) -> dict:
 
 
 def worker_sb3(args: argparse.Namespace) -> dict:
-    import multiprocessing as mp
 
     import numpy as np
     from stable_baselines3 import PPO
@@ -90,6 +89,7 @@ def worker_sb3(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnvWrapper
 
     import continual.envs.vector as cenvs
+    from continual.processes import mp_context
 
     class TimedVecEnv(VecEnvWrapper):
         """Times env stepping (step_async + step_wait) and clips rewards to their sign, as ours does."""
@@ -139,7 +139,7 @@ def worker_sb3(args: argparse.Namespace) -> dict:
 
     t0 = time.time()
     # same warm worker start as our vector env (workers fork from a server that imported the env stack once)
-    mp.set_forkserver_preload(list(getattr(cenvs, "_PRELOAD", [])))
+    mp_context()
     settings = cenvs.EnvSettings(env_id=args.env_id, backend="HackAtari")
     venv = SubprocVecEnv([cenvs.make_env(settings, i, "") for i in range(args.num_envs)], start_method="forkserver")
     venv = TimedVecEnv(venv)

@@ -484,6 +484,19 @@ resume("resume-architecture-field-mismatch", "architecture", lambda ctx: ctx.mod
 resume("resume-architecture-unknown", ("architecture", "NoSuchArch"),
        lambda ctx: ctx.modified_checkpoint(_no_such_architecture), ckpt=True)
 
+
+def _impala_run_dir(ctx: Ctx) -> list[str]:
+    """A run directory whose checkpoint is IMPALA's through and through (field and saved args), resumed with the PPO
+    agent file: it used to get past the checks and crash with KeyError 'reward_scaler'."""
+    def whole_impala(state: dict) -> None:
+        state["architecture"] = state["args"]["architecture"] = "IMPALA"
+
+    return ["--resume", str(Path(ctx.modified_checkpoint(whole_impala)).parent.parent)]
+
+
+case("resume-impala-run-with-the-ppo-file", ("IMPALA", "PPO"), _impala_run_dir, script="agents/ppo.py",
+     needs_checkpoint=True, runs_dir_flag=False)
+
 # --------------------------------------------------------------------------------------------------------------------
 # eval.py
 # --------------------------------------------------------------------------------------------------------------------
@@ -571,7 +584,7 @@ CORE = {
     "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "cli-unknown-flag", "cli-literal-lists-choices",
     "output-run-name-exists", "save-agent-wandb-without-track",
     # --resume and eval.py
-    "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",
+    "resume-impala-run-with-the-ppo-file", "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",
     "eval-unknown-modification", "eval-architecture-field-mismatch", "eval-missing-agent-path",
 }
 assert CORE <= {c.id for c in CASES}, sorted(CORE - {c.id for c in CASES})

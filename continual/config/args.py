@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Optional
 
-ARCHITECTURES = ("PPO", "PPO_CBP", "IMPALA", "DQN", "A2C")
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
 
 

@@ -7,9 +7,11 @@ import inspect
 import math
 from abc import ABC
 from collections import OrderedDict
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
+
+from continual.modstrings import normalize_modification
 
 DEFAULT_PATH = "modification_factory_kwargs"
 STATE_FORMAT = "modification_factory/v1"
@@ -37,21 +39,6 @@ _TAG_EPS_COMBINED = 2
 # --------------------------------------------------------------------------- #
 # Normalisation and errors
 # --------------------------------------------------------------------------- #
-def normalize_modification(modification: str | Sequence[str]) -> str:
-    """Canonical form: whitespace-split, drop empties, de-duplicate, sort, join with one space."""
-    if isinstance(modification, str):
-        tokens = modification.split()
-    elif isinstance(modification, (list, tuple)):
-        tokens = []
-        for part in modification:
-            if not isinstance(part, str):
-                raise TypeError(f"modification tokens must be strings, got {part!r}")
-            tokens.extend(part.split())
-    else:
-        raise TypeError(f"modification must be a string or list of strings, got {modification!r}")
-    return " ".join(sorted(set(tokens)))
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 

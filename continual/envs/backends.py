@@ -27,17 +27,9 @@ import numpy as np
 
 from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
+from continual.modstrings import modification_tokens, normalize_modification
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
-
-
-def tokens(modification: str) -> list[str]:
-    """Normalised tokens of a modification string: split on whitespace, unique, sorted."""
-    return sorted(set(modification.split()))
-
-
-def normalize(modification: str) -> str:
-    return " ".join(tokens(modification))
 
 
 def game_name(env_id: str) -> str:
@@ -196,7 +188,7 @@ def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> d
     """Parse `name=value` tokens; `ale` (a live ALE interface) avoids building an env to check modes."""
     params = gym_parameters(env_id)
     out: dict[str, float] = {}
-    for tok in tokens(modification):
+    for tok in modification_tokens(modification):
         name, sep, value = tok.partition("=")
         if not sep or name not in params:
             valid = ", ".join(f"{k}=" for k in params) or "(none)"
@@ -233,12 +225,12 @@ def validate_modification(backend: str, env_id: str, modification: str) -> None:
         parse_parameter_tokens(env_id, modification)
         return
     if backend == "OCAtari":
-        if tokens(modification):
+        if modification_tokens(modification):
             raise UserError(f"modification {modification!r}: the OCAtari backend runs unmodified games; "
                             f"use --backend HackAtari for modifications")
         return
     valid = available_modifications(backend, env_id)
-    for tok in tokens(modification):
+    for tok in modification_tokens(modification):
         if tok not in valid:
             raise UserError(f"unknown modification {tok!r} for {game_name(env_id)}; valid: {', '.join(valid)}")
 
@@ -283,7 +275,7 @@ def _make_hackatari_class():
             self._apply_pending()
 
         def set_modifications(self, modification: str) -> None:
-            self._pending = normalize(modification)
+            self._pending = normalize_modification(modification)
 
         def _apply_pending(self) -> None:
             if self._pending is None:
@@ -292,7 +284,7 @@ def _make_hackatari_class():
             ours = registered_modifications(game)
             step, reset, post = [], [], []
             module = None
-            for name in tokens(self._pending):  # sorted: a deterministic hook order
+            for name in modification_tokens(self._pending):  # sorted: a deterministic hook order
                 if name in ours:
                     hooks = ours[name](self, self.modif_rng)
                     step += [hooks.step] if hooks.step else []
@@ -395,7 +387,7 @@ def _make_ocatari_class():
             self.modification = ""
 
         def set_modifications(self, modification: str) -> None:
-            if tokens(modification):
+            if modification_tokens(modification):
                 raise ValueError("the OCAtari backend has no modifications")
 
         def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -439,7 +431,7 @@ class ParameterModifier(gym.Wrapper):
     def set_modifications(self, modification: str) -> None:
         ale = self.env.unwrapped.ale if is_atari(self.env_id) else None
         self._pending = parse_parameter_tokens(self.env_id, modification, ale=ale)
-        self.modification = normalize(modification)
+        self.modification = normalize_modification(modification)
 
     def reset(self, **kwargs):
         if self._pending is not None:

@@ -27,10 +27,11 @@ from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
-from continual.envs.backends import is_atari, make_backend_env, normalize
+from continual.envs.backends import is_atari, make_backend_env
 from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
-from continual.processes import dead_workers, describe_worker_failure
+from continual.modstrings import normalize_modification
+from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
 from continual.testing.faults import inject
 
 
@@ -76,7 +77,7 @@ class EnvSettings:
 
 def regime_slug(modification: str) -> str:
     """A file/tag-safe name for a modification string ("" -> "no_modif")."""
-    s = normalize(modification)
+    s = normalize_modification(modification)
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", s.replace(" ", "+")) if s else "no_modif"
 
 
@@ -223,27 +224,16 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
     return thunk
 
 
-_PRELOAD = ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
-            "stable_baselines3.common.atari_wrappers", "gymnasium"]
-
-
-def _mp_context() -> str:
-    # forkserver: workers fork from a clean server that imported the env stack once (a fork of the learner would
-    # copy torch's thread pools; spawn would re-import hackatari in every worker, ~3 s each)
-    mp.set_forkserver_preload(_PRELOAD)
-    return "forkserver"
-
-
 class ContinualVectorEnv(gym.vector.VectorWrapper):
     """A vector env plus the current modification string and an in-place `switch`."""
 
     def __init__(self, env: gym.vector.VectorEnv, modification: str):
         super().__init__(env)
-        self.modification = normalize(modification)
+        self.modification = normalize_modification(modification)
 
     def switch(self, modification: str, step: int = 0) -> tuple[np.ndarray, dict]:
         """Swap every env's modifications and reset them all; returns the new first observations."""
-        self.modification = normalize(modification)
+        self.modification = normalize_modification(modification)
         with self._worker_faults():
             self.env.call("set_modifications", self.modification, step)
             return self.env.reset()
@@ -286,14 +276,7 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
                 raise EOFError("a worker is dead or its pipe is in an unknown state")
             self.env.close(**kwargs)
         except Exception:
-            for p in processes:
-                if p.is_alive():
-                    p.terminate()
-            for p in processes:
-                p.join(timeout=5)
-                if p.is_alive():
-                    p.kill()
-                    p.join(timeout=5)
+            stop_processes(processes)
             for pipe in getattr(base, "parent_pipes", []):
                 pipe.close()
             base.closed = True
@@ -304,7 +287,7 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vec
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
     use_async = vector_env == "async" or (vector_env == "auto" and settings.atari and num_envs > 1)
     if use_async:
-        envs = gym.vector.AsyncVectorEnv(fns, context=_mp_context(), autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = gym.vector.AsyncVectorEnv(fns, context=mp_context(settings.atari).get_start_method(), autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification)

@@ -39,27 +39,16 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from continual.envs.backends import normalize
-from continual.envs.vector import EnvSettings, _mp_context, make_vector_env, regime_slug
+from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
+from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
+from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
+from continual.modstrings import normalize_modification, parse_eval_modifs
+from continual.processes import mp_context, stop_processes
+from continual.training.callbacks import Callback, SwitchEvent
 
-EVAL_TABLE = "eval_table.csv"
-COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
-           "seconds", "greedy", "success_rate"]  # success_rate: HER agents only (share of games that reached the goal)
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
-
-
-def parse_eval_modifs(text: str) -> list[str]:
-    """`--eval_modifs`: modification strings separated by ';' ("" -> none; an empty item is the unmodified game)."""
-    if not text or not text.strip():
-        return []
-    out: list[str] = []
-    for item in text.split(";"):
-        m = normalize(item)
-        if m not in out:
-            out.append(m)
-    return out
 
 
 def eval_enabled(args: Any) -> bool:
@@ -132,7 +121,7 @@ class PolicyActor:
 def switch_without_reset(envs, modification: str) -> None:
     """`ContinualVectorEnv.switch` minus its reset: `evaluate` resets every env with the evaluation seed right after
     (an ALE reset costs ~0.15 s, one per regime and evaluation saved)."""
-    envs.modification = normalize(modification)
+    envs.modification = normalize_modification(modification)
     envs.env.call("set_modifications", envs.modification, 0)
 
 
@@ -205,7 +194,7 @@ class BackgroundEvaluation:
 
     def __init__(self, make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings,
                  modifs: list[str], episodes: int, num_envs: int, seed: int, greedy: bool):
-        ctx = mp.get_context(_mp_context())
+        ctx = mp_context(settings.atari)
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_background_main, name="continual-eval", daemon=True,
                                 args=(make_agent, args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
@@ -257,21 +246,15 @@ class BackgroundEvaluation:
                     if msg is not None and msg[0] == "done":
                         break
         finally:
-            self.proc.join(timeout=10 if wait else 0.5)
-            if self.proc.is_alive():
-                self.proc.terminate()
-                self.proc.join(timeout=5)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join(timeout=5)
+            stop_processes([self.proc], join_timeout=10 if wait else 0.5)
             for q in (self.tasks, self.results):
                 q.cancel_join_thread()
                 q.close()
         return done
 
 
-class ContinualEvaluator:
-    """Drives evaluation from a run session's hooks; see the module docstring."""
+class ContinualEvaluator(Callback):
+    """Evaluation as a run session's callback; see the module docstring."""
 
     def __init__(self, session, agent: torch.nn.Module, device: torch.device,
                  make_agent: Callable[..., torch.nn.Module]):
@@ -295,32 +278,18 @@ class ContinualEvaluator:
         self.background: Optional[BackgroundEvaluation] = None
         self.completed = False
         self._last_step = session.global_step
-        session.finish_hooks.append(self._on_finish)
-        session.close_hooks.append(self._on_close)
+        session.add_callback(self)
         if not self.enabled:
             return
         self._prepare_table(session.global_step if session.resume_state is not None else None)
-        session.iteration_hooks.append(self._on_iteration)
-        if args.eval_at_switches:
-            session.before_switch.append(lambda s, event: self.evaluate_now())
         if session.global_step == 0 and 0 not in self.evaluated:
             self.evaluate_now()
 
     # --- table -----------------------------------------------------------------------------------------------------
     def _prepare_table(self, resume_step: Optional[int]) -> None:
         """Keep rows up to the resumed step (later ones will be produced again)."""
-        if not os.path.exists(self.table_path):
-            return
-        with open(self.table_path, newline="") as f:
-            rows = [r for r in csv.DictReader(f)]
-        if resume_step is not None:
-            rows = [r for r in rows if int(r["step"]) <= resume_step]
-        with open(self.table_path + ".tmp", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(self.table_path + ".tmp", self.table_path)
-        self.evaluated = {int(r["step"]) for r in rows}
+        if os.path.exists(self.table_path):
+            self.evaluated = keep_rows_until(self.table_path, resume_step)
 
     def _write(self, step: int, rows: list[tuple[dict, float]]) -> None:
         new = not os.path.exists(self.table_path)
@@ -389,9 +358,15 @@ class ContinualEvaluator:
             for step, rows, _ in self.background.poll(wait_for=wait_for):
                 self._write(step, rows)
 
-    def _on_iteration(self, session) -> None:
+    def on_switch_start(self, event: SwitchEvent) -> None:
+        if self.enabled and self.args.eval_at_switches:
+            self.evaluate_now()
+
+    def on_iteration_end(self) -> None:
+        if not self.enabled:
+            return
         every = self.args.eval_every
-        step = session.global_step
+        step = self.session.global_step
         if every and step // every != self._last_step // every:
             self.evaluate_now()
         elif self.background is not None and self.background.pending:
@@ -401,7 +376,8 @@ class ContinualEvaluator:
             self.eval_seconds += time.time() - t0
         self._last_step = step
 
-    def _on_finish(self, session) -> None:
+    def on_training_end(self) -> None:
+        session = self.session
         if not self.enabled:
             self.completed = session.stop_signal is None
             return
@@ -428,10 +404,10 @@ class ContinualEvaluator:
               f"({100 * share:.1f}%){where}; table: {self.table_path}")
         self.completed = session.stop_signal is None
 
-    def _on_close(self, session) -> None:
+    def on_close(self) -> None:
         try:
             if self.completed:
-                self._reports(session)
+                self._reports(self.session)
         finally:
             if self.envs is not None:
                 self.envs.close()
@@ -472,15 +448,4 @@ def attach(session, agent: torch.nn.Module, device: torch.device,
     `make_agent(obs_space, action_space, args)` builds the same network in the background process (a module-level
     function of the agent file, so that it pickles by name)."""
     return ContinualEvaluator(session, agent, device, make_agent)
-
-
-def read_eval_table(path: str) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["step"] = int(r["step"])
-        for k in ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate"):
-            r[k] = float(r[k]) if r.get(k) not in (None, "") else float("nan")
-        r["episodes"] = int(r["episodes"])
-    return rows
 

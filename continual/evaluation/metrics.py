@@ -45,7 +45,6 @@ of improvement of each method over each other one; performance profiles (in the 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -60,11 +59,12 @@ from scipy import stats
 
 from continual.config.loading import cli
 from continual.console import print_table
-from continual.envs.backends import normalize
 from continual.errors import UserError
+from continual.evaluation.table import EVAL_TABLE, read_eval_table
+from continual.io import atomic_write_json, read_jsonl
+from continual.modstrings import normalize_modification
 
 METRICS_FILE = "metrics.json"
-EVAL_TABLE = "eval_table.csv"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
 SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
                 "transfer_zero_shot", "transfer_reference", "plasticity")
@@ -141,35 +141,13 @@ def make_visits(first: str, switches: Iterable[tuple[int, str]], end_step: int) 
     return number_visits(visits)
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    return out
-
-
-def read_eval_table(path: str) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["step"] = int(r["step"])
-        r["mean"] = float(r["mean"])
-    return rows
-
-
 def load_run(run_dir: str) -> RunData:
     """Evaluation curves, visits, training episodes and plasticity records of a run directory."""
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory")
     config_path = os.path.join(run_dir, "config.json")
     config = json.load(open(config_path)) if os.path.exists(config_path) else {}
-    records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     evals: dict[str, Curve] = {}
     heldout: list[str] = []
     table = os.path.join(run_dir, EVAL_TABLE)
@@ -177,13 +155,13 @@ def load_run(run_dir: str) -> RunData:
         {"step": r["global_step"], "modification": r["modification"], "mean": r["mean"], "split": r.get("split")}
         for r in records if r.get("kind") == "eval"]
     for r in rows:
-        m = normalize(r["modification"] or "")
+        m = normalize_modification(r["modification"] or "")
         evals.setdefault(m, []).append((int(r["step"]), float(r["mean"])))
         if r.get("split") == "heldout" and m not in heldout:
             heldout.append(m)
     for m in evals:
         evals[m] = sorted(dict(evals[m]).items())  # one value per step (the last written)
-    switches = sorted((r["global_step"], normalize(r["modification"] or "")) for r in records
+    switches = sorted((r["global_step"], normalize_modification(r["modification"] or "")) for r in records
                       if r.get("kind") == "switch")
     sw_records = sorted((r for r in records if r.get("kind") == "switch"), key=lambda r: r["global_step"])
     iterations = [r for r in records if r.get("kind") == "iteration"]
@@ -195,8 +173,8 @@ def load_run(run_dir: str) -> RunData:
         first = config.get("modifs", "")
     steps = [r["global_step"] for r in iterations] + [s for c in evals.values() for s, _ in c]
     end_step = max(steps) if steps else int(config.get("resolved_total_timesteps") or 0)
-    visits = make_visits(normalize(first or ""), switches, end_step)
-    episodes = [(r["global_step"], normalize(r.get("modification") or ""), float(r["return"])) for r in records
+    visits = make_visits(normalize_modification(first or ""), switches, end_step)
+    episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
     return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout)
@@ -356,7 +334,7 @@ class Normalizer:
             if not scores:
                 raise ValueError("normalize reference_scores: needs --scores")
             for k, v in scores.items():
-                key = "" if k in ("(none)", "none") else normalize(k)
+                key = "" if k in ("(none)", "none") else normalize_modification(k)
                 if isinstance(v, (int, float)) and v != 0:
                     self.affine[key] = (0.0, float(v))
                 elif isinstance(v, (list, tuple)) and len(v) == 2 and v[1] != v[0]:
@@ -466,10 +444,7 @@ def compute_run_metrics(run_dir: str, write: bool = True, **kwargs: Any) -> dict
 
 
 def _write_json(path: str, data: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=lambda x: None)
-    os.replace(tmp, path)
+    atomic_write_json(path, data, default=lambda x: None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

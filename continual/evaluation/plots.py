@@ -18,7 +18,6 @@ scores (IQM / mean / median with stratified-bootstrap CIs, performance profile, 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -33,9 +32,11 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from continual.config.loading import cli
-from continual.envs.backends import normalize
 from continual.errors import UserError
 from continual.evaluation import metrics as M
+from continual.evaluation.table import read_eval_table
+from continual.io import atomic_open
+from continual.modstrings import normalize_modification
 
 DPI = 110
 
@@ -93,7 +94,8 @@ def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> No
 
 def _save(fig: Figure, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    with atomic_open(path, "wb") as f:  # a crash never leaves a half-written image
+        fig.savefig(f, format=os.path.splitext(path)[1][1:] or "png", dpi=DPI, bbox_inches="tight")
     return path
 
 
@@ -127,13 +129,9 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
     out: dict[tuple[str, int], float] = {}
     games: set[int] = set()
     if os.path.exists(path):
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                try:
-                    out[(normalize(r["modification"]), int(r["step"]))] = float(r["std"])
-                    games.add(int(r["episodes"]))
-                except (KeyError, ValueError):
-                    pass
+        for r in read_eval_table(path):
+            out[(normalize_modification(r["modification"]), r["step"])] = r["std"]
+            games.add(r["episodes"])
     return out, games
 
 

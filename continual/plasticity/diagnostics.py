@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from continual.training.callbacks import Callback, SwitchEvent
+
 PROBE_SIZE = 256
 
 
@@ -57,7 +59,11 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
 
 
-class PlasticityMonitor:
+class PlasticityMonitor(Callback):
+    """Plasticity diagnostics of `agent` (dormant units, effective rank, gradient norms), logged every
+    --diagnostics_every steps (`maybe_log`, called by the agent after each iteration) and right before every switch
+    (as a session callback: `session.add_callback(PlasticityMonitor(session, agent))`)."""
+
     def __init__(self, session, agent: nn.Module):
         self.session, self.agent = session, agent
         self.args = session.args
@@ -66,7 +72,9 @@ class PlasticityMonitor:
         self._grad_norms: Optional[torch.Tensor] = None  # on the model's device until logged
         self._last_step = session.global_step
         self._logged_at: Optional[int] = None
-        session.before_switch.append(lambda s, event: self.log())
+
+    def on_switch_start(self, event: SwitchEvent) -> None:
+        self.log()
 
     def observe(self, obs: torch.Tensor) -> None:
         """Take the probe batch from the first rollout (obs: (steps, envs, ...))."""

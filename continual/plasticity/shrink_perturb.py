@@ -15,6 +15,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
+from continual.training.callbacks import Callback, SwitchEvent
+
 
 @torch.no_grad()
 def shrink_and_perturb(model: nn.Module, shrink: float, scale: float, mode: str = "noise",
@@ -38,26 +40,30 @@ def reset_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     optimizer.state.clear()
 
 
-def install_switch_remedies(session, model: nn.Module, optimizer: torch.optim.Optimizer,
-                            make_fresh: Callable[[], nn.Module]) -> None:
-    """Register shrink & perturb / optimizer reset as after-switch hooks of a run session, per the run's flags.
+class SwitchRemedies(Callback):
+    """Shrink & perturb and/or an optimizer reset once the envs run the new regime, per the run's flags. The noise
+    comes from a generator seeded by (seed, switch count), so a resumed run perturbs identically."""
 
-    The noise comes from a generator seeded by (seed, switch count), so a resumed run perturbs identically.
-    """
-    args = session.args
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, make_fresh: Callable[[], nn.Module]):
+        self.model, self.optimizer, self.make_fresh = model, optimizer, make_fresh
 
-    def remedies(session, event) -> None:
+    def on_switch_end(self, event: SwitchEvent) -> None:
+        args = self.session.args
         if args.shrink_and_perturb:
             gen = torch.Generator().manual_seed(args.seed * 1_000_003 + event.count)
             fresh = None
             if args.perturb_mode == "fresh_init":
                 torch_state = torch.get_rng_state()
                 torch.manual_seed(args.seed * 1_000_003 + event.count)
-                fresh = make_fresh()
+                fresh = self.make_fresh()
                 torch.set_rng_state(torch_state)
-            shrink_and_perturb(model, args.shrink_factor, args.noise_scale, args.perturb_mode, fresh, gen)
+            shrink_and_perturb(self.model, args.shrink_factor, args.noise_scale, args.perturb_mode, fresh, gen)
         if args.reset_optimizer_on_switch:
-            reset_optimizer_state(optimizer)
+            reset_optimizer_state(self.optimizer)
 
-    if args.shrink_and_perturb or args.reset_optimizer_on_switch:
-        session.after_switch.append(remedies)
+
+def install_switch_remedies(session, model: nn.Module, optimizer: torch.optim.Optimizer,
+                            make_fresh: Callable[[], nn.Module]) -> None:
+    """Register `SwitchRemedies` with a run session when the run's flags ask for a remedy."""
+    if session.args.shrink_and_perturb or session.args.reset_optimizer_on_switch:
+        session.add_callback(SwitchRemedies(model, optimizer, make_fresh))

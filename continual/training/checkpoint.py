@@ -11,7 +11,6 @@ import os
 import pickle
 import random
 import re
-import tempfile
 import zipfile
 from typing import Any, Optional
 
@@ -21,11 +20,12 @@ import torch
 from continual.config.args import field_names
 from continual.config.loading import load_json_file
 from continual.errors import TrainingError, UserError
-from continual.testing.faults import inject
+from continual.io import TMP_PREFIX, atomic_open
 
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
 SUFFIX = ".cleanrl_model"
+CHECKPOINT_DIR = "checkpoints"  # <run>/checkpoints/*.cleanrl_model
 REQUIRED_KEYS = ("format_version", "architecture", "args", "model", "global_step")
 RESUME_KEYS = ("curriculum", "factory_state", "rng", "modification", "optimizer")
 
@@ -56,24 +56,12 @@ def _to_tuple(x: Any) -> Any:
 def save_checkpoint(path: str, payload: dict) -> str:
     """Write atomically: a crash mid-write leaves the previous file (or none), never a truncated one."""
     payload = {"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload}
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_open(path, "wb", fault="checkpoint_write") as f:
             torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        inject("checkpoint_write")
-        os.replace(tmp, path)
     except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise TrainingError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 
@@ -125,7 +113,16 @@ def _check(data: Any, path: str, expect_architecture: Optional[str]) -> dict:
 def run_dir_of(path: str) -> str:
     """The run directory of a checkpoint (<run>/checkpoints/x) or of a final policy file (<run>/<exp_name>...)."""
     folder = os.path.dirname(os.path.abspath(path))
-    return os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder
+    return os.path.dirname(folder) if in_checkpoint_dir(path) else folder
+
+
+def in_checkpoint_dir(path: str) -> bool:
+    """True for <somewhere>/checkpoints/<file>, where a run keeps its checkpoints."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) == CHECKPOINT_DIR
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINT_DIR)
 
 
 def final_policy_path(run_dir: str, args: Any) -> str:
@@ -135,18 +132,8 @@ def final_policy_path(run_dir: str, args: Any) -> str:
 
 def save_state_dict(path: str, state_dict: dict) -> str:
     """The policy alone (a plain state_dict, loadable with `agent.load_state_dict(torch.load(path))`), atomically."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "wb") as f:
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
     return path
 
 
@@ -160,7 +147,7 @@ def load_policy_file(path: str) -> dict:
             and all(isinstance(v, torch.Tensor) for v in data.values())):
         return _check(data, path, None)
 
-    run_dir = os.path.dirname(os.path.abspath(path))
+    run_dir = run_dir_of(path)
     config_path = os.path.join(run_dir, "config.json")
     if not os.path.exists(config_path):
         raise UserError(f"{path!r} is a plain state_dict (a final policy): its run's config.json, which describes "
@@ -168,7 +155,7 @@ def load_policy_file(path: str) -> dict:
     config = load_json_file(config_path, "run config")
     if not isinstance(config.get("architecture"), str):
         raise UserError(f"run config {config_path!r} has no architecture")
-    finals = glob.glob(os.path.join(run_dir, "checkpoints", "final__step*" + SUFFIX))
+    finals = glob.glob(os.path.join(checkpoint_dir(run_dir), "final__step*" + SUFFIX))
     step = max(map(_step_of, finals)) if finals else int(config.get("resolved_total_timesteps") or 0)
     names = field_names()
     return {"architecture": config["architecture"], "args": {k: v for k, v in config.items() if k in names},
@@ -178,7 +165,7 @@ def load_policy_file(path: str) -> dict:
 
 def latest_checkpoint(run_dir: str) -> str:
     """The newest checkpoint of a run directory (by global step, then modification time)."""
-    files = [f for f in glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX))]
+    files = glob.glob(os.path.join(checkpoint_dir(run_dir), "*" + SUFFIX))
     if not files:
         raise UserError(f"run directory {run_dir!r} has no checkpoints")
     return max(files, key=lambda f: (_step_of(f), os.path.getmtime(f)))
@@ -191,7 +178,7 @@ def _step_of(path: str) -> int:
 
 def remove_partial_writes(folder: str) -> None:
     """Temporary files of writes cut by a crash (the previous checkpoints are intact)."""
-    for f in glob.glob(os.path.join(folder, ".tmp-*" + SUFFIX)):
+    for f in glob.glob(os.path.join(folder, TMP_PREFIX + "*" + SUFFIX)):
         os.unlink(f)
 
 

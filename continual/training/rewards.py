@@ -8,6 +8,8 @@ checkpoints (the reference restarted its normaliser at every switch).
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import numpy as np
 
 
@@ -47,3 +49,17 @@ class RewardScaler:
     def load_state_dict(self, state: dict) -> None:
         self.returns = np.asarray(state["returns"], dtype=np.float64)
         self.count, self.mean, self.var = state["count"], state["mean"], state["var"]
+
+
+# An IMPALA actor's scaler travels to the learner (and back from a checkpoint) as one float64 row of shared memory.
+def state_to_row(state: dict) -> list[float]:
+    """[count, mean, var, *returns] of a `RewardScaler.state_dict()`."""
+    return [state["count"], state["mean"], state["var"], *state["returns"]]
+
+
+def state_from_row(row: Sequence[float], mode: str) -> Optional[dict]:
+    """The state dict of a row written by `state_to_row`; None for a row never written (count 0)."""
+    row = [float(x) for x in row]
+    if row[0] <= 0:
+        return None
+    return {"mode": mode, "count": row[0], "mean": row[1], "var": row[2], "returns": row[3:]}

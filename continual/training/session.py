@@ -1,6 +1,6 @@
-"""RunSession: what happens around an agent's loop once the run has started: regime switches and their hooks,
-episode and iteration logging, checkpoints (periodic, time-based, at switches, after a crash or a signal), the
-end of the run.
+"""RunSession: what happens around an agent's loop once the run has started: regime switches, episode and iteration
+logging, checkpoints (after a crash or a signal, and those its callbacks request: periodic, time-based, at switches),
+the end of the run. What else happens at these moments is a callback (`continual.training.callbacks`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -22,23 +22,20 @@ from continual.envs.vector import regime_slug
 from continual.errors import TrainingError
 from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
+from continual.training.callbacks import (
+    Callback,
+    CheckpointCallback,
+    SwitchCheckpointCallback,
+    SwitchEvent,
+    WandbCallback,
+)
 from continual.training.tracking import RunLogger
 
-
-# flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
-@dataclasses.dataclass
-class SwitchEvent:
-    old: str
-    new: str
-    global_step: int
-    count: int  # switches so far, this one included
-
-
-SwitchHook = Callable[["RunSession", SwitchEvent], None]
+C = TypeVar("C", bound=Callback)
 
 
 class RunSession:
-    """State shared by the agent files: factory, logger, per-regime statistics, switch hooks, checkpoints."""
+    """State shared by the agent files: factory, logger, per-regime statistics, callbacks, checkpoints."""
 
     def __init__(self, args: Args, curriculum: Curriculum, factory: ModificationFactory, total: int,
                  run_dir: str, logger: RunLogger, regimes: list[str], np_rng: np.random.Generator,
@@ -52,26 +49,32 @@ class RunSession:
         self.switches = resume_state.get("switches", 0) if resume_state else 0
         # the regime of the last iteration (resumed) or of step 0; envs are built with it
         self.modification: str = resume_state["modification"] if resume_state else factory.get_modification(0)
-        self.before_switch: list[SwitchHook] = []
-        self.after_switch: list[SwitchHook] = []
-        # hooks taking the session: after each iteration's logging, before the final checkpoint, at close
-        self.iteration_hooks: list[Callable[["RunSession"], None]] = []
-        self.finish_hooks: list[Callable[["RunSession"], None]] = []
-        self.close_hooks: list[Callable[["RunSession"], None]] = []
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.start_time = time.time()
         self.start_step = self._last_iteration_step = self.global_step
-        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
+        self.checkpoint_dir = ckpt_lib.checkpoint_dir(run_dir)
         self.video_dir = os.path.join(run_dir, "videos")
-        if args.save_agent_with_switch:
-            self.before_switch.append(lambda session, ev: session.request_checkpoint(
-                f"switch__{regime_slug(ev.old)}__step{ev.global_step}"))
         self._checkpoint_requests: list[str] = []
         self.save_fn: Optional[Callable[[], dict]] = None
-        self._last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
+        self.last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
+        self.callbacks: list[Callback] = []
+        # stays last (add_callback inserts before it): its wall-time clock counts the iteration's other callbacks
+        self._periodic = CheckpointCallback(args.checkpoint_every, args.checkpoint_minutes)
+        if args.track:
+            self.add_callback(WandbCallback(videos=args.capture_video, checkpoints=args.save_agent_wandb))
+        if args.save_agent_with_switch:
+            self.add_callback(SwitchCheckpointCallback())
+        self.add_callback(self._periodic)
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+
+    def add_callback(self, callback: C) -> C:
+        """Register a callback (called in the order registered, the periodic checkpoints last); returns it."""
+        callback.init_callback(self)
+        at = self.callbacks.index(self._periodic) if self._periodic in self.callbacks else len(self.callbacks)
+        self.callbacks.insert(at, callback)
+        return callback
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # finish the iteration in progress, then checkpoint and exit (a second signal stops at once)
@@ -98,8 +101,8 @@ class RunSession:
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
         (then the process exits with 128 + signal number, as a shell would report it)."""
-        for hook in self.finish_hooks:
-            hook(self)
+        for cb in self.callbacks:
+            cb.on_training_end()
         kind = "final" if self.stop_signal is None else "interrupted"
         path = self.save(f"{kind}__step{self.global_step}")
         print(f"{kind} checkpoint: {path}")
@@ -117,7 +120,8 @@ class RunSession:
         return self.factory.get_modification(self.global_step)
 
     def maybe_switch(self, envs):
-        """Ask the curriculum; on a new string run the before-hooks, switch the envs in place, run the after-hooks.
+        """Ask the curriculum; on a new string tell the callbacks (on_switch_start), switch the envs in place, tell them
+        again (on_switch_end).
 
         Returns the envs' new first observations after a switch, else None.
         """
@@ -125,8 +129,8 @@ class RunSession:
         if new == self.modification:
             return None
         event = SwitchEvent(self.modification, new, self.global_step, self.switches + 1)
-        for hook in self.before_switch:
-            hook(self, event)
+        for cb in self.callbacks:
+            cb.on_switch_start(event)
         self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
         self.switches += 1
         inject("switch")
@@ -135,8 +139,8 @@ class RunSession:
         self.logger.record("switch", self.global_step, modification=new, previous=event.old,
                            regime=self.regime_index(new), switches=self.switches)
         self.logger.text("charts/modification", new or "(none)", self.global_step)
-        for hook in self.after_switch:
-            hook(self, event)
+        for cb in self.callbacks:
+            cb.on_switch_end(event)
         return obs
 
     # --- statistics ----------------------------------------------------------------------------------------------
@@ -160,22 +164,19 @@ class RunSession:
         self.logger.scalars(scalars, self.global_step)
         self.logger.record("iteration", self.global_step, iteration=iteration, modification=self.modification,
                            **scalars)
-        if self.args.capture_video:
-            self.logger.log_new_videos(self.video_dir, self.global_step)
-        for hook in self.iteration_hooks:
-            hook(self)
-        every, minutes = self.args.checkpoint_every, self.args.checkpoint_minutes
-        due_steps = every and self.global_step // every != self._last_iteration_step // every
-        # wall time since the last checkpoint of any kind: by default a crash (SIGKILL, OOM) loses at most minutes
-        due_time = minutes and time.monotonic() - self._last_save_time >= 60.0 * minutes
-        if (due_steps or due_time) and not self._checkpoint_requests:
-            self.request_checkpoint(f"periodic__step{self.global_step}")
+        for cb in self.callbacks:
+            cb.on_iteration_end()
         self.flush_checkpoints()
         self._last_iteration_step = self.global_step
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
     def request_checkpoint(self, name: str) -> None:
+        """Written at the end of the switch or iteration in progress (`flush_checkpoints`)."""
         self._checkpoint_requests.append(name)
+
+    @property
+    def checkpoint_requested(self) -> bool:
+        return bool(self._checkpoint_requests)
 
     def flush_checkpoints(self) -> None:
         while self._checkpoint_requests:
@@ -197,20 +198,17 @@ class RunSession:
             **self.save_fn(),
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
-        self._last_save_time = time.monotonic()
+        self.last_save_time = time.monotonic()
         self._last_payload = payload
         if name.startswith("periodic__"):
             ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
-        if self.args.save_agent_wandb:
-            self.logger.log_artifact(path, f"{os.path.basename(self.run_dir)}__{name}".replace("=", "-"),
-                                     {"global_step": self.global_step, "modification": self.modification})
+        for cb in self.callbacks:
+            cb.on_checkpoint(path, name)
         return path
 
     def close(self) -> None:
         try:
-            for hook in self.close_hooks:
-                hook(self)
-            if self.args.capture_video:  # the last video is written when the envs close, after the last iteration
-                self.logger.log_new_videos(self.video_dir, self.global_step)
+            for cb in self.callbacks:
+                cb.on_close()
         finally:
             self.logger.close()

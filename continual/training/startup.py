@@ -21,7 +21,7 @@ from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
 from continual.envs.backends import game_name, validate_env_id, validate_modification
 from continual.errors import UserError
-from continual.evaluation.continual import parse_eval_modifs
+from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
 from continual.training.session import RunSession
 from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
@@ -59,8 +59,8 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
     missing = [k for k in ckpt_lib.RESUME_KEYS if k not in state]
     if missing:
         raise UserError(f"checkpoint {state['path']!r} cannot be resumed: it lacks {', '.join(missing)}")
-    folder = os.path.dirname(os.path.abspath(state["path"]))
-    if os.path.basename(folder) != "checkpoints" or not os.path.exists(os.path.join(folder, "..", "config.json")):
+    if not (ckpt_lib.in_checkpoint_dir(state["path"])
+            and os.path.exists(os.path.join(ckpt_lib.run_dir_of(state["path"]), "config.json"))):
         raise UserError(f"--resume needs a checkpoint inside a run directory (<run>/checkpoints/...): "
                         f"{state['path']!r} is not")
     if architecture is not None and state["architecture"] != architecture:
@@ -203,7 +203,7 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
             factory.load_state_dict(resume_state["factory_state"])
         except FactoryConfigError as e:
             raise UserError(f"checkpoint does not match its curriculum: {e}") from None
-        check_creatable(os.path.join(run_dir_of(resume_state), "checkpoints"))
+        check_creatable(ckpt_lib.checkpoint_dir(ckpt_lib.run_dir_of(resume_state["path"])))
     else:
         if args.run_name is None:
             args.run_name = default_run_name(args)
@@ -215,19 +215,15 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
     return Plan(factory, total, regimes)
 
 
-def run_dir_of(resume_state: dict) -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(resume_state["path"])))
-
-
 def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
               ) -> RunSession:
     """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
     plan = preflight(args, curriculum, resume_state, granularity)
     factory, total, regimes = plan.factory, plan.total, plan.regimes
     if resume_state is not None:
-        run_dir = run_dir_of(resume_state)
+        run_dir = ckpt_lib.run_dir_of(resume_state["path"])
         check_writable(run_dir)
-        ckpt_lib.remove_partial_writes(os.path.join(run_dir, "checkpoints"))
+        ckpt_lib.remove_partial_writes(ckpt_lib.checkpoint_dir(run_dir))
     else:
         run_dir = create_run_dir(args.runs_dir, args.run_name)
     config = {**args_to_dict(args), "modification_factory": curriculum.factory,

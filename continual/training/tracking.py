@@ -17,6 +17,8 @@ import time
 from typing import Any, Optional, Sequence
 
 from continual.errors import UserError
+from continual.io import atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines
+from continual.training.checkpoint import checkpoint_dir
 
 
 def check_writable(folder: str) -> None:
@@ -37,15 +39,12 @@ def create_run_dir(runs_dir: str, run_name: str) -> str:
     if os.path.exists(path):
         raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
                         f"--run_name")
-    os.makedirs(os.path.join(path, "checkpoints"))
+    os.makedirs(checkpoint_dir(path))
     return path
 
 
 def write_json(path: str, data: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write_json(path, data, sort_keys=True)
 
 
 def _clean(v: Any) -> Any:
@@ -145,21 +144,13 @@ def truncate_metrics(path: str, step: int, modification: Optional[str] = None) -
     if not os.path.exists(path):
         return
     keep = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-            redo_switch = rec.get("kind") == "switch" and rec["global_step"] == step and rec.get("modification") != modification
-            if rec.get("global_step", 0) <= step and not redo_switch:
-                keep.append(line if line.endswith("\n") else line + "\n")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(keep)
-    os.replace(tmp, path)
+    for line, rec in read_jsonl_lines(path):  # a last line cut by a crash is dropped
+        redo_switch = rec.get("kind") == "switch" and rec["global_step"] == step and rec.get("modification") != modification
+        if rec.get("global_step", 0) <= step and not redo_switch:
+            keep.append(line if line.endswith("\n") else line + "\n")
+    atomic_write_text(path, "".join(keep))
 
 
 def read_metrics(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of metrics.jsonl (continual.io.read_jsonl: a last line cut by a crash is dropped)."""
+    return read_jsonl(path)

@@ -1,0 +1,42 @@
+"""`eval_table.csv`, the continual evaluation's table (one row per evaluation step x regime): its columns, its reader,
+and the rewrite that keeps the rows up to a resumed step. Written by `continual.evaluation.continual`, read by
+`continual.evaluation.metrics` and `continual.evaluation.plots`."""
+
+from __future__ import annotations
+
+import csv
+from typing import Optional
+
+from continual.io import atomic_write_csv
+
+EVAL_TABLE = "eval_table.csv"
+COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
+           "seconds", "greedy", "success_rate"]  # success_rate: HER agents only (share of games that reached the goal)
+FLOAT_COLUMNS = ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate")
+
+
+def read_rows(path: str) -> list[dict[str, str]]:
+    """The rows as written (strings)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_eval_table(path: str) -> list[dict]:
+    """The rows with step and episodes as int and the numeric columns as float (NaN where empty or absent, e.g.
+    success_rate of a non-HER agent, or a column an older table lacks)."""
+    rows: list[dict] = read_rows(path)
+    for r in rows:
+        r["step"] = int(r["step"])
+        for k in FLOAT_COLUMNS:
+            r[k] = float(r[k]) if r.get(k) not in (None, "") else float("nan")
+        r["episodes"] = int(r["episodes"])
+    return rows
+
+
+def keep_rows_until(path: str, step: Optional[int]) -> set[int]:
+    """Rewrite the table (atomically) with the rows up to `step` (None: all of them); the steps kept."""
+    rows = read_rows(path)
+    if step is not None:
+        rows = [r for r in rows if int(r["step"]) <= step]
+    atomic_write_csv(path, COLUMNS, rows)
+    return {int(r["step"]) for r in rows}
