@@ -85,7 +85,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = PlasticityMonitor(session, agent)
+        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None:
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])

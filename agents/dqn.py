@@ -61,6 +61,7 @@ from continual.errors import TrainingError, UserError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.training.callbacks import Callback
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
@@ -269,7 +270,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = PlasticityMonitor(session, q_network)
+        monitor = session.add_callback(PlasticityMonitor(session, q_network))  # logs before every switch too
         rb = ReplayBuffer(args.buffer_size, args.num_envs, obs_space.shape, obs_space.dtype)
         print(f"replay buffer: {args.buffer_size} transitions, {rb.bytes_per_transition()} bytes each "
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
@@ -289,14 +290,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         install_switch_remedies(session, q_network, optimizer,
                                 lambda: make_agent(obs_space, envs.single_action_space, args).to(device))
 
-        def on_switch(session, event) -> None:
-            nonlocal explore_from
-            if args.reset_replay_on_switch:
-                rb.clear()
-            if args.epsilon_rewarm_on_switch:
-                explore_from = event.global_step
+        class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
+            def on_switch_end(self, event) -> None:
+                nonlocal explore_from
+                if args.reset_replay_on_switch:
+                    rb.clear()
+                if args.epsilon_rewarm_on_switch:
+                    explore_from = event.global_step
 
-        session.after_switch.append(on_switch)
+        session.add_callback(ReplayAtSwitch())
         session.save_fn = lambda: {
             "model": q_network.state_dict(), "target_model": target_network.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_scaler": reward_scaler.state_dict(),
