@@ -4,6 +4,10 @@
 the new modification string to every worker, which swaps its hooks, then resets the envs: no process is created or
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
+A switch to a string with another `env=<id>` token (a task of another game, `continual.envs.backends.split_task`)
+rebuilds the worker's wrapper stack around a new backend env in the same process; the new env is seeded from the
+first reset's seed and the switch step. `EnvSettings.compat` (`task_compat`) keeps every game's spaces the same.
+
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
 backend env (`continual.envs.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
 [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] -> RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
@@ -19,7 +23,7 @@ import multiprocessing as mp
 import re
 import signal
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -27,7 +31,17 @@ from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
-from continual.envs.backends import is_atari, make_backend_env, normalize
+from continual.envs.backends import (
+    PadTask,
+    TaskCompat,
+    is_atari,
+    make_backend_env,
+    normalize,
+    split_task,
+    task_compat,
+    task_env_id,
+    task_env_ids,
+)
 from continual.errors import EnvWorkerError
 from continual.processes import dead_workers, describe_worker_failure
 from continual.testing.faults import inject
@@ -53,9 +67,12 @@ class EnvSettings:
     her: bool = False  # HER: wrap in continual.envs.goals.GoalEnvWrapper
     game_specific_goals: bool = False
     her_tolerance: float = 0.05
+    compat: TaskCompat = TaskCompat()  # a sequence of several games: their common spaces
 
     @classmethod
-    def from_args(cls, args: Any, video_dir: Optional[str] = None, **overrides: Any) -> "EnvSettings":
+    def from_args(cls, args: Any, video_dir: Optional[str] = None, regimes: Sequence[str] = (),
+                  **overrides: Any) -> "EnvSettings":
+        """`regimes`: every modification string the run can meet (their env tokens decide `compat`)."""
         values = dict(
             env_id=args.env_id, backend=args.backend, obs_mode=args.obs_mode, frameskip=args.frameskip,
             buffer_window_size=args.buffer_window_size, repeat_action_probability=args.repeat_action_probability,
@@ -64,6 +81,7 @@ class EnvSettings:
             video_every=args.video_every,
             her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
             her_tolerance=getattr(args, "her_tolerance", 0.05),
+            compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs]), args.obs_mode),
         )
         values.update(overrides)
         return cls(**values)
@@ -120,12 +138,18 @@ class FlattenBoxAction(gym.ActionWrapper):
 
 
 class SwitchHandle(gym.Wrapper):
-    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset).
+    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset); a
+    string naming another game (`env=` token) rebuilds the stack below in place (`build(modification, step)`).
     `index`: the env's index in its vector env (fault-injection test hooks target one env)."""
 
-    def __init__(self, env: gym.Env, index: int = 0):
+    def __init__(self, env: gym.Env, index: int = 0, env_id: str = "",
+                 build: Optional[Callable[[str, int], gym.Env]] = None):
         super().__init__(env)
         self.index = index
+        self.env_id = env_id
+        self._build = build
+        self._seed: Optional[int] = None  # the first seeded reset's seed: rebuilt envs are seeded from it
+        self._reseed: Optional[int] = None
 
     def step(self, action):
         inject("env_step", self.index)  # TEST HOOK (continual.testing.faults): the worker dies during a step
@@ -133,10 +157,22 @@ class SwitchHandle(gym.Wrapper):
 
     def reset(self, **kwargs):
         inject("env_reset", self.index)  # TEST HOOK: the worker dies during a reset
+        if kwargs.get("seed") is not None:
+            self._seed, self._reseed = int(kwargs["seed"]), None
+        elif self._reseed is not None:
+            kwargs["seed"], self._reseed = self._reseed, None
         return self.env.reset(**kwargs)
 
     def set_modifications(self, modification: str, step: int = 0) -> None:
         inject("env_switch", self.index)  # TEST HOOK: the worker dies during a switch
+        env_id = task_env_id(self.env_id, modification)
+        if self._build is not None and env_id != self.env_id:
+            self.env.close()
+            self.env = self._build(modification, step)
+            self.env_id = env_id
+            if self._seed is not None:  # a fresh env: seeded, but not as it was at step 0
+                self._reseed = int(np.random.SeedSequence([self._seed, step]).generate_state(1)[0])
+            return
         env = self.env
         while isinstance(env, gym.Wrapper):
             if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
@@ -144,10 +180,14 @@ class SwitchHandle(gym.Wrapper):
             if isinstance(env, RegimeVideo):
                 env.start_regime(modification, step)
             env = env.env
-        self.env.get_wrapper_attr("set_modifications")(modification)
+        self.env.get_wrapper_attr("set_modifications")(split_task(modification)[1])
 
     def get_ram(self) -> np.ndarray:
         return self.env.unwrapped.ale.getRAM()
+
+    def game(self) -> str:
+        """The env id this worker runs now (tests: a game switch really happened in the worker)."""
+        return self.env_id
 
 
 class NoopReset(gym.Wrapper):
@@ -182,48 +222,64 @@ def _her_needs_objects(settings: EnvSettings) -> bool:
 
 def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
-        from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
-
         if mp.current_process().name != "MainProcess":
             # Ctrl-C reaches the whole process group: the learner checkpoints and closes the workers itself
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-        record = settings.video_dir is not None and idx == 0
-        env = make_backend_env(
-            settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
-            frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
-            repeat_action_probability=settings.repeat_action_probability,
-            max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
-            need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
-        )
-        if isinstance(env.action_space, gym.spaces.Box):
-            # CleanRL ppo_continuous_action: the env gets the sample clipped to the bounds (read at every step, so a
-            # modification that changes them, Pendulum max_torque=, is followed); the learner keeps the sample
-            env = gym.wrappers.ClipAction(env)
-            if len(env.action_space.shape) != 1:
-                env = FlattenBoxAction(env)
-        gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
-        if gym_atari:
-            env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
-                                                  screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
-            env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if record:
-            env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
-        if settings.atari:
-            if settings.noop_max > 0 and not gym_atari:
-                env = NoopReset(env, settings.noop_max)
-            if settings.episodic_life:
-                env = EpisodicLifeEnv(env)
-            if "FIRE" in env.unwrapped.get_action_meanings():
-                env = FireResetEnv(env)
-        if settings.her:
-            from continual.envs.goals import wrap_env
+        def build(mod: str, step: int) -> gym.Env:
+            return _build_stack(dataclasses.replace(settings, start_step=step), idx, mod)
 
-            env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
-        return SwitchHandle(env, idx)
+        return SwitchHandle(build(modification, settings.start_step), idx,
+                            task_env_id(settings.env_id, modification), build)
 
     return thunk
+
+
+def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
+    """Everything below the SwitchHandle, for the game `modification` names (its env token, else settings.env_id)."""
+    from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
+
+    settings = dataclasses.replace(settings, env_id=task_env_id(settings.env_id, modification))
+    record = settings.video_dir is not None and idx == 0
+    env = make_backend_env(
+        settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
+        frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
+        repeat_action_probability=settings.repeat_action_probability,
+        max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
+        need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
+        full_action_space=settings.compat.full_action_space,
+    )
+    if settings.compat.obs_shape is not None or settings.compat.num_actions is not None:
+        env = PadTask(env, settings.compat.obs_shape, settings.compat.num_actions)
+    if isinstance(env.action_space, gym.spaces.Box):
+        # CleanRL ppo_continuous_action: the env gets the sample clipped to the bounds (read at every step, so a
+        # modification that changes them, Pendulum max_torque=, is followed); the learner keeps the sample
+        env = gym.wrappers.ClipAction(env)
+        if len(env.action_space.shape) != 1:
+            env = FlattenBoxAction(env)
+    gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
+    if gym_atari:
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
+                                              screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
+        env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    if record:
+        env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
+    if settings.atari:
+        if settings.noop_max > 0 and not gym_atari:
+            env = NoopReset(env, settings.noop_max)
+        if settings.episodic_life:
+            env = EpisodicLifeEnv(env)
+        fire = "FIRE" in env.unwrapped.get_action_meanings()
+        if settings.compat.full_action_space:  # all 18 actions are listed: does the game itself use FIRE?
+            fire = any(a.name == "FIRE" for a in env.unwrapped.ale.getMinimalActionSet())
+        if fire:
+            env = FireResetEnv(env)
+    if settings.her:
+        from continual.envs.goals import wrap_env
+
+        env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
+    return env
 
 
 _PRELOAD = ["continual.envs.backends", "continual.envs.modifications", "hackatari.core", "ocatari.core",
