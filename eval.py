@@ -28,7 +28,7 @@ from tqdm import tqdm
 from agents import AGENT_MODULES
 from continual import console
 from continual.config.loading import args_from_dict, cli
-from continual.envs.backends import validate_env_id, validate_modification
+from continual.envs.backends import task_compat, task_env_ids, validate_env_id, validate_modification
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
@@ -49,7 +49,7 @@ class EvalArgs:
     env_id: Optional[str] = None
     """environment id; unset: the one the agent was trained on"""
     backend: Optional[str] = None
-    """HackAtari | OCAtari | Gymnasium; unset: the one the agent was trained on"""
+    """HackAtari | OCAtari | Gymnasium | MinAtar; unset: the one the agent was trained on"""
     her: bool = False
     """the agent was trained with --her (checked against the run; HER agents are evaluated goal-conditioned either
     way)"""
@@ -165,6 +165,9 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     settings = EnvSettings.from_args(
         train_args, video_dir=output + "__videos" if args.capture_video else None,
         env_id=env_id, backend=backend, episodic_life=False,
+        # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
+        compat=task_compat(backend, task_env_ids(env_id, [*(state.get("regimes") or []), *modifs]),
+                           train_args.obs_mode),
     )
     if args.capture_video:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)

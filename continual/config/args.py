@@ -44,8 +44,8 @@ class Args:
     # --- environment -----------------------------------------------------------------------------------------------
     env_id: str = "ALE/Freeway-v5"
     """gymnasium id; use full `ALE/<Game>-v5` ids for Atari (bare names silently mean v4 dynamics)"""
-    backend: Literal["HackAtari", "OCAtari", "Gymnasium"] = "HackAtari"
-    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications)"""
+    backend: Literal["HackAtari", "OCAtari", "Gymnasium", "MinAtar"] = "HackAtari"
+    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications), MinAtar (`MinAtar/<Game>` 10x10 grids, `name=value` modifications)"""
     obs_mode: Literal["dqn", "obj", "ori"] = "dqn"
     """Atari observations: dqn (4x84x84 grey uint8 stack), obj (object coordinates), ori (raw RGB frame)"""
     modifs: str = ""

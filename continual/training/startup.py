@@ -19,7 +19,14 @@ from continual.config.args import Args
 from continual.config.loading import DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args
 from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
-from continual.envs.backends import game_name, validate_env_id, validate_modification
+from continual.envs.backends import (
+    game_name,
+    task_compat,
+    task_env_ids,
+    validate_action_space,
+    validate_env_id,
+    validate_modification,
+)
 from continual.errors import UserError
 from continual.evaluation.continual import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
@@ -124,6 +131,14 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
         raise UserError(str(e)) from None
     for s in list(regimes) + list(extra):
         validate_modification(args.backend, args.env_id, s)
+    games = task_env_ids(args.env_id, [*regimes, *extra])
+    if len(games) > 1:  # a task sequence across games: one agent needs one observation and action space
+        if args.her:
+            raise UserError(f"her: goal spaces are per game; a sequence of several games ({', '.join(games)}) "
+                            f"cannot use --her")
+        for game in games:
+            validate_action_space(args.architecture, args.backend, game, args.her)
+        task_compat(args.backend, games, args.obs_mode)
     return regimes
 
 
