@@ -154,6 +154,13 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     modifs = regimes_to_evaluate(args, [state])
     for m in modifs:
         validate_modification(backend, env_id, m)
+    # a task sequence across games: the spaces the agent was trained with must hold every game asked for
+    trained_games = task_env_ids(env_id, state.get("regimes") or [train_args.modifs])
+    compat = task_compat(backend, tuple(sorted({*trained_games, *task_env_ids(env_id, modifs)})), train_args.obs_mode)
+    if len(trained_games) > 1 and compat != task_compat(backend, trained_games, train_args.obs_mode):
+        new = sorted(set(task_env_ids(env_id, modifs)) - set(trained_games))
+        raise UserError(f"modifs: {', '.join(new)} does not fit the observation/action spaces of the games the agent "
+                        f"was trained on ({', '.join(trained_games)})")
 
     run_dir = state["run_dir"]
     stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
@@ -166,8 +173,7 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
         train_args, video_dir=output + "__videos" if args.capture_video else None,
         env_id=env_id, backend=backend, episodic_life=False,
         # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
-        compat=task_compat(backend, task_env_ids(env_id, [*(state.get("regimes") or []), *modifs]),
-                           train_args.obs_mode),
+        compat=compat,
     )
     if args.capture_video:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)
