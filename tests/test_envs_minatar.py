@@ -126,11 +126,14 @@ def test_ppo_network_for_padded_grids():
     assert action.shape == (5,) and value.shape == (5, 1)
 
 
-def test_two_game_sequence_switches_in_the_same_workers():
+@pytest.mark.parametrize("prebuild", [True, False])
+def test_two_game_sequence_switches_in_the_same_workers(prebuild):
     """Breakout -> Seaquest -> Breakout (a cycle) in 2 worker processes: the pids stay, the worker's env really is
-    the other game (its first observation is the reference Seaquest's, seeded from the run's seed and the step)."""
+    the other game (its first observation is the reference Seaquest's, seeded from the run's seed and the step),
+    whether the workers built Seaquest at their start (`games`) or at the switch."""
     games = ("MinAtar/Breakout", "MinAtar/Seaquest")
-    settings = EnvSettings(env_id="MinAtar/Breakout", backend="MinAtar", compat=task_compat("MinAtar", games))
+    settings = EnvSettings(env_id="MinAtar/Breakout", backend="MinAtar", compat=task_compat("MinAtar", games),
+                           games=games if prebuild else ())
     envs = make_vector_env(settings, 2, "env=MinAtar/Breakout", "async")
     try:
         obs, _ = envs.reset(seed=10)
@@ -146,7 +149,7 @@ def test_two_game_sequence_switches_in_the_same_workers():
         for _ in range(20):
             obs, *_ = envs.step(np.array([1, 5]))
         assert obs[:, 4:].any()  # Seaquest fills channels Breakout does not have
-        obs, _ = envs.switch("env=MinAtar/Breakout", step=2000)
+        obs, _ = envs.switch("", step=2000)  # no env token: the run's --env_id, Breakout
         assert envs.worker_pids() == pids and envs.env.call("game") == (games[0], games[0])
         assert not obs[:, 4:].any()
     finally:

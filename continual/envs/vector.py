@@ -5,8 +5,10 @@ the new modification string to every worker, which swaps its hooks, then resets 
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
 A switch to a string with another `env=<id>` token (a task of another game, `continual.envs.backends.split_task`)
-rebuilds the worker's wrapper stack around a new backend env in the same process; the new env is seeded from the
-first reset's seed and the switch step. `EnvSettings.compat` (`task_compat`) keeps every game's spaces the same.
+swaps the worker's wrapper stack for that game's, in the same process: each worker builds the stack of every game
+in `EnvSettings.games` when it starts (a game not listed is built at its first switch and seeded from the first
+reset's seed and the switch step) and keeps them, so a game switch costs what a modification switch does.
+`EnvSettings.compat` (`task_compat`) keeps every game's spaces the same.
 
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
 backend env (`continual.envs.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
@@ -68,6 +70,7 @@ class EnvSettings:
     game_specific_goals: bool = False
     her_tolerance: float = 0.05
     compat: TaskCompat = TaskCompat()  # a sequence of several games: their common spaces
+    games: tuple[str, ...] = ()  # a sequence of several games: their env ids, built by each worker at its start
 
     @classmethod
     def from_args(cls, args: Any, video_dir: Optional[str] = None, regimes: Sequence[str] = (),
@@ -83,6 +86,8 @@ class EnvSettings:
             her_tolerance=getattr(args, "her_tolerance", 0.05),
             compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs]), args.obs_mode),
         )
+        games = task_env_ids(args.env_id, [*regimes, args.modifs])
+        values["games"] = games if len(games) > 1 else ()
         values.update(overrides)
         return cls(**values)
 
@@ -143,12 +148,16 @@ class SwitchHandle(gym.Wrapper):
     `index`: the env's index in its vector env (fault-injection test hooks target one env)."""
 
     def __init__(self, env: gym.Env, index: int = 0, env_id: str = "",
-                 build: Optional[Callable[[str, int], gym.Env]] = None):
+                 build: Optional[Callable[[str, int], gym.Env]] = None, prebuilt: Optional[dict] = None,
+                 default_env_id: Optional[str] = None):
         super().__init__(env)
         self.index = index
         self.env_id = env_id
+        self._default_env_id = default_env_id or env_id  # the game of a string without an env token (--env_id)
         self._build = build
-        self._seed: Optional[int] = None  # the first seeded reset's seed: rebuilt envs are seeded from it
+        self._stacks: dict[str, gym.Env] = {**(prebuilt or {}), env_id: env}  # every game's stack, kept
+        self._unseeded: set[str] = set(self._stacks)  # seeded by the first seeded reset, when they are first run
+        self._seed: Optional[int] = None  # the first seeded reset's seed: envs built later are seeded from it
         self._reseed: Optional[int] = None
 
     def step(self, action):
@@ -159,20 +168,22 @@ class SwitchHandle(gym.Wrapper):
         inject("env_reset", self.index)  # TEST HOOK: the worker dies during a reset
         if kwargs.get("seed") is not None:
             self._seed, self._reseed = int(kwargs["seed"]), None
+            self._unseeded = set(self._stacks) - {self.env_id}
         elif self._reseed is not None:
             kwargs["seed"], self._reseed = self._reseed, None
         return self.env.reset(**kwargs)
 
     def set_modifications(self, modification: str, step: int = 0) -> None:
         inject("env_switch", self.index)  # TEST HOOK: the worker dies during a switch
-        env_id = task_env_id(self.env_id, modification)
+        env_id = task_env_id(self._default_env_id, modification)
         if self._build is not None and env_id != self.env_id:
-            self.env.close()
-            self.env = self._build(modification, step)
-            self.env_id = env_id
-            if self._seed is not None:  # a fresh env: seeded, but not as it was at step 0
+            if env_id not in self._stacks:  # a game not built at the start
+                self._stacks[env_id] = self._build(modification, step)
+                self._unseeded.add(env_id)
+            self.env, self.env_id = self._stacks[env_id], env_id
+            if env_id in self._unseeded and self._seed is not None:  # first run of this env: seeded from the
+                self._unseeded.discard(env_id)  # run's seed and the step (not as it would have been at step 0)
                 self._reseed = int(np.random.SeedSequence([self._seed, step]).generate_state(1)[0])
-            return
         env = self.env
         while isinstance(env, gym.Wrapper):
             if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
@@ -188,6 +199,10 @@ class SwitchHandle(gym.Wrapper):
     def game(self) -> str:
         """The env id this worker runs now (tests: a game switch really happened in the worker)."""
         return self.env_id
+
+    def close(self):
+        for env in self._stacks.values():
+            env.close()
 
 
 class NoopReset(gym.Wrapper):
@@ -229,8 +244,10 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
         def build(mod: str, step: int) -> gym.Env:
             return _build_stack(dataclasses.replace(settings, start_step=step), idx, mod)
 
-        return SwitchHandle(build(modification, settings.start_step), idx,
-                            task_env_id(settings.env_id, modification), build)
+        env_id = task_env_id(settings.env_id, modification)
+        # the other games of the sequence, built now: a game switch then swaps stacks (their first string: "")
+        prebuilt = {g: build(f"env={g}", settings.start_step) for g in settings.games if g != env_id}
+        return SwitchHandle(build(modification, settings.start_step), idx, env_id, build, prebuilt, settings.env_id)
 
     return thunk
 
