@@ -303,10 +303,11 @@ _PRELOAD = ["continual.envs.backends", "continual.envs.modifications", "hackatar
             "stable_baselines3.common.atari_wrappers", "gymnasium"]
 
 
-def _mp_context() -> str:
+def _mp_context(backend: str = "") -> str:
     # forkserver: workers fork from a clean server that imported the env stack once (a fork of the learner would
-    # copy torch's thread pools; spawn would re-import hackatari in every worker, ~3 s each)
-    mp.set_forkserver_preload(_PRELOAD)
+    # copy torch's thread pools; spawn would re-import hackatari in every worker, ~3 s each). minatar imports
+    # matplotlib and seaborn (seconds): preloaded only for MinAtar runs (the server starts with the first vector env)
+    mp.set_forkserver_preload(_PRELOAD + (["minatar"] if backend == "MinAtar" else []))
     return "forkserver"
 
 
@@ -380,7 +381,7 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vec
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
     use_async = vector_env == "async" or (vector_env == "auto" and settings.atari and num_envs > 1)
     if use_async:
-        envs = gym.vector.AsyncVectorEnv(fns, context=_mp_context(), autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = gym.vector.AsyncVectorEnv(fns, context=_mp_context(settings.backend), autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification)

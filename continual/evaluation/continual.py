@@ -204,7 +204,7 @@ class BackgroundEvaluation:
 
     def __init__(self, make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings,
                  modifs: list[str], episodes: int, num_envs: int, seed: int, greedy: bool):
-        ctx = mp.get_context(_mp_context())
+        ctx = mp.get_context(_mp_context(settings.backend))
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_background_main, name="continual-eval", daemon=True,
                                 args=(make_agent, args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
