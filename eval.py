@@ -173,7 +173,7 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
         train_args, video_dir=output + "__videos" if args.capture_video else None,
         env_id=env_id, backend=backend, episodic_life=False,
         # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
-        compat=compat,
+        compat=compat, curriculum=state.get("regimes") or [train_args.modifs],
     )
     if args.capture_video:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)

@@ -11,8 +11,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_script
+import torch
 
+from conftest import ROOT, run_script
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
 from continual.envs.vector import EnvSettings, make_vector_env
@@ -111,7 +112,7 @@ def test_two_game_ale_sequence_switches_in_the_same_workers():
 def write_config(path: str, cycles: int = 2) -> str:
     config = {
         "env_id": "MinAtar/Breakout", "backend": "MinAtar", "num_envs": 4, "num_steps": 32, "num_minibatches": 1,
-        "update_epochs": 1, "eval_every": 0, "metrics": False, "progress_bar": False,
+        "update_epochs": 1, "eval_every": 0, "metrics": False, "progress_bar": False, "task_id_input": True,
         "modification_factory": "TaskSequence",
         "modification_factory_kwargs": {"cycles": cycles, "tasks": [
             {"env_id": "MinAtar/Breakout", "steps": 512},
@@ -128,9 +129,9 @@ def records(run_dir: str, kind: str) -> list[dict]:
 
 
 def test_minatar_sequence_trains_resumes_and_evaluates_each_task(tmp_path):
-    """Two games x 2 cycles (2048 steps): stopped at 1024 (the end of cycle 1) and resumed, the switches land
-    exactly on the schedule; the episodes of each task are that game's; eval.py evaluates the checkpoint on
-    either task."""
+    """Two games x 2 cycles (2048 steps), with --task_id_input: stopped at 1024 (the end of cycle 1) and resumed,
+    the switches land exactly on the schedule; the episodes of each task are that game's; the agent sees 6 grid
+    channels + 2 task channels; eval.py evaluates the checkpoint on either task and on a game that fits."""
     config = write_config(str(tmp_path / "seq.json"))
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "seq",
@@ -148,6 +149,8 @@ def test_minatar_sequence_trains_resumes_and_evaluates_each_task(tmp_path):
         assert r["modification"] == owner[0], r
     with open(os.path.join(run_dir, "config.json")) as f:
         assert sorted(json.load(f)["possible_modifications"]) == sorted([b, s])
+    weights = torch.load(os.path.join(run_dir, "ppo.cleanrl_model"), weights_only=True)
+    assert weights["network.0.weight"].shape[1] == 8  # input channels: SpaceInvaders' 6 (the most) + one per task
     out = str(tmp_path / "eval_out")
     agent = os.path.join(run_dir, "ppo.cleanrl_model")
     run_script("eval.py", "--agent_path", agent, "--modifs", s, "env=MinAtar/Asterix", "--eval_episodes", "2",

@@ -18,7 +18,7 @@ from continual.envs.backends import (
     task_compat,
     validate_modification,
 )
-from continual.envs.vector import EnvSettings, make_vector_env
+from continual.envs.vector import EnvSettings, TaskIdObservation, make_vector_env
 from continual.errors import UserError
 
 GAMES = [f"MinAtar/{g}" for g in MINATAR_GAMES]
@@ -152,5 +152,41 @@ def test_two_game_sequence_switches_in_the_same_workers(prebuild):
         obs, _ = envs.switch("", step=2000)  # no env token: the run's --env_id, Breakout
         assert envs.worker_pids() == pids and envs.env.call("game") == (games[0], games[0])
         assert not obs[:, 4:].any()
+    finally:
+        envs.close()
+
+
+def test_task_id_input_appends_a_one_hot_of_the_task():
+    """--task_id_input: (C, H, W) grids get one constant plane per task (1 on the current task's), vectors one
+    entry per task; a string outside the task list gets zeros. Checked against hand-built arrays."""
+    tasks = ("env=MinAtar/Breakout", "env=MinAtar/Freeway")
+    env = TaskIdObservation(MinAtarEnv("MinAtar/Breakout"), tasks, "env=MinAtar/Freeway")
+    assert env.observation_space.shape == (6, 10, 10)
+    obs, _ = env.reset(seed=0)
+    raw = MinAtarEnv("MinAtar/Breakout").reset(seed=0)[0]
+    expected = np.concatenate([raw, np.zeros((1, 10, 10)), np.ones((1, 10, 10))]).astype(np.float32)
+    assert np.array_equal(obs, expected)
+    env.set_task("sticky_action_prob=0")
+    assert not env.step(0)[0][4:].any()
+    vec = TaskIdObservation(gym.make("CartPole-v1"), ("a", "b", "c"), "b")
+    obs, _ = vec.reset(seed=0)
+    assert obs.shape == (7,) and np.array_equal(obs[4:], [0, 1, 0])
+    assert np.array_equal(obs[:4], gym.make("CartPole-v1").reset(seed=0)[0])
+
+
+def test_task_id_follows_switches_in_the_workers():
+    tasks = ("env=MinAtar/Breakout", "env=MinAtar/Freeway", "env=MinAtar/Freeway sticky_action_prob=0")
+    games = ("MinAtar/Breakout", "MinAtar/Freeway")
+    settings = EnvSettings(env_id="MinAtar/Breakout", backend="MinAtar", compat=task_compat("MinAtar", games),
+                           games=games, task_ids=tasks)
+    envs = make_vector_env(settings, 2, tasks[0], "async")
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 10, 10, 10)  # Freeway's 7 channels + 3 tasks
+        for i, m in [(0, tasks[0]), (1, tasks[1]), (2, tasks[2]), (0, tasks[0])]:
+            if m != envs.modification:
+                obs, _ = envs.switch(m, step=i + 1)
+            obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
+            assert np.array_equal(obs[:, 7:].max(axis=(2, 3)), np.eye(3)[[i, i]]), m
     finally:
         envs.close()

@@ -71,11 +71,13 @@ class EnvSettings:
     her_tolerance: float = 0.05
     compat: TaskCompat = TaskCompat()  # a sequence of several games: their common spaces
     games: tuple[str, ...] = ()  # a sequence of several games: their env ids, built by each worker at its start
+    task_ids: tuple[str, ...] = ()  # --task_id_input: the curriculum's regimes, whose one-hot joins the observation
 
     @classmethod
     def from_args(cls, args: Any, video_dir: Optional[str] = None, regimes: Sequence[str] = (),
-                  **overrides: Any) -> "EnvSettings":
-        """`regimes`: every modification string the run can meet (their env tokens decide `compat`)."""
+                  curriculum: Optional[Sequence[str]] = None, **overrides: Any) -> "EnvSettings":
+        """`regimes`: every modification string the run can meet (their env tokens decide `compat`); `curriculum`:
+        the training curriculum's regimes when `regimes` holds more (evaluation), the task ids of --task_id_input."""
         values = dict(
             env_id=args.env_id, backend=args.backend, obs_mode=args.obs_mode, frameskip=args.frameskip,
             buffer_window_size=args.buffer_window_size, repeat_action_probability=args.repeat_action_probability,
@@ -88,12 +90,49 @@ class EnvSettings:
         )
         games = task_env_ids(args.env_id, [*regimes, args.modifs])
         values["games"] = games if len(games) > 1 else ()
+        if getattr(args, "task_id_input", False):
+            values["task_ids"] = task_ids(regimes if curriculum is None else curriculum)
         values.update(overrides)
         return cls(**values)
 
     @property
     def atari(self) -> bool:
         return self.backend in ("HackAtari", "OCAtari") or is_atari(self.env_id)
+
+
+def task_ids(regimes: Sequence[str]) -> tuple[str, ...]:
+    """--task_id_input: the task list, the curriculum's regimes sorted (task i = one-hot entry i)."""
+    return tuple(sorted({normalize(m) for m in regimes}))
+
+
+class TaskIdObservation(gym.ObservationWrapper):
+    """--task_id_input: a one-hot of the current task joins the observation, as len(task_ids) constant planes
+    after the channels of a (C, H, W) observation (0 or the space's high) or entries after a vector. A regime
+    outside the list (an evaluation-only string) gets the all-zero code."""
+
+    def __init__(self, env: gym.Env, task_ids: Sequence[str], modification: str):
+        super().__init__(env)
+        self.task_ids = list(task_ids)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (1, 3):
+            raise ValueError(f"task_id_input: needs vector or (C, H, W) observations, got {space}")
+        k = len(self.task_ids)
+        self._on = float(np.max(space.high)) if len(space.shape) == 3 and np.isfinite(space.high).all() else 1.0
+        extra = (k,) + tuple(space.shape[1:])
+        low = np.concatenate([np.broadcast_to(space.low, space.shape), np.zeros(extra)]).astype(space.dtype)
+        high = np.concatenate([np.broadcast_to(space.high, space.shape), np.full(extra, self._on)]).astype(space.dtype)
+        self.observation_space = gym.spaces.Box(low, high, dtype=space.dtype)
+        self._code = np.zeros(extra, dtype=space.dtype)
+        self.set_task(modification)
+
+    def set_task(self, modification: str) -> None:
+        self._code[:] = 0
+        m = normalize(modification)
+        if m in self.task_ids:
+            self._code[self.task_ids.index(m)] = self._on
+
+    def observation(self, obs):
+        return np.concatenate([obs, self._code])
 
 
 def regime_slug(modification: str) -> str:
@@ -186,6 +225,8 @@ class SwitchHandle(gym.Wrapper):
                 self._reseed = int(np.random.SeedSequence([self._seed, step]).generate_state(1)[0])
         env = self.env
         while isinstance(env, gym.Wrapper):
+            if isinstance(env, TaskIdObservation):
+                env.set_task(modification)
             if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
                 env.was_real_done = True
             if isinstance(env, RegimeVideo):
@@ -296,6 +337,8 @@ def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
         from continual.envs.goals import wrap_env
 
         env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
+    if settings.task_ids:
+        env = TaskIdObservation(env, settings.task_ids, modification)
     return env
 
 

@@ -285,7 +285,7 @@ class ContinualEvaluator:
         self.num_envs = args.eval_num_envs or min(args.eval_episodes, 4)
         self.seed = args.eval_seed if args.eval_seed is not None else args.seed + 10_000
         self.settings = EnvSettings.from_args(
-            args, regimes=self.modifs, episodic_life=False, max_episode_steps=args.eval_max_episode_steps or args.max_episode_steps)
+            args, regimes=self.modifs, curriculum=self.curriculum, episodic_life=False, max_episode_steps=args.eval_max_episode_steps or args.max_episode_steps)
         self.table_path = os.path.join(session.run_dir, EVAL_TABLE)
         self.eval_seconds = 0.0
         self.evaluated: set[int] = set()

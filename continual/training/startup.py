@@ -131,6 +131,11 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
         raise UserError(str(e)) from None
     for s in list(regimes) + list(extra):
         validate_modification(args.backend, args.env_id, s)
+    if args.task_id_input and args.her:
+        raise UserError("task_id_input: HER observations carry goals; use one or the other")
+    if args.task_id_input and args.backend in ("HackAtari", "OCAtari") and args.obs_mode != "dqn":
+        raise UserError(f"task_id_input: needs frames (obs_mode dqn), MinAtar grids or vector observations, "
+                        f"not obs_mode {args.obs_mode}")
     games = task_env_ids(args.env_id, [*regimes, *extra])
     if len(games) > 1:  # a task sequence across games: one agent needs one observation and action space
         if args.her:
