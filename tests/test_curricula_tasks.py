@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from conftest import ROOT, run_script
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
 from continual.envs.vector import EnvSettings, make_vector_env
+from continual.evaluation import plots
 
 TASKS = [{"env_id": "MinAtar/Breakout", "steps": 3},
          {"env_id": "MinAtar/Freeway", "modifications": "sticky_action_prob=0", "steps": 5},
@@ -189,3 +191,11 @@ def test_incompatible_sequences_exit_2_with_one_line(tmp_path, case):
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), (proc.stdout, proc.stderr)
     assert not runs.exists()
+
+
+def test_plot_titles_name_the_games_of_a_sequence():
+    config = {"architecture": "PPO", "env_id": "MinAtar/Breakout",
+              "possible_modifications": ["env=MinAtar/Freeway sticky_action_prob=0", "env=MinAtar/Breakout"]}
+    assert "2 games: MinAtar/Breakout, MinAtar/Freeway" in plots._title(SimpleNamespace(name="r", config=config))
+    one = {**config, "possible_modifications": ["", "sticky_action_prob=0"]}
+    assert plots._title(SimpleNamespace(name="r", config=one)).endswith(", MinAtar/Breakout)")
