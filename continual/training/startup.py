@@ -148,8 +148,10 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
 
 
 def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
-    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs)."""
-    threads = args.torch_threads if args.torch_threads else (1 if len(obs_shape) != 3 else None)
+    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs and
+    the small CNN of MinAtar's 10x10 grids)."""
+    small = len(obs_shape) != 3 or obs_shape[1] < 36
+    threads = args.torch_threads if args.torch_threads else (1 if small else None)
     if threads:
         torch.set_num_threads(threads)
 
