@@ -183,7 +183,8 @@ class FlattenBoxAction(gym.ActionWrapper):
 
 class SwitchHandle(gym.Wrapper):
     """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset); a
-    string naming another game (`env=` token) rebuilds the stack below in place (`build(modification, step)`).
+    string naming another game (`env=` token) first swaps the stack below for that game's (`prebuilt` at the
+    worker's start, else `build(modification, step)` now; every stack is kept for the next visit).
     `index`: the env's index in its vector env (fault-injection test hooks target one env)."""
 
     def __init__(self, env: gym.Env, index: int = 0, env_id: str = "",
