@@ -15,10 +15,13 @@ import pytest
 import torch
 
 from conftest import ROOT, run_script
+from continual.config.args import Args
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
 from continual.envs.vector import EnvSettings, make_vector_env
+from continual.errors import UserError
 from continual.evaluation import plots
+from continual.training.startup import check_modifications
 
 TASKS = [{"env_id": "MinAtar/Breakout", "steps": 3},
          {"env_id": "MinAtar/Freeway", "modifications": "sticky_action_prob=0", "steps": 5},
@@ -199,3 +202,17 @@ def test_plot_titles_name_the_games_of_a_sequence():
     assert "2 games: MinAtar/Breakout, MinAtar/Freeway" in plots._title(SimpleNamespace(name="r", config=config))
     one = {**config, "possible_modifications": ["", "sticky_action_prob=0"]}
     assert plots._title(SimpleNamespace(name="r", config=one)).endswith(", MinAtar/Breakout)")
+
+
+def test_any_factory_may_name_games_and_preflight_checks_each():
+    """env= tokens in a Sequential curriculum: every regime is checked against its own game before any env exists."""
+    args = Args(env_id="MinAtar/Breakout", backend="MinAtar")
+    good = make_factory("Sequential", {"num_total_steps": 100, "switching_thresholds": [50],
+                                       "modifications": ["sticky_action_prob=0", "env=MinAtar/Freeway difficulty_ramping=0"]})
+    assert check_modifications(args, good) == ["difficulty_ramping=0 env=MinAtar/Freeway", "sticky_action_prob=0"]
+    for bad, match in [("env=MinAtar/Freeway gravity=3", "gravity=3"), ("env=MinAtar/Pong", "MinAtar/Pong"),
+                       ("env=CartPole-v1", "CartPole-v1")]:
+        f = make_factory("Sequential", {"num_total_steps": 100, "switching_thresholds": [50],
+                                        "modifications": ["", bad]})
+        with pytest.raises(UserError, match=match):
+            check_modifications(args, f)
