@@ -27,7 +27,7 @@ from tqdm import tqdm
 from agents import AGENT_MODULES
 from continual import console
 from continual.config.loading import args_from_dict, cli
-from continual.envs.backends import validate_env_id, validate_modification
+from continual.envs.backends import task_compat, task_env_ids, validate_env_id, validate_modification
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
@@ -49,7 +49,7 @@ class EvalArgs:
     env_id: Optional[str] = None
     """environment id; unset: the one the agent was trained on"""
     backend: Optional[str] = None
-    """HackAtari | OCAtari | Gymnasium; unset: the one the agent was trained on"""
+    """HackAtari | OCAtari | Gymnasium | MinAtar; unset: the one the agent was trained on"""
     her: bool = False
     """the agent was trained with --her (checked against the run; HER agents are evaluated goal-conditioned either
     way)"""
@@ -154,6 +154,13 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     modifs = regimes_to_evaluate(args, [state])
     for m in modifs:
         validate_modification(backend, env_id, m)
+    # a task sequence across games: the spaces the agent was trained with must hold every game asked for
+    trained_games = task_env_ids(env_id, state.get("regimes") or [train_args.modifs])
+    compat = task_compat(backend, tuple(sorted({*trained_games, *task_env_ids(env_id, modifs)})), train_args.obs_mode)
+    if len(trained_games) > 1 and compat != task_compat(backend, trained_games, train_args.obs_mode):
+        new = sorted(set(task_env_ids(env_id, modifs)) - set(trained_games))
+        raise UserError(f"modifs: {', '.join(new)} does not fit the observation/action spaces of the games the agent "
+                        f"was trained on ({', '.join(trained_games)})")
 
     run_dir = state["run_dir"]
     stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
@@ -165,6 +172,8 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
     settings = EnvSettings.from_args(
         train_args, video_dir=output + "__videos" if args.capture_video else None,
         env_id=env_id, backend=backend, episodic_life=False,
+        # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
+        compat=compat, curriculum=state.get("regimes") or [train_args.modifs],
     )
     if args.capture_video:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)

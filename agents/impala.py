@@ -477,7 +477,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     session = start_run(args, curriculum, resume_state, granularity=steps_per_update)
     num_iterations = session.total_timesteps // steps_per_update
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
+                                     start_step=session.global_step)
     threads = torch.get_num_threads()
     if device.type == "cpu":  # leave a core to each actor: oversubscribed OpenMP threads slow the learner 10-100x
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - args.num_actors))

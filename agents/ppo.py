@@ -58,7 +58,8 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """Nature CNN for (C, 84, 84) pixel stacks, an MLP for object or vector observations; shared torso.
+    """Nature CNN for (C, 84, 84) pixel stacks, MinAtar's small CNN for (C, 10, 10) grids, an MLP for object or
+    vector observations; shared torso.
 
     HER (goal_dim > 0): the MLP takes [observation, goal] as input; the CNN's 512 features h join the goal g in one
     fused layer before the heads, ReLU(W_h h + W_g g + b) (a linear layer on [h, g]).
@@ -80,7 +81,15 @@ class Agent(nn.Module):
             self.register_buffer("obs_mean", torch.zeros(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_var", torch.ones(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_count", torch.tensor(1e-4, dtype=torch.float64))
-        if len(obs_shape) == 3:
+        if len(obs_shape) == 3 and obs_shape[1] < 36:
+            # small grids (MinAtar's 10x10): the MinAtar paper's network, one 3x3 convolution and 128 units
+            self.network = nn.Sequential(
+                layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(16 * (obs_shape[1] - 2) * (obs_shape[2] - 2), 128)), nn.ReLU(),
+            )
+            hidden = 128
+        elif len(obs_shape) == 3:
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
@@ -205,7 +214,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
+                                     start_step=session.global_step)
     envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)

@@ -43,10 +43,13 @@ class Args:
     # --- environment -----------------------------------------------------------------------------------------------
     env_id: str = "ALE/Freeway-v5"
     """gymnasium id; use full `ALE/<Game>-v5` ids for Atari (bare names silently mean v4 dynamics)"""
-    backend: Literal["HackAtari", "OCAtari", "Gymnasium"] = "HackAtari"
-    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications)"""
+    backend: Literal["HackAtari", "OCAtari", "Gymnasium", "MinAtar"] = "HackAtari"
+    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications), MinAtar (`MinAtar/<Game>` 10x10 grids, `name=value` modifications)"""
     obs_mode: Literal["dqn", "obj", "ori"] = "dqn"
     """Atari observations: dqn (4x84x84 grey uint8 stack), obj (object coordinates), ori (raw RGB frame)"""
+    task_id_input: bool = False
+    """give the agent the task identity: a one-hot of the current regime (its index among the curriculum's regimes)
+    appended to every observation, as constant extra channels for frames and grids, extra entries for vectors"""
     modifs: str = ""
     """modification string used when no curriculum is configured (e.g. "all_green_cars reverse_car_speed_top")"""
     num_envs: int = 8

@@ -70,7 +70,7 @@ def validate_args(args: Args) -> None:
         raise UserError(
             f"num_minibatches: {args.num_minibatches} exceeds the rollout size num_envs*num_steps={args.rollout_size()}"
         )
-    if args.backend != "Gymnasium" and not args.env_id.startswith("ALE/"):
+    if args.backend in ("HackAtari", "OCAtari") and not args.env_id.startswith("ALE/"):
         raise UserError(
             f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
             f"got {args.env_id!r}"

@@ -91,6 +91,12 @@ Built-in factories (also registered under the short alias without the
     by phases ``0..j-1`` without this factory's own replay. Phase 0, or a phase
     whose pool is empty, never replays.
 
+``TaskSequenceModificationFactory(tasks, cycles=1)`` (alias ``"TaskSequence"``)
+    CORA-style task sequences: ``tasks`` is a list of ``{"env_id": ..., "modifications": ..., "steps": N}``
+    run in order, the whole list ``cycles`` times; a task's string is ``env=<env_id> <modifications>``
+    (a task without ``env_id`` runs ``--env_id``). ``total_timesteps = cycles * sum(steps)``. See
+    ``continual.curricula.tasks``.
+
 Your own factory: the seed's contract
 -------------------------------------
 A plain class (no base class needed) with ``__init__(num_total_steps, **kwargs)`` and
@@ -191,6 +197,7 @@ from continual.curricula.registry import (
                                          modification_factory_mapping,
                                          register_factory,
 )
+from continual.curricula.tasks import TaskSequenceModificationFactory, task_string
 
 __all__ = [
     "FACTORIES", "CallReplayFactory", "SCHEDULE_GRANULARITY", "granularity_rule", "make_run_factory",
@@ -198,5 +205,5 @@ __all__ = [
     "CombinedModificationFactory", "EpsCombinedModificationFactory", "EpsSequentialModificationFactory",
     "FactoryConfigError", "ModificationFactory", "NoModificationFactory", "RandomModificationFactory",
     "SequentialModificationFactory", "get_factory_class", "main", "make_factory", "normalize_modification",
-    "register_factory",
+    "register_factory", "TaskSequenceModificationFactory", "task_string",
 ]

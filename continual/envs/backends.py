@@ -10,17 +10,28 @@ vector env does right away (see `continual.envs.vector`). Modification strings a
 - OCAtari: object-centric observations of the unmodified game (only "" is valid).
 - Gymnasium: any registered id. Tokens are `name=value`: ALE games take `mode=`/`difficulty=`; other envs take
   numeric attributes of the unwrapped env (CartPole `gravity`, `length`, ...), with dependent quantities re-derived.
+- MinAtar (minatar 1.0.15): `MinAtar/<Game>` (Asterix, Breakout, Freeway, Seaquest, SpaceInvaders), the 10x10xC
+  bool grid as float32 channels-first (C, 10, 10), all 6 actions in every game. Tokens `sticky_action_prob=<p>`
+  (MinAtar's default 0.1) and `difficulty_ramping=0|1` (default 1).
+
+Task sequences across games: a modification string may carry one `env=<env id>` token (`env=MinAtar/Breakout
+sticky_action_prob=0.2`); it names the game of that regime (same backend), the other tokens are its modifications
+(`split_task`). When a run's regimes name several games, their spaces are made one (`task_compat`): ALE games use
+the full 18-action set (as CORA) and keep their 4x84x84 frames; MinAtar grids are zero-padded to the largest
+channel count; other Box observations are zero-padded to the largest shape and Discrete action sets grow to the
+largest (an index a task lacks acts as its last action). Anything else is refused before any env is built.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import math
 import os
 import random
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -29,7 +40,26 @@ from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
 from continual.modstrings import modification_tokens, normalize_modification
 
-BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
+BACKENDS = ("HackAtari", "OCAtari", "Gymnasium", "MinAtar")
+ENV_TOKEN = "env="
+
+
+def split_task(modification: str) -> tuple[Optional[str], str]:
+    """'env=MinAtar/Breakout sticky_action_prob=0.2' -> ('MinAtar/Breakout', 'sticky_action_prob=0.2');
+    a string without an env token -> (None, the string normalised)."""
+    envs = [t[len(ENV_TOKEN):] for t in modification_tokens(modification) if t.startswith(ENV_TOKEN)]
+    if len(envs) > 1:
+        raise UserError(f"modification {modification!r} names {len(envs)} environments ({', '.join(envs)}); "
+                        f"a task has one")
+    if envs and not envs[0]:
+        raise UserError(f"modification {modification!r}: 'env=' needs an env id, e.g. env=MinAtar/Breakout")
+    rest = " ".join(t for t in modification_tokens(modification) if not t.startswith(ENV_TOKEN))
+    return (envs[0] if envs else None), rest
+
+
+def task_env_id(default_env_id: str, modification: str) -> str:
+    """The env id a regime runs: its env token, else the run's --env_id."""
+    return split_task(modification)[0] or default_env_id
 
 
 def game_name(env_id: str) -> str:
@@ -87,6 +117,8 @@ def available_modifications(backend: str, env_id: str) -> dict[str, str]:
         return dict(sorted(out.items()))
     if backend == "OCAtari":
         return {}
+    if backend == "MinAtar":
+        return {f"{k}=<value>": v for k, v in MINATAR_PARAMETERS.items()}
     return {f"{k}=<value>": v for k, v in gym_parameters(env_id).items()}
 
 
@@ -137,6 +169,11 @@ def gym_parameters(env_id: str) -> dict[str, str]:
 def validate_env_id(backend: str, env_id: str) -> None:
     if backend not in BACKENDS:
         raise UserError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "MinAtar":
+        minatar_module(env_id)
+        return
+    if backend in ("HackAtari", "OCAtari") and not is_atari(env_id):
+        raise UserError(f"env_id: {backend} needs a full ALE id such as 'ALE/Freeway-v5', got {env_id!r}")
     if is_atari(env_id):
         _import_ale()
     module, _, name = env_id.rpartition(":")
@@ -220,7 +257,15 @@ def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> d
 
 
 def validate_modification(backend: str, env_id: str, modification: str) -> None:
-    """Raise a one-line UserError naming the bad token and listing the valid names."""
+    """Raise a one-line UserError naming the bad token and listing the valid names. An `env=` token (a task of
+    another game) is checked as an env id of `backend`, the other tokens against that game."""
+    task_env, rest = split_task(modification)
+    if task_env is not None:
+        validate_env_id(backend, task_env)
+        env_id, modification = task_env, rest
+    if backend == "MinAtar":
+        parse_minatar_tokens(env_id, modification)
+        return
     if backend == "Gymnasium":
         parse_parameter_tokens(env_id, modification)
         return
@@ -233,6 +278,210 @@ def validate_modification(backend: str, env_id: str, modification: str) -> None:
     for tok in modification_tokens(modification):
         if tok not in valid:
             raise UserError(f"unknown modification {tok!r} for {game_name(env_id)}; valid: {', '.join(valid)}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# MinAtar
+# --------------------------------------------------------------------------------------------------------------------
+
+MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
+                 "SpaceInvaders": "space_invaders"}
+MINATAR_PARAMETERS = {
+    "sticky_action_prob": "probability that the previous action is repeated, in [0, 1] (MinAtar's default 0.1)",
+    "difficulty_ramping": "1: the game speeds up as it goes on (MinAtar's default), 0: it does not",
+}
+MINATAR_DEFAULTS = {"sticky_action_prob": 0.1, "difficulty_ramping": 1.0}
+MINATAR_NUM_ACTIONS = 6  # MinAtar's full action set, the same in every game
+
+
+def minatar_module(env_id: str) -> str:
+    """'MinAtar/Breakout' (or the gymnasium ids 'MinAtar/Breakout-v0'/'-v1') -> 'breakout'."""
+    prefix, _, name = env_id.partition("/")
+    game = name.split("-")[0]
+    if prefix != "MinAtar" or game not in MINATAR_GAMES:
+        raise UserError(f"env_id: the MinAtar backend runs MinAtar/<Game> with Game one of "
+                        f"{', '.join(MINATAR_GAMES)}, got {env_id!r}")
+    return MINATAR_GAMES[game]
+
+
+def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
+    """MinAtar `name=value` tokens over MINATAR_DEFAULTS (names not given keep their defaults)."""
+    minatar_module(env_id)
+    out = dict(MINATAR_DEFAULTS)
+    seen: set[str] = set()
+    for tok in modification_tokens(modification):
+        name, sep, value = tok.partition("=")
+        if not sep or name not in MINATAR_PARAMETERS:
+            raise UserError(f"modification {tok!r} is not valid for {env_id} (MinAtar backend); valid: "
+                            f"{', '.join(f'{k}=' for k in MINATAR_PARAMETERS)}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise UserError(f"modification {tok!r}: {value!r} is not a number") from None
+        if name in seen:
+            raise UserError(f"modification {modification!r} sets {name} twice")
+        if name == "sticky_action_prob" and not 0.0 <= v <= 1.0:
+            raise UserError(f"modification {tok!r}: a probability in [0, 1]")
+        if name == "difficulty_ramping" and v not in (0.0, 1.0):
+            raise UserError(f"modification {tok!r}: 0 or 1")
+        seen.add(name)
+        out[name] = v
+    return out
+
+
+class MinAtarEnv(gym.Env):
+    """A MinAtar game as a gymnasium env with switchable parameters (applied at the next reset).
+
+    Observation: the (10, 10, C) bool grid as float32 (C, 10, 10). Actions: MinAtar's 6 (n, l, u, r, d, f) in every
+    game. Seeded resets seed MinAtar's own RandomState (sticky actions and the game's randomness)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
+
+    def __init__(self, env_id: str, modification: str = "", render_mode: Optional[str] = None):
+        from minatar import Environment
+
+        self.env_id = env_id
+        self.render_mode = render_mode
+        self._module = minatar_module(env_id)
+        self._params = parse_minatar_tokens(env_id, modification)
+        self.game = Environment(self._module, sticky_action_prob=self._params["sticky_action_prob"],
+                                difficulty_ramping=bool(self._params["difficulty_ramping"]))
+        h, w, c = self.game.state_shape()
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (c, h, w), np.float32)
+        self.action_space = gym.spaces.Discrete(MINATAR_NUM_ACTIONS)
+        self.modification = normalize_modification(modification)
+        self._pending: Optional[dict[str, float]] = None
+
+    def set_modifications(self, modification: str) -> None:
+        self._pending = parse_minatar_tokens(self.env_id, modification)
+        self.modification = normalize_modification(modification)
+
+    def _apply_pending(self) -> None:
+        if self._pending is None:
+            return
+        params, self._pending = self._pending, None
+        self.game.sticky_action_prob = params["sticky_action_prob"]
+        if params["difficulty_ramping"] != self._params["difficulty_ramping"]:
+            # ramping is fixed when MinAtar builds the game: a new game object that draws from the same RandomState
+            self.game.env = importlib.import_module(f"minatar.environments.{self._module}").Env(
+                ramping=bool(params["difficulty_ramping"]))
+            self.game.env.random = self.game.random
+        self._params = params
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self._apply_pending()
+        if seed is not None:
+            self.game.seed(seed)
+        self.game.reset()
+        self.game.last_action = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward, done = self.game.act(int(action))
+        return self._obs(), float(reward), bool(done), False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.ascontiguousarray(self.game.state().transpose(2, 0, 1), dtype=np.float32)
+
+    def render(self):
+        # each channel its own colour on black, 16 pixels per cell
+        state = self.game.state()
+        c = state.shape[-1]
+        hues = np.linspace(0.0, 1.0, c, endpoint=False)
+        palette = np.stack([0.5 + 0.5 * np.cos(2 * np.pi * (hues + k / 3)) for k in range(3)], axis=1)
+        palette = np.concatenate([np.zeros((1, 3)), palette]) * 255
+        index = np.where(state.any(-1), state.argmax(-1) + 1, 0)
+        return np.kron(palette[index], np.ones((16, 16, 1))).astype(np.uint8)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# task sequences: one observation and action space for every game of a run
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskCompat:
+    """How a run's games share spaces: `obs_shape` (zero-pad observations to it), `num_actions` (a Discrete action
+    set of that size), `full_action_space` (ALE's 18 actions). All None/False for a one-game run: nothing changes."""
+
+    obs_shape: Optional[tuple[int, ...]] = None
+    num_actions: Optional[int] = None
+    full_action_space: bool = False
+
+
+def task_env_ids(default_env_id: str, modifications: Sequence[str]) -> tuple[str, ...]:
+    """The sorted distinct env ids a run's regimes run (`default_env_id` for strings without an env token)."""
+    return tuple(sorted({task_env_id(default_env_id, m) for m in modifications}))
+
+
+@functools.lru_cache(maxsize=None)
+def task_compat(backend: str, env_ids: tuple[str, ...], obs_mode: str = "dqn") -> TaskCompat:
+    """The common spaces of `env_ids` under `backend`, or a one-line UserError naming why there are none."""
+    if len(set(env_ids)) <= 1:
+        return TaskCompat()
+    names = ", ".join(env_ids)
+    atari = [is_atari(e) for e in env_ids]
+    if backend in ("HackAtari", "OCAtari") or any(atari):
+        if not all(atari):
+            raise UserError(f"task sequence: ALE and non-ALE games cannot share one agent ({names})")
+        if obs_mode != "dqn":
+            raise UserError(f"task sequence: obs_mode {obs_mode!r} differs between games ({names}); a sequence "
+                            f"of several Atari games needs obs_mode dqn (4x84x84 frames)")
+        return TaskCompat(full_action_space=True)
+    if backend == "MinAtar":
+        shapes = [MinAtarEnv(e).observation_space.shape for e in env_ids]
+        return TaskCompat(obs_shape=(max(s[0] for s in shapes), *shapes[0][1:]), num_actions=MINATAR_NUM_ACTIONS)
+    spaces = []
+    for e in env_ids:
+        env = gym.make(e)
+        spaces.append((e, env.observation_space, env.action_space))
+        env.close()
+    obs = [s for _, s, _ in spaces]
+    acts = [a for _, _, a in spaces]
+    if not all(isinstance(o, gym.spaces.Box) for o in obs) or len({o.shape.__len__() for o in obs}) != 1:
+        shown = "; ".join(f"{e}: {o}" for e, o, _ in spaces)
+        raise UserError(f"task sequence: observations cannot be padded to one shape (Box spaces of one rank "
+                        f"needed): {shown}")
+    obs_shape = tuple(max(o.shape[i] for o in obs) for i in range(len(obs[0].shape)))
+    if all(isinstance(a, gym.spaces.Discrete) for a in acts):
+        return TaskCompat(obs_shape=obs_shape, num_actions=max(int(a.n) for a in acts))
+    if all(isinstance(a, gym.spaces.Box) for a in acts) and len({a.shape for a in acts}) == 1:
+        return TaskCompat(obs_shape=obs_shape)
+    shown = "; ".join(f"{e}: {a}" for e, _, a in spaces)
+    raise UserError(f"task sequence: action spaces cannot be made one (all Discrete, or Box of one shape): {shown}")
+
+
+class PadTask(gym.Wrapper):
+    """A task's spaces made the sequence's (`TaskCompat`): observations zero-padded to `obs_shape` (at the end of
+    each axis), Discrete actions widened to `num_actions` (an index this task lacks acts as its last action)."""
+
+    def __init__(self, env: gym.Env, obs_shape: Optional[tuple[int, ...]], num_actions: Optional[int]):
+        super().__init__(env)
+        space = env.observation_space
+        self._pad = None
+        if obs_shape is not None and tuple(space.shape) != tuple(obs_shape):
+            self._pad = [(0, t - s) for s, t in zip(space.shape, obs_shape)]
+            low = np.pad(np.broadcast_to(space.low, space.shape), self._pad)
+            high = np.pad(np.broadcast_to(space.high, space.shape), self._pad)
+            self.observation_space = gym.spaces.Box(low, high, dtype=space.dtype)
+        self._n = None
+        if num_actions is not None and isinstance(env.action_space, gym.spaces.Discrete):
+            self._n = int(env.action_space.n)
+            self.action_space = gym.spaces.Discrete(num_actions)
+
+    def _obs(self, obs):
+        return obs if self._pad is None else np.pad(obs, self._pad)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._obs(obs), info
+
+    def step(self, action):
+        if self._n is not None:
+            action = min(int(action), self._n - 1)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._obs(obs), reward, terminated, truncated, info
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -474,10 +723,18 @@ def rederive(u: Any) -> None:
 def make_backend_env(backend: str, env_id: str, modification: str, *, obs_mode: str = "dqn", frameskip: int = 4,
                      buffer_window_size: int = 4, repeat_action_probability: float = 0.25,
                      max_episode_steps: Optional[int] = None, render_mode: Optional[str] = None,
-                     need_objects: bool = False) -> gym.Env:
-    """One unwrapped-ish backend env (no preprocessing wrappers) with `set_modifications`."""
+                     need_objects: bool = False, full_action_space: bool = False) -> gym.Env:
+    """One unwrapped-ish backend env (no preprocessing wrappers) with `set_modifications`. An `env=` token in
+    `modification` replaces `env_id`; `full_action_space`: ALE's 18 actions (a sequence of several games)."""
+    task_env, modification = split_task(modification)
+    env_id = task_env or env_id
+    if backend == "MinAtar":
+        env = MinAtarEnv(env_id, modification, render_mode=render_mode)
+        return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     if backend in ("HackAtari", "OCAtari"):
         kwargs: dict[str, Any] = {"repeat_action_probability": repeat_action_probability}
+        if full_action_space:
+            kwargs["full_action_space"] = True
         if max_episode_steps is not None:
             kwargs["max_num_frames_per_episode"] = max_episode_steps * frameskip
         if backend == "HackAtari":
@@ -488,7 +745,8 @@ def make_backend_env(backend: str, env_id: str, modification: str, *, obs_mode: 
                                      buffer_window_size=buffer_window_size, render_mode=render_mode, **kwargs)
     if is_atari(env_id):
         _import_ale()
-        kwargs = {"frameskip": 1, "repeat_action_probability": repeat_action_probability}
+        kwargs = {"frameskip": 1, "repeat_action_probability": repeat_action_probability,
+                  "full_action_space": full_action_space}
         if max_episode_steps is not None:
             kwargs["max_num_frames_per_episode"] = max_episode_steps * frameskip
         env = gym.make(env_id, render_mode=render_mode, **kwargs)

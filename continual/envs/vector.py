@@ -4,6 +4,12 @@
 the new modification string to every worker, which swaps its hooks, then resets the envs: no process is created or
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
+A switch to a string with another `env=<id>` token (a task of another game, `continual.envs.backends.split_task`)
+swaps the worker's wrapper stack for that game's, in the same process: each worker builds the stack of every game
+in `EnvSettings.games` when it starts (a game not listed is built at its first switch and seeded from the first
+reset's seed and the switch step) and keeps them, so a game switch costs what a modification switch does.
+`EnvSettings.compat` (`task_compat`) keeps every game's spaces the same.
+
 Per-env wrapper stack (innermost first), as CleanRL's `ppo_atari` but from gymnasium/SB3 wrappers:
 backend env (`continual.envs.backends`) -> [Box actions: ClipAction (+ FlattenBoxAction if not 1-D)] ->
 [Gymnasium ALE ids: AtariPreprocessing + FrameStackObservation] -> RecordEpisodeStatistics (whole games, inside EpisodicLife) -> RegimeVideo (env 0, --capture_video) ->
@@ -19,15 +25,25 @@ import multiprocessing as mp
 import re
 import signal
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
-from continual.envs.backends import is_atari, make_backend_env
+from continual.envs.backends import (
+    PadTask,
+    TaskCompat,
+    is_atari,
+    make_backend_env,
+    split_task,
+    task_compat,
+    task_env_id,
+    task_env_ids,
+)
 from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
 from continual.modstrings import normalize_modification
@@ -55,9 +71,19 @@ class EnvSettings:
     her: bool = False  # HER: wrap in continual.envs.goals.GoalEnvWrapper
     game_specific_goals: bool = False
     her_tolerance: float = 0.05
+    compat: TaskCompat = TaskCompat()  # a sequence of several games: their common spaces
+    games: tuple[str, ...] = ()  # a sequence of several games: their env ids, built by each worker at its start
+    task_ids: tuple[str, ...] = ()  # --task_id_input: the curriculum's regimes, whose one-hot joins the observation
+
+    def worker_context(self):
+        """The multiprocessing context of this run's worker processes (MinAtar's import is preloaded for its runs)."""
+        return mp_context(self.atari, ("minatar",) if self.backend == "MinAtar" else ())
 
     @classmethod
-    def from_args(cls, args: Any, video_dir: Optional[str] = None, **overrides: Any) -> "EnvSettings":
+    def from_args(cls, args: Any, video_dir: Optional[str] = None, regimes: Sequence[str] = (),
+                  curriculum: Optional[Sequence[str]] = None, **overrides: Any) -> "EnvSettings":
+        """`regimes`: every modification string the run can meet (their env tokens decide `compat`); `curriculum`:
+        the training curriculum's regimes when `regimes` holds more (evaluation), the task ids of --task_id_input."""
         values = dict(
             env_id=args.env_id, backend=args.backend, obs_mode=args.obs_mode, frameskip=args.frameskip,
             buffer_window_size=args.buffer_window_size, repeat_action_probability=args.repeat_action_probability,
@@ -66,13 +92,53 @@ class EnvSettings:
             video_every=args.video_every,
             her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
             her_tolerance=getattr(args, "her_tolerance", 0.05),
+            compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs]), args.obs_mode),
         )
+        games = task_env_ids(args.env_id, [*regimes, args.modifs])
+        values["games"] = games if len(games) > 1 else ()
+        if getattr(args, "task_id_input", False):
+            values["task_ids"] = task_ids(regimes if curriculum is None else curriculum)
         values.update(overrides)
         return cls(**values)
 
     @property
     def atari(self) -> bool:
         return self.backend in ("HackAtari", "OCAtari") or is_atari(self.env_id)
+
+
+def task_ids(regimes: Sequence[str]) -> tuple[str, ...]:
+    """--task_id_input: the task list, the curriculum's regimes sorted (task i = one-hot entry i)."""
+    return tuple(sorted({normalize_modification(m) for m in regimes}))
+
+
+class TaskIdObservation(gym.ObservationWrapper):
+    """--task_id_input: a one-hot of the current task joins the observation, as len(task_ids) constant planes
+    after the channels of a (C, H, W) observation (0 or the space's high) or entries after a vector. A regime
+    outside the list (an evaluation-only string) gets the all-zero code."""
+
+    def __init__(self, env: gym.Env, task_ids: Sequence[str], modification: str):
+        super().__init__(env)
+        self.task_ids = list(task_ids)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (1, 3):
+            raise ValueError(f"task_id_input: needs vector or (C, H, W) observations, got {space}")
+        k = len(self.task_ids)
+        self._on = float(np.max(space.high)) if len(space.shape) == 3 and np.isfinite(space.high).all() else 1.0
+        extra = (k,) + tuple(space.shape[1:])
+        low = np.concatenate([np.broadcast_to(space.low, space.shape), np.zeros(extra)]).astype(space.dtype)
+        high = np.concatenate([np.broadcast_to(space.high, space.shape), np.full(extra, self._on)]).astype(space.dtype)
+        self.observation_space = gym.spaces.Box(low, high, dtype=space.dtype)
+        self._code = np.zeros(extra, dtype=space.dtype)
+        self.set_task(modification)
+
+    def set_task(self, modification: str) -> None:
+        self._code[:] = 0
+        m = normalize_modification(modification)
+        if m in self.task_ids:
+            self._code[self.task_ids.index(m)] = self._on
+
+    def observation(self, obs):
+        return np.concatenate([obs, self._code])
 
 
 def regime_slug(modification: str) -> str:
@@ -122,12 +188,23 @@ class FlattenBoxAction(gym.ActionWrapper):
 
 
 class SwitchHandle(gym.Wrapper):
-    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset).
+    """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset); a
+    string naming another game (`env=` token) first swaps the stack below for that game's (`prebuilt` at the
+    worker's start, else `build(modification, step)` now; every stack is kept for the next visit).
     `index`: the env's index in its vector env (fault-injection test hooks target one env)."""
 
-    def __init__(self, env: gym.Env, index: int = 0):
+    def __init__(self, env: gym.Env, index: int = 0, env_id: str = "",
+                 build: Optional[Callable[[str, int], gym.Env]] = None, prebuilt: Optional[dict] = None,
+                 default_env_id: Optional[str] = None):
         super().__init__(env)
         self.index = index
+        self.env_id = env_id
+        self._default_env_id = default_env_id or env_id  # the game of a string without an env token (--env_id)
+        self._build = build
+        self._stacks: dict[str, gym.Env] = {**(prebuilt or {}), env_id: env}  # every game's stack, kept
+        self._unseeded: set[str] = set(self._stacks)  # seeded by the first seeded reset, when they are first run
+        self._seed: Optional[int] = None  # the first seeded reset's seed: envs built later are seeded from it
+        self._reseed: Optional[int] = None
 
     def step(self, action):
         inject("env_step", self.index)  # TEST HOOK (continual.testing.faults): the worker dies during a step
@@ -135,21 +212,45 @@ class SwitchHandle(gym.Wrapper):
 
     def reset(self, **kwargs):
         inject("env_reset", self.index)  # TEST HOOK: the worker dies during a reset
+        if kwargs.get("seed") is not None:
+            self._seed, self._reseed = int(kwargs["seed"]), None
+            self._unseeded = set(self._stacks) - {self.env_id}
+        elif self._reseed is not None:
+            kwargs["seed"], self._reseed = self._reseed, None
         return self.env.reset(**kwargs)
 
     def set_modifications(self, modification: str, step: int = 0) -> None:
         inject("env_switch", self.index)  # TEST HOOK: the worker dies during a switch
+        env_id = task_env_id(self._default_env_id, modification)
+        if self._build is not None and env_id != self.env_id:
+            if env_id not in self._stacks:  # a game not built at the start
+                self._stacks[env_id] = self._build(modification, step)
+                self._unseeded.add(env_id)
+            self.env, self.env_id = self._stacks[env_id], env_id
+            if env_id in self._unseeded and self._seed is not None:  # first run of this env: seeded from the
+                self._unseeded.discard(env_id)  # run's seed and the step (not as it would have been at step 0)
+                self._reseed = int(np.random.SeedSequence([self._seed, step]).generate_state(1)[0])
         env = self.env
         while isinstance(env, gym.Wrapper):
+            if isinstance(env, TaskIdObservation):
+                env.set_task(modification)
             if hasattr(env, "was_real_done"):  # SB3 EpisodicLifeEnv: the next reset must restart the game
                 env.was_real_done = True
             if isinstance(env, RegimeVideo):
                 env.start_regime(modification, step)
             env = env.env
-        self.env.get_wrapper_attr("set_modifications")(modification)
+        self.env.get_wrapper_attr("set_modifications")(split_task(modification)[1])
 
     def get_ram(self) -> np.ndarray:
         return self.env.unwrapped.ale.getRAM()
+
+    def game(self) -> str:
+        """The env id this worker runs now (tests: a game switch really happened in the worker)."""
+        return self.env_id
+
+    def close(self):
+        for env in self._stacks.values():
+            env.close()
 
 
 class NoopReset(gym.Wrapper):
@@ -182,46 +283,64 @@ def _her_needs_objects(settings: EnvSettings) -> bool:
 
 def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
-        from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
-
         if mp.current_process().name != "MainProcess":
             # Ctrl-C reaches the whole process group: the learner checkpoints and closes the workers itself
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-        record = settings.video_dir is not None and idx == 0
-        env = make_backend_env(
-            settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
-            frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
-            repeat_action_probability=settings.repeat_action_probability,
-            max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
-            need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
-        )
-        if isinstance(env.action_space, gym.spaces.Box):
-            # CleanRL ppo_continuous_action: the env gets the sample clipped to the bounds (read at every step, so a
-            # modification that changes them, Pendulum max_torque=, is followed); the learner keeps the sample
-            env = gym.wrappers.ClipAction(env)
-            if len(env.action_space.shape) != 1:
-                env = FlattenBoxAction(env)
-        gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
-        if gym_atari:
-            env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
-                                                  screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
-            env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if record:
-            env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
-        if settings.atari:
-            if settings.noop_max > 0 and not gym_atari:
-                env = NoopReset(env, settings.noop_max)
-            if settings.episodic_life:
-                env = EpisodicLifeEnv(env)
-            if "FIRE" in env.unwrapped.get_action_meanings():
-                env = FireResetEnv(env)
-        if settings.her:
-            env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
-        return SwitchHandle(env, idx)
+        def build(mod: str, step: int) -> gym.Env:
+            return _build_stack(dataclasses.replace(settings, start_step=step), idx, mod)
+
+        env_id = task_env_id(settings.env_id, modification)
+        # the other games of the sequence, built now: a game switch then swaps stacks (their first string: "")
+        prebuilt = {g: build(f"env={g}", settings.start_step) for g in settings.games if g != env_id}
+        return SwitchHandle(build(modification, settings.start_step), idx, env_id, build, prebuilt, settings.env_id)
 
     return thunk
+
+
+def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
+    """Everything below the SwitchHandle, for the game `modification` names (its env token, else settings.env_id)."""
+    settings = dataclasses.replace(settings, env_id=task_env_id(settings.env_id, modification))
+    record = settings.video_dir is not None and idx == 0
+    env = make_backend_env(
+        settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
+        frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
+        repeat_action_probability=settings.repeat_action_probability,
+        max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
+        need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
+        full_action_space=settings.compat.full_action_space,
+    )
+    if settings.compat.obs_shape is not None or settings.compat.num_actions is not None:
+        env = PadTask(env, settings.compat.obs_shape, settings.compat.num_actions)
+    if isinstance(env.action_space, gym.spaces.Box):
+        # CleanRL ppo_continuous_action: the env gets the sample clipped to the bounds (read at every step, so a
+        # modification that changes them, Pendulum max_torque=, is followed); the learner keeps the sample
+        env = gym.wrappers.ClipAction(env)
+        if len(env.action_space.shape) != 1:
+            env = FlattenBoxAction(env)
+    gym_atari = settings.backend == "Gymnasium" and is_atari(settings.env_id)
+    if gym_atari:
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=settings.noop_max, frame_skip=settings.frameskip,
+                                              screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
+        env = gym.wrappers.FrameStackObservation(env, settings.buffer_window_size)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    if record:
+        env = RegimeVideo(env, settings.video_dir, settings.video_every, modification, settings.start_step)
+    if settings.atari:
+        if settings.noop_max > 0 and not gym_atari:
+            env = NoopReset(env, settings.noop_max)
+        if settings.episodic_life:
+            env = EpisodicLifeEnv(env)
+        fire = "FIRE" in env.unwrapped.get_action_meanings()
+        if settings.compat.full_action_space:  # all 18 actions are listed: does the game itself use FIRE?
+            fire = any(a.name == "FIRE" for a in env.unwrapped.ale.getMinimalActionSet())
+        if fire:
+            env = FireResetEnv(env)
+    if settings.her:
+        env = wrap_env(env, settings.env_id, settings.backend, settings.game_specific_goals, settings.her_tolerance)
+    if settings.task_ids:
+        env = TaskIdObservation(env, settings.task_ids, modification)
+    return env
 
 
 class ContinualVectorEnv(gym.vector.VectorWrapper):
@@ -287,7 +406,8 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vec
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
     use_async = vector_env == "async" or (vector_env == "auto" and settings.atari and num_envs > 1)
     if use_async:
-        envs = gym.vector.AsyncVectorEnv(fns, context=mp_context(settings.atari).get_start_method(), autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = gym.vector.AsyncVectorEnv(fns, context=settings.worker_context().get_start_method(),
+                                         autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification)

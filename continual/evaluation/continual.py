@@ -45,7 +45,7 @@ from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
 from continual.modstrings import normalize_modification, parse_eval_modifs
-from continual.processes import mp_context, stop_processes
+from continual.processes import stop_processes
 from continual.training.callbacks import Callback, SwitchEvent
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
@@ -194,7 +194,7 @@ class BackgroundEvaluation:
 
     def __init__(self, make_agent: Callable[..., torch.nn.Module], args: Any, settings: EnvSettings,
                  modifs: list[str], episodes: int, num_envs: int, seed: int, greedy: bool):
-        ctx = mp_context(settings.atari)
+        ctx = settings.worker_context()
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_background_main, name="continual-eval", daemon=True,
                                 args=(make_agent, args, settings, modifs, episodes, num_envs, seed, greedy, self.tasks,
@@ -269,7 +269,7 @@ class ContinualEvaluator(Callback):
         self.num_envs = args.eval_num_envs or min(args.eval_episodes, 4)
         self.seed = args.eval_seed if args.eval_seed is not None else args.seed + 10_000
         self.settings = EnvSettings.from_args(
-            args, episodic_life=False, max_episode_steps=args.eval_max_episode_steps or args.max_episode_steps)
+            args, regimes=self.modifs, curriculum=self.curriculum, episodic_life=False, max_episode_steps=args.eval_max_episode_steps or args.max_episode_steps)
         self.table_path = os.path.join(session.run_dir, EVAL_TABLE)
         self.eval_seconds = 0.0
         self.evaluated: set[int] = set()

@@ -32,6 +32,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from continual.config.loading import cli
+from continual.envs.backends import task_env_ids
 from continual.errors import UserError
 from continual.evaluation import metrics as M
 from continual.evaluation.table import read_eval_table
@@ -137,6 +138,9 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
 
 def _title(run: M.RunData) -> str:
     env = run.config.get("env_id", "")
+    games = task_env_ids(env, run.config.get("possible_modifications") or [])
+    if len(games) > 1:  # a task sequence across games
+        env = f"{len(games)} games: {', '.join(games)}"
     return f"{run.name}  ({M.method_label(run.config)}{', ' + env if env else ''})"
 
 

@@ -19,7 +19,14 @@ from continual.config.args import Args
 from continual.config.loading import DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args
 from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
-from continual.envs.backends import game_name, validate_env_id, validate_modification
+from continual.envs.backends import (
+    game_name,
+    task_compat,
+    task_env_ids,
+    validate_action_space,
+    validate_env_id,
+    validate_modification,
+)
 from continual.errors import UserError
 from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
@@ -126,12 +133,27 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
         raise UserError(str(e)) from None
     for s in list(regimes) + list(extra):
         validate_modification(args.backend, args.env_id, s)
+    if args.task_id_input and args.her:
+        raise UserError("task_id_input: HER observations carry goals; use one or the other")
+    if args.task_id_input and args.backend in ("HackAtari", "OCAtari") and args.obs_mode != "dqn":
+        raise UserError(f"task_id_input: needs frames (obs_mode dqn), MinAtar grids or vector observations, "
+                        f"not obs_mode {args.obs_mode}")
+    games = task_env_ids(args.env_id, [*regimes, *extra])
+    if len(games) > 1:  # a task sequence across games: one agent needs one observation and action space
+        if args.her:
+            raise UserError(f"her: goal spaces are per game; a sequence of several games ({', '.join(games)}) "
+                            f"cannot use --her")
+        for game in games:
+            validate_action_space(args.architecture, args.backend, game, args.her)
+        task_compat(args.backend, games, args.obs_mode)
     return regimes
 
 
 def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
-    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs)."""
-    threads = args.torch_threads if args.torch_threads else (1 if len(obs_shape) != 3 else None)
+    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs and
+    the small CNN of MinAtar's 10x10 grids)."""
+    small = len(obs_shape) != 3 or obs_shape[1] < 36
+    threads = args.torch_threads if args.torch_threads else (1 if small else None)
     if threads:
         torch.set_num_threads(threads)
 
