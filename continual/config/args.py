@@ -166,7 +166,8 @@ class Args:
     curriculum that switches"""
     ewc_lambda: float = 500.0
     """EWC: penalty weight lambda in lambda/2 * sum F (theta - theta*)^2 (CORA: 500 ewc, 25 online; its Atari configs:
-    10000 ewc, 175 online)"""
+    10000 ewc, 175 online). IMPALA's losses are sums over the batch, as CORA's; PPO's are means, so a CORA lambda
+    is about lambda / minibatch size for PPO"""
     ewc_gamma: float = 0.99
     """EWC: online decay, F <- gamma*F + F_new (ewc online only; CORA: 0.99)"""
     ewc_samples: int = 1024
@@ -297,7 +298,7 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
-              "IMPALA": "IMPALA", "HER": "HER", "continual evaluation": "evaluation"}
+              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "HER": "HER", "continual evaluation": "evaluation"}
 
 
 def grouped_class() -> type:
