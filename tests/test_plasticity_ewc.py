@@ -167,6 +167,7 @@ def _consolidate(mode: str, regimes: list[str], **kw) -> tuple[EWC, list[tuple[d
         event = SwitchEvent(old, "next", 100 * count, count)
         ewc.on_switch_start(event)
         ewc.on_switch_end(event)
+        ewc.penalty()  # as training does between switches (a cached merge must not go stale)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.1 * count)
@@ -179,16 +180,29 @@ def _assert_anchor(got: tuple[dict, dict], theta: dict, fisher: dict) -> None:
         torch.testing.assert_close(got[1][n], fisher[n], rtol=1e-6, atol=1e-12)
 
 
+def _assert_penalty(ewc: EWC, anchors: list, scale: bool = False) -> None:
+    """The callback's merged quadratic against the definition (ewc_penalty): value and gradient."""
+    ref = ewc_penalty(ewc.model, anchors, ewc.lam, scale)
+    ref_grads = torch.autograd.grad(ref, list(ewc.model.parameters()))
+    got = ewc.penalty()
+    got_grads = torch.autograd.grad(got, list(ewc.model.parameters()))
+    assert ref.item() > 0 and got.item() == pytest.approx(ref.item(), rel=1e-5)
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-7)
+
+
 def test_ewc_keeps_one_anchor_per_ended_regime_and_a_revisit_replaces_it():
     ewc, exp = _consolidate("ewc", ["a", "b", "a"])
     assert list(ewc.anchors) == ["b", "a"]
     _assert_anchor(ewc.anchors["b"], *exp[1])
     _assert_anchor(ewc.anchors["a"], *exp[2])
-    want = ewc_penalty(ewc.model, [exp[1], exp[2]], 2.0)
-    assert want.item() > 0
-    assert ewc.penalty().item() == pytest.approx(want.item(), rel=1e-6)
-    ewc.omit_current = True  # the session's regime is "a": its own anchor is left out
-    assert ewc.penalty().item() == pytest.approx(ewc_penalty(ewc.model, [exp[1]], 2.0).item(), rel=1e-6)
+    _assert_penalty(ewc, [exp[1], exp[2]])
+    ewc.scale_by_tasks = True
+    _assert_penalty(ewc, [exp[1], exp[2]], scale=True)
+    ewc.scale_by_tasks, ewc.omit_current = False, True  # the session's regime is "a": its own anchor is left out
+    _assert_penalty(ewc, [exp[1]])
+    ewc.session.modification = "b"
+    _assert_penalty(ewc, [exp[2]])
 
 
 def test_online_ewc_decays_the_running_fisher_and_keeps_the_latest_anchor():
@@ -197,8 +211,9 @@ def test_online_ewc_decays_the_running_fisher_and_keeps_the_latest_anchor():
     gamma = 0.5
     running = {n: gamma * (gamma * exp[0][1][n] + exp[1][1][n]) + exp[2][1][n] for n in exp[0][1]}
     _assert_anchor(ewc.anchors["online"], exp[2][0], running)
-    assert ewc.penalty().item() == pytest.approx(ewc_penalty(ewc.model, [(exp[2][0], running)], 2.0).item(),
-                                                 rel=1e-6)
+    _assert_penalty(ewc, [(exp[2][0], running)])
+    ewc.scale_by_tasks = True  # ewc only: online has one anchor
+    _assert_penalty(ewc, [(exp[2][0], running)])
 
 
 def test_normalize_full_divides_each_fisher_tensor_by_its_norm():

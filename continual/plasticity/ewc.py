@@ -149,6 +149,8 @@ class EWC(Callback):
         self.buffer: Optional[torch.Tensor] = None  # [samples, *obs_shape] on the CPU, a ring
         self.filled = self.pos = 0
         self.consolidated = 0  # switch count of the last consolidation (a resumed switch is not consolidated twice)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._merged: tuple = (None, None)  # (which anchors, their merged quadratic), see `penalty`
 
     # --- what the agent calls ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -162,9 +164,37 @@ class EWC(Callback):
         self.filled = min(self.samples, self.filled + len(rows))
 
     def penalty(self) -> torch.Tensor:
+        """`ewc_penalty` over the anchors in force, computed as one quadratic on the flattened parameters:
+        sum_k F_k (theta - theta*_k)^2 = A (theta - m)^2 + c with A = sum_k F_k, m = sum_k F_k theta*_k / A and
+        c = sum_k F_k (theta*_k - m)^2 (the same value and gradient; a few ops per update whatever the number of
+        anchors, instead of several per parameter tensor and anchor)."""
         current = self.session.modification if self.omit_current and self.mode == "ewc" else None
-        anchors = [a for k, a in self.anchors.items() if k != current]
-        return ewc_penalty(self.model, anchors, self.lam, self.scale_by_tasks and self.mode == "ewc")
+        keys = tuple(k for k in self.anchors if k != current)
+        if self._merged[0] != keys:  # reset to None whenever the anchors change
+            self._merged = (keys, self._merge([self.anchors[k] for k in keys]))
+        merged = self._merged[1]
+        if merged is None:
+            return torch.zeros((), device=self._params[0].device)
+        a, m, c, k = merged
+        d = torch.cat([p.reshape(-1) for p in self._params]) - m
+        scale = 1.0 / k if self.scale_by_tasks and self.mode == "ewc" else 1.0
+        return (0.5 * self.lam * scale) * (torch.dot(a * d, d) + c)
+
+    def _merge(self, anchors: list) -> Optional[tuple[torch.Tensor, torch.Tensor, float, int]]:
+        if not anchors:
+            return None
+        names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+
+        def flat(d: dict) -> torch.Tensor:
+            return torch.cat([d[n].reshape(-1) for n in names]).double()
+
+        fishers, thetas = [flat(f) for _, f in anchors], [flat(t) for t, _ in anchors]
+        a = sum(fishers)
+        m = thetas[0] if len(anchors) == 1 else torch.where(
+            a > 0, sum(f * t for f, t in zip(fishers, thetas)) / a.clamp_min(1e-300), 0.0)
+        c = float(sum((f * (t - m) ** 2).sum() for f, t in zip(fishers, thetas)))
+        dtype = self._params[0].dtype
+        return a.to(dtype), m.to(dtype), c, len(anchors)
 
     # --- switch ----------------------------------------------------------------------------------------------------
     def on_switch_start(self, event: SwitchEvent) -> None:
@@ -184,6 +214,7 @@ class EWC(Callback):
             self.anchors.pop(event.old, None)  # re-insert: the dict keeps the order regimes ended in
             self.anchors[event.old] = (theta, fisher)
         self.consolidated = event.count
+        self._merged = (None, None)
 
     def on_switch_end(self, event: SwitchEvent) -> None:
         self.filled = self.pos = 0  # the next Fisher sees only the next regime's observations
@@ -203,6 +234,7 @@ class EWC(Callback):
         self.buffer = state["buffer"]
         self.anchors = {k: ({n: t.to(device) for n, t in th.items()}, {n: t.to(device) for n, t in f.items()})
                         for k, th, f in state["anchors"]}
+        self._merged = (None, None)
 
 
 def install_ewc(session, model: nn.Module, policy_head: PolicyHead, continuous: bool,
