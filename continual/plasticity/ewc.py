@@ -146,7 +146,7 @@ class EWC(Callback):
         self.normalize, self.scale_by_tasks, self.omit_current = normalize, scale_by_tasks, omit_current
         # regime (or "online") -> (theta*, F), on the model's device
         self.anchors: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
-        self.buffer: Optional[torch.Tensor] = None  # [samples, *obs_shape] on the CPU, a ring
+        self.buffer: Optional[torch.Tensor] = None  # [samples, *obs_shape], a ring
         self.filled = self.pos = 0
         self.consolidated = 0  # switch count of the last consolidation (a resumed switch is not consolidated twice)
         self._params = [p for p in model.parameters() if p.requires_grad]
@@ -155,10 +155,10 @@ class EWC(Callback):
     # --- what the agent calls ------------------------------------------------------------------------------------
     @torch.no_grad()
     def observe(self, obs: torch.Tensor, obs_shape: tuple[int, ...]) -> None:
-        rows = obs.reshape((-1,) + tuple(obs_shape))[-self.samples:].cpu()
-        if self.buffer is None:
-            self.buffer = torch.zeros((self.samples,) + tuple(obs_shape), dtype=rows.dtype)
-        idx = (self.pos + torch.arange(len(rows))) % self.samples
+        rows = obs.reshape((-1,) + tuple(obs_shape))[-self.samples:]
+        if self.buffer is None:  # on the observations' device: no host copy per iteration
+            self.buffer = torch.zeros((self.samples,) + tuple(obs_shape), dtype=rows.dtype, device=rows.device)
+        idx = (self.pos + torch.arange(len(rows), device=rows.device)) % self.samples
         self.buffer[idx] = rows
         self.pos = (self.pos + len(rows)) % self.samples
         self.filled = min(self.samples, self.filled + len(rows))
@@ -222,7 +222,7 @@ class EWC(Callback):
     # --- checkpoints -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"mode": self.mode, "consolidated": self.consolidated, "filled": self.filled, "pos": self.pos,
-                "buffer": self.buffer,
+                "buffer": None if self.buffer is None else self.buffer.cpu(),
                 "anchors": [[k, {n: t.cpu() for n, t in th.items()}, {n: t.cpu() for n, t in f.items()}]
                             for k, (th, f) in self.anchors.items()]}
 
@@ -231,7 +231,7 @@ class EWC(Callback):
             raise ValueError(f"the checkpoint's EWC mode is {state['mode']!r}, not {self.mode!r}")
         device = next(self.model.parameters()).device
         self.consolidated, self.filled, self.pos = state["consolidated"], state["filled"], state["pos"]
-        self.buffer = state["buffer"]
+        self.buffer = None if state["buffer"] is None else state["buffer"].to(device)
         self.anchors = {k: ({n: t.to(device) for n, t in th.items()}, {n: t.to(device) for n, t in f.items()})
                         for k, th, f in state["anchors"]}
         self._merged = (None, None)
