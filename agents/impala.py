@@ -74,6 +74,7 @@ from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.ewc import install_ewc
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
@@ -499,6 +500,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
                                 lambda: make_agent(obs_space, n_actions, args).to(device))
+        ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state)  # --ewc: None without
         shared_agent = make_agent(obs_space, n_actions, args).share_memory()  # the actors' source of weights
         fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
                            resume_state.get("reward_scalers") if resume_state else None)
@@ -507,6 +509,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
+            "ewc": ewc.state_dict() if ewc else None,
         }
         attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
@@ -547,6 +550,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             rewards, dones = time_major(batch["reward"]), time_major(batch["done"])
 
             monitor.observe(obs[:T])
+            if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
+                ewc.observe(obs[:T], obs_space.shape)
             flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
             if pixels:  # the batch in the weights' channels-last layout: one conversion instead of one per conv
                 flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
@@ -564,7 +569,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             pg_loss = -(action_logp * vt.pg_advantages).sum()
             v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
             entropy_loss = -(logp.exp() * logp).sum()
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss
+            ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
+            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
 
@@ -600,6 +606,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}),
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),

@@ -45,6 +45,7 @@ from continual.errors import TrainingError, UserError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerRollout, weighted_mean
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.ewc import install_ewc
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
@@ -177,6 +178,15 @@ class Agent(nn.Module):
         pass
 
 
+def policy_head(agent: Agent, x: torch.Tensor):
+    """The policy's parameters at x, for EWC's Fisher (continual.plasticity.ewc): logits, or (mean, log-std)."""
+    hidden = agent.features(x)
+    if agent.continuous:
+        mean = agent.actor(hidden)
+        return mean, agent.actor_logstd.expand_as(mean)
+    return agent.actor(hidden)
+
+
 def obs_scale(obs_space, args: Args) -> float:
     """Pixels and object coordinates (0-255) are scaled to [0, 1]; vector observations are used as they are."""
     if args.obs_mode == "ori" and args.backend != "Gymnasium":
@@ -230,11 +240,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
             envs.single_observation_space, envs.single_action_space, args).to(device))
+        ewc = install_ewc(session, agent, policy_head, agent.continuous, resume_state)  # --ewc: None without
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "goal_dim": agent.goal_dim, "continuous": agent.continuous,
+            "ewc": ewc.state_dict() if ewc else None,
         }
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
@@ -319,6 +331,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
             monitor.observe(obs)
+            if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
+                ewc.observe(obs, obs_space.shape)
 
             # bootstrap value if not done
             t_learn = time.time()
@@ -408,7 +422,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         v_loss = 0.5 * weighted_mean((newvalue - b_returns[mb_inds]) ** 2, mb_weights)
 
                     entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + ewc_loss
                     check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
 
                     optimizer.zero_grad()
@@ -436,6 +451,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
                 **(her.scalars(regime_slug(session.modification)) if her else {}),  # HER: success, relabelling
             })

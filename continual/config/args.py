@@ -168,6 +168,27 @@ class Args:
     dormant_tau: float = 0.025
     """a unit is dormant when its mean |activation| is at most tau times the layer's mean (Sokar et al. 2023)"""
 
+    # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
+    ewc: Literal["none", "ewc", "online"] = "none"
+    """EWC at regime switches (continual/plasticity/ewc.py): ewc = one anchor (theta*, Fisher) per ended regime
+    (Kirkpatrick et al. 2017), online = one running Fisher and the latest anchor (Schwarz et al. 2018); needs a
+    curriculum that switches"""
+    ewc_lambda: float = 500.0
+    """EWC: penalty weight lambda in lambda/2 * sum F (theta - theta*)^2 (CORA: 500 ewc, 25 online; its Atari configs:
+    10000 ewc, 175 online). IMPALA's losses are sums over the batch, as CORA's; PPO's are means, so a CORA lambda
+    is about lambda / minibatch size for PPO"""
+    ewc_gamma: float = 0.99
+    """EWC: online decay, F <- gamma*F + F_new (ewc online only; CORA: 0.99)"""
+    ewc_samples: int = 1024
+    """EWC: the Fisher is estimated on the last this-many observations of the ending regime (one action sampled
+    from the policy per observation); also the size of the observation buffer kept in checkpoints"""
+    ewc_normalize: Literal["none", "full"] = "none"
+    """EWC: full = divide each new Fisher tensor by its L2 norm (CORA's normalize_fisher_method "full")"""
+    ewc_scale_by_tasks: bool = False
+    """EWC: divide the ewc penalty by the number of anchors (CORA's scale_ewc_by_num_tasks, on there by default)"""
+    ewc_omit_current: bool = False
+    """EWC: leave out the current regime's own anchor from an earlier visit (CORA's omit_ewc_for_current_task)"""
+
     # --- IMPALA ------------------------------------------------------------------------------------------------------
     num_actors: int = 2
     """IMPALA: actor processes; --num_envs envs are split evenly between them"""
@@ -316,7 +337,8 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
-              "IMPALA": "IMPALA", "DQN": "DQN", "HER": "HER", "continual evaluation": "evaluation"}
+              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "DQN": "DQN", "HER": "HER",
+              "continual evaluation": "evaluation"}
 
 
 def grouped_class() -> type:

@@ -87,6 +87,7 @@ def validate_args(args: Args) -> None:
             positive(name)
     validate_dqn_args(args)
     validate_her_args(args)
+    validate_ewc_args(args)
     # builds the env once: Box actions need PPO, no HER
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
 
@@ -134,3 +135,16 @@ def validate_her_args(args: Args) -> None:
         make_goal_space(args.env_id, args.backend, args.game_specific_goals)
     except ValueError as e:
         raise UserError(str(e).replace("--", "", 1)) from None
+
+
+def validate_ewc_args(args: Args) -> None:
+    """EWC flags (continual/plasticity/ewc.py); the curriculum must switch (checked in training.startup.preflight)."""
+    if not (math.isfinite(args.ewc_lambda) and args.ewc_lambda >= 0):
+        raise UserError(f"ewc_lambda: must be a non-negative finite number, got {args.ewc_lambda}")
+    in_gamma = math.isfinite(args.ewc_gamma) and 0.0 <= args.ewc_gamma <= 1.0
+    if not in_gamma:
+        raise UserError(f"ewc_gamma: must be in [0, 1], got {args.ewc_gamma}")
+    if args.ewc_samples <= 0:
+        raise UserError(f"ewc_samples: must be positive, got {args.ewc_samples}")
+    if args.ewc != "none" and args.her:
+        raise UserError("ewc: not supported with --her (the Fisher would need the goal of every buffered observation)")

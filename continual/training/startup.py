@@ -214,6 +214,9 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
                             saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
+    if args.ewc != "none" and len(regimes) < 2:  # EWC consolidates at task boundaries
+        raise UserError(f"ewc: the curriculum never switches (its regimes: {regimes}), so EWC would never consolidate"
+                        f"; use --ewc none or a curriculum with task switches")
     # action spaces: validate_args (continual.envs.backends.validate_action_space) has checked them
     if args.capture_video:
         try:

@@ -1,0 +1,251 @@
+"""Elastic weight consolidation at regime switches: EWC (Kirkpatrick et al. 2017) and online EWC (Schwarz et al. 2018,
+the consolidation phase of Progress & Compress), for every architecture (`--ewc {none,ewc,online}`).
+
+Home: plasticity/ holds the switch-time callbacks that change what the learner optimises (shrink & perturb, CBP);
+EWC is one more such callback, so it lives next to them rather than in a one-module package.
+
+At every switch (`on_switch_start`, the envs still run the ending regime) the diagonal Fisher of the policy is
+estimated on the last `--ewc_samples` observations the learner trained on in that regime (a ring buffer, uint8 for
+frames), at the current parameters theta*:
+
+    F_i = 1/N sum_n (d/dtheta_i log pi(a_n | s_n))^2,    a_n ~ pi(. | s_n) drawn afresh at theta*
+
+i.e. a Monte-Carlo estimate of the *true* Fisher (one action per state, per-sample gradients via torch.func.vmap),
+not CORA's squared batch gradient of the IMPALA losses (an empirical-Fisher proxy, research notes §7.5). The actions
+come from a generator seeded by (seed, switch count), so the global RNG is untouched and a resumed run draws the same
+actions. Only the policy's log-likelihood enters: the value head gets F = 0 (it stays free; the shared torso is held
+through the policy).
+
+Penalties (added to the loss of every update; lambda = `--ewc_lambda`):
+  ewc:     one anchor (theta*_k, F_k) per regime k that has ended (a regime that ends again replaces its own anchor,
+           as CORA keys anchors by task id), penalty  lambda/2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2
+  online:  one running Fisher F <- gamma * F + F_new (gamma = `--ewc_gamma`) and one anchor, the latest theta*,
+           penalty  lambda/2 * sum_i F_i (theta_i - theta*_i)^2
+CORA's options: `--ewc_scale_by_tasks` divides the ewc sum by the number of anchors K (CORA's default), `--ewc_normalize
+full` divides each new Fisher tensor by its L2 norm (CORA's "full"; its "row" option has a bug, notes §7.4, and is not
+offered), `--ewc_omit_current` leaves out the current regime's own anchor (from an earlier visit).
+
+Scale: IMPALA's losses are sums over the T x B batch (as CORA's, so its lambdas carry over); PPO's are minibatch means,
+so the same lambda weighs the penalty about minibatch-size times more there.
+
+Cost: the penalty is a few elementwise ops over the parameters per update. The Fisher is N per-sample backward passes
+once per switch: ~75 ms per observation for the Nature CNN on a loaded 2-core CPU (N = 1024: ~1-2 min per switch
+there; far less on a GPU), milliseconds for the CartPole MLP.
+
+Differences from CORA (research notes §2.3): the true-Fisher estimator above; no `ewc_per_task_min_frames` gating (the
+penalty applies from the first switch on); anchors keyed by the regime's modification string; the buffer is cleared at
+every switch, so with IMPALA the unrolls of the old regime still queued after a switch (at most `num_buffers`) count
+towards the next regime's Fisher.
+
+Checkpoints (`state_dict`) hold the anchors, the Fisher(s), the observation buffer and the last consolidated switch,
+so resuming a switch checkpoint does not consolidate twice. Size: ewc adds 2 x the parameters per distinct ended regime
+(theta* and F), online 2 x the parameters once; the buffer adds `--ewc_samples` observations (Atari 4x84x84 uint8:
+28 KB each, 29 MB at the default 1024).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+from torch.func import functional_call, grad, vmap
+
+from continual.training.callbacks import Callback, SwitchEvent
+
+# policy_head(model, obs) -> logits [B, n] (discrete) or (mean [B, d], log_std [B, d]) (continuous)
+PolicyHead = Callable[[nn.Module, torch.Tensor], object]
+
+CHUNK_FLOATS = 2**26  # per-sample gradients held at once (256 MB of float32; larger chunks vmap faster)
+
+
+def log_likelihood(head, action: torch.Tensor, continuous: bool) -> torch.Tensor:
+    """log pi(a|s) per sample from the policy head's output (no torch.distributions: their checks break vmap)."""
+    if continuous:
+        mean, log_std = head
+        z = (action - mean) / log_std.exp()
+        return (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    return torch.log_softmax(head, -1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+
+def sample_actions(head, continuous: bool, generator: torch.Generator) -> torch.Tensor:
+    if continuous:
+        mean, log_std = head
+        eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
+        return mean + log_std.exp() * eps
+    probs = torch.softmax(head.double(), -1).cpu()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(head.device)
+
+
+class _LogLikelihood(nn.Module):
+    """model + head as one module, for torch.func.functional_call over the model's parameters."""
+
+    def __init__(self, model: nn.Module, policy_head: PolicyHead, continuous: bool):
+        super().__init__()
+        self.model, self.policy_head, self.continuous = model, policy_head, continuous
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return log_likelihood(self.policy_head(self.model, obs), action, self.continuous)
+
+
+def diagonal_fisher(model: nn.Module, policy_head: PolicyHead, obs: torch.Tensor, continuous: bool,
+                    generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The mean over `obs` of the squared per-sample gradients of log pi(a|s), a ~ pi(.|s) (see the module doc)."""
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    device = next(iter(params.values())).device
+    wrapped = _LogLikelihood(model, policy_head, continuous)
+
+    def one(p: dict, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        state = {**{"model." + n: v for n, v in p.items()}, **{"model." + n: v for n, v in buffers.items()}}
+        return functional_call(wrapped, state, (x.unsqueeze(0), a.unsqueeze(0))).sum()
+
+    per_sample = vmap(grad(one), in_dims=(None, 0, 0))
+    n_params = sum(p.numel() for p in params.values())
+    chunk = max(1, min(256, CHUNK_FLOATS // n_params))
+    sums = {n: torch.zeros(p.shape, dtype=torch.float64, device=device) for n, p in params.items()}
+    for start in range(0, len(obs), chunk):
+        x = obs[start:start + chunk].to(device)
+        if x.dim() == 4:  # the CNN weights are channels-last
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            actions = sample_actions(policy_head(model, x), continuous, generator)
+        grads = per_sample(params, x, actions)
+        for n, g in grads.items():
+            sums[n] += g.double().pow(2).sum(0)
+    return {n: (s / len(obs)).to(params[n].dtype) for n, s in sums.items()}
+
+
+def ewc_penalty(model: nn.Module, anchors: list[tuple[dict, dict]], lam: float, scale_by_count: bool = False
+                ) -> torch.Tensor:
+    """lambda/2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2 over `anchors` [(theta*_k, F_k)], divided by K with
+    `scale_by_count`; differentiable in the model's parameters; a zero tensor without anchors."""
+    params = dict(model.named_parameters())
+    device = next(iter(params.values())).device
+    total = torch.zeros((), device=device)
+    for theta_star, fisher in anchors:
+        for n, f in fisher.items():
+            total = total + (f * (params[n] - theta_star[n]) ** 2).sum()
+    if scale_by_count and anchors:
+        total = total / len(anchors)
+    return 0.5 * lam * total
+
+
+class EWC(Callback):
+    """`--ewc ewc|online`: consolidates at every switch; `penalty()` is the term an agent adds to its loss, and
+    `observe(obs)` feeds the buffer of recent observations (call it with every batch the learner trains on)."""
+
+    def __init__(self, model: nn.Module, policy_head: PolicyHead, continuous: bool, mode: str, lam: float,
+                 gamma: float, samples: int, seed: int, normalize: str = "none", scale_by_tasks: bool = False,
+                 omit_current: bool = False):
+        if mode not in ("ewc", "online"):
+            raise ValueError(f"ewc mode must be 'ewc' or 'online', got {mode!r}")
+        self.model, self.policy_head, self.continuous = model, policy_head, continuous
+        self.mode, self.lam, self.gamma, self.samples, self.seed = mode, lam, gamma, samples, seed
+        self.normalize, self.scale_by_tasks, self.omit_current = normalize, scale_by_tasks, omit_current
+        # regime (or "online") -> (theta*, F), on the model's device
+        self.anchors: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+        self.buffer: Optional[torch.Tensor] = None  # [samples, *obs_shape], a ring
+        self.filled = self.pos = 0
+        self.consolidated = 0  # switch count of the last consolidation (a resumed switch is not consolidated twice)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._merged: tuple = (None, None)  # (which anchors, their merged quadratic), see `penalty`
+
+    # --- what the agent calls ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def observe(self, obs: torch.Tensor, obs_shape: tuple[int, ...]) -> None:
+        rows = obs.reshape((-1,) + tuple(obs_shape))[-self.samples:]
+        if self.buffer is None:  # on the observations' device: no host copy per iteration
+            self.buffer = torch.zeros((self.samples,) + tuple(obs_shape), dtype=rows.dtype, device=rows.device)
+        idx = (self.pos + torch.arange(len(rows), device=rows.device)) % self.samples
+        self.buffer[idx] = rows
+        self.pos = (self.pos + len(rows)) % self.samples
+        self.filled = min(self.samples, self.filled + len(rows))
+
+    def penalty(self) -> torch.Tensor:
+        """`ewc_penalty` over the anchors in force, computed as one quadratic on the flattened parameters:
+        sum_k F_k (theta - theta*_k)^2 = A (theta - m)^2 + c with A = sum_k F_k, m = sum_k F_k theta*_k / A and
+        c = sum_k F_k (theta*_k - m)^2 (the same value and gradient; a few ops per update whatever the number of
+        anchors, instead of several per parameter tensor and anchor)."""
+        current = self.session.modification if self.omit_current and self.mode == "ewc" else None
+        keys = tuple(k for k in self.anchors if k != current)
+        if self._merged[0] != keys:  # reset to None whenever the anchors change
+            self._merged = (keys, self._merge([self.anchors[k] for k in keys]))
+        merged = self._merged[1]
+        if merged is None:
+            return torch.zeros((), device=self._params[0].device)
+        a, m, c, k = merged
+        d = torch.cat([p.reshape(-1) for p in self._params]) - m
+        scale = 1.0 / k if self.scale_by_tasks and self.mode == "ewc" else 1.0
+        return (0.5 * self.lam * scale) * (torch.dot(a * d, d) + c)
+
+    def _merge(self, anchors: list) -> Optional[tuple[torch.Tensor, torch.Tensor, float, int]]:
+        if not anchors:
+            return None
+        names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+
+        def flat(d: dict) -> torch.Tensor:
+            return torch.cat([d[n].reshape(-1) for n in names]).double()
+
+        fishers, thetas = [flat(f) for _, f in anchors], [flat(t) for t, _ in anchors]
+        a = sum(fishers)
+        m = thetas[0] if len(anchors) == 1 else torch.where(
+            a > 0, sum(f * t for f, t in zip(fishers, thetas)) / a.clamp_min(1e-300), 0.0)
+        c = float(sum((f * (t - m) ** 2).sum() for f, t in zip(fishers, thetas)))
+        dtype = self._params[0].dtype
+        return a.to(dtype), m.to(dtype), c, len(anchors)
+
+    # --- switch ----------------------------------------------------------------------------------------------------
+    def on_switch_start(self, event: SwitchEvent) -> None:
+        if event.count <= self.consolidated or not self.filled:
+            return
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + event.count)
+        fisher = diagonal_fisher(self.model, self.policy_head, self.buffer[:self.filled], self.continuous, gen)
+        if self.normalize == "full":  # CORA's "full": each tensor divided by its L2 norm
+            fisher = {n: f / f.norm().clamp_min(1e-30) for n, f in fisher.items()}
+        theta = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        if self.mode == "online":
+            old = self.anchors.get("online")
+            if old is not None:
+                fisher = {n: self.gamma * old[1][n] + f for n, f in fisher.items()}
+            self.anchors["online"] = (theta, fisher)
+        else:
+            self.anchors.pop(event.old, None)  # re-insert: the dict keeps the order regimes ended in
+            self.anchors[event.old] = (theta, fisher)
+        self.consolidated = event.count
+        self._merged = (None, None)
+
+    def on_switch_end(self, event: SwitchEvent) -> None:
+        self.filled = self.pos = 0  # the next Fisher sees only the next regime's observations
+
+    # --- checkpoints -----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"mode": self.mode, "consolidated": self.consolidated, "filled": self.filled, "pos": self.pos,
+                "buffer": None if self.buffer is None else self.buffer.cpu(),
+                "anchors": [[k, {n: t.cpu() for n, t in th.items()}, {n: t.cpu() for n, t in f.items()}]
+                            for k, (th, f) in self.anchors.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["mode"] != self.mode:
+            raise ValueError(f"the checkpoint's EWC mode is {state['mode']!r}, not {self.mode!r}")
+        device = next(self.model.parameters()).device
+        self.consolidated, self.filled, self.pos = state["consolidated"], state["filled"], state["pos"]
+        self.buffer = None if state["buffer"] is None else state["buffer"].to(device)
+        self.anchors = {k: ({n: t.to(device) for n, t in th.items()}, {n: t.to(device) for n, t in f.items()})
+                        for k, th, f in state["anchors"]}
+        self._merged = (None, None)
+
+
+def install_ewc(session, model: nn.Module, policy_head: PolicyHead, continuous: bool,
+                resume_state: Optional[dict] = None) -> Optional[EWC]:
+    """Register `EWC` with a run session when `--ewc` asks for it (restoring its checkpointed state); else None."""
+    args = session.args
+    if args.ewc == "none":
+        return None
+    ewc = session.add_callback(EWC(model, policy_head, continuous, args.ewc, args.ewc_lambda, args.ewc_gamma,
+                                   args.ewc_samples, args.seed, args.ewc_normalize, args.ewc_scale_by_tasks,
+                                   args.ewc_omit_current))
+    if resume_state is not None and resume_state.get("ewc") is not None:
+        ewc.load_state_dict(resume_state["ewc"])
+    return ewc
