@@ -179,14 +179,15 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
         settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)
 
     rows: list[dict] = []
-    print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
-          + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
     envs = make_vector_env(settings, num_envs, modifs[0])
-    bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar, dynamic_ncols=True,
-               mininterval=1.0)  # the ETA is the estimate of the time left
+    bar = None
     try:
+        # weights that do not fit this env are bad input: one line, before anything is printed
         agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device)
-
+        print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
+              + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
+        bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
+                   dynamic_ncols=True, mininterval=1.0)  # the ETA is the estimate of the time left
         act = agent_policy(agent, greedy=args.greedy)
         for m in modifs:
             bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
@@ -197,7 +198,8 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
                                           on_episode=lambda: bar.update(1))
             rows.append(result.row())
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         envs.close()
 
     print_table(rows)

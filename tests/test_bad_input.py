@@ -352,7 +352,8 @@ flags("range-seed-negative", "seed", "--seed", "-1", "--total_timesteps", "128")
 flags("range-run-name-with-slash", "run_name", "--run_name", "a/b")
 flags("range-run-name-dotdot", "run_name", "--run_name", "..")
 cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), {}, "--total_timesteps", "4097")
-cartpole("total-timesteps-smaller-than-rollout", ("total_timesteps", "rollout"), {}, "--total_timesteps", "63")
+# (--total_timesteps smaller than one rollout is not bad input: it is rounded up to whole rollouts with a note)
+cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 
 # environments
 flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Freeway", "--total_timesteps", "64",

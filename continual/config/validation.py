@@ -148,3 +148,5 @@ def validate_ewc_args(args: Args) -> None:
         raise UserError(f"ewc_samples: must be positive, got {args.ewc_samples}")
     if args.ewc != "none" and args.her:
         raise UserError("ewc: not supported with --her (the Fisher would need the goal of every buffered observation)")
+    if args.ewc != "none" and args.architecture not in ("PPO", "PPO_CBP", "IMPALA"):
+        raise UserError(f"ewc: supported by PPO, PPO_CBP and IMPALA, not {args.architecture}")
