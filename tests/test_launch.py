@@ -76,7 +76,7 @@ BAD = [
     ({"grid": {"sead": [1, 2]}, "flags": CARTPOLE}, "unknown key 'sead'; did you mean 'seed'"),
     ({"grid": {"seed": [1]}, "flags": {**CARTPOLE, "runs_dir": "x"}}, "'runs_dir' is set by the launcher"),
     ({"grid": {"seed": [1]}, "flags": {**CARTPOLE, "num_envs": "two"}}, "entry 0 (seed=1): num_envs: expected an integer"),
-    ({"grid": {"architecture": ["PPO", "DQN"]}, "flags": CARTPOLE}, "entry 1 (architecture=DQN): architecture: must be one"),
+    ({"grid": {"architecture": ["PPO", "SAC"]}, "flags": CARTPOLE}, "entry 1 (architecture=SAC): architecture: must be one"),
     # refused by the training CLI's preflight: a modification the environment does not have
     ({"grid": {"seed": [1], "modifs": ["", "gravityy=3"]}, "flags": CARTPOLE},
      "entry 1 (seed=1, modifs=gravityy=3): "),
