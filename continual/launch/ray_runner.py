@@ -20,9 +20,17 @@ from typing import Optional, Sequence
 # ray is imported inside functions: `python -m continual.launch --help` and validation stay fast
 
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_saved_handlers: dict = {}
+
+
 def start(address: Optional[str], num_cpus: Optional[int], object_store_mb: int, temp_dir: Optional[str] = None
           ) -> None:
     import ray
+
+    # ray.init installs its own SIGTERM handler (exit code 1) in this process: `stop` puts ours back, so that a
+    # caller running the launcher in-process (tests, notebooks) and the processes it forks keep their behaviour
+    _saved_handlers.update({s: signal.getsignal(s) for s in _SIGNALS})
 
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     if address:
@@ -38,6 +46,10 @@ def stop() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    for s, handler in _saved_handlers.items():
+        if handler is not None:
+            signal.signal(s, handler)
+    _saved_handlers.clear()
 
 
 def _die_with_parent() -> None:
