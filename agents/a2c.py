@@ -91,7 +91,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
             monitor.load_state_dict(resume_state["plasticity"])
-            torch.set_rng_state(resume_state["rng"]["torch"])  # building the network drew from it
         install_switch_remedies(session, agent, optimizer, lambda: make_agent(
             envs.single_observation_space, envs.single_action_space, args).to(device))
         session.save_fn = lambda: {
@@ -111,6 +110,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
         values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
+        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
         start_iteration = global_step // batch_size + 1

@@ -308,6 +308,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         }
         attach_evaluator(session, q_network, device, make_agent)  # continual evaluation (--eval_every)
 
+        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
         start_iteration = global_step // iteration_size + 1

@@ -265,6 +265,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
         values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
+        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
         start_iteration = global_step // batch_size + 1

@@ -242,3 +242,38 @@ def test_ppo_learns_cartpole(tmp_path):
     records = read_metrics(os.path.join(only_run_dir(runs), "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     assert np.mean(returns[-20:]) >= 400, returns[-20:]
+
+
+@pytest.mark.parametrize("switch_step", [512, 1024])
+def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, switch_step):
+    """A switch checkpoint holds the pre-switch state; resuming from it redoes the switch and then plays the same
+    games with the same weights as the uninterrupted run (CartPole's starts are random: the env resets at a switch are
+    seeded from the run's seed and the step, and the torch RNG is restored after the networks are built)."""
+    import shutil
+
+    from agents import ppo
+
+    cfg = write_config(tmp_path, CARTPOLE_CURRICULUM)
+    runs = str(tmp_path / "runs")
+    common = ["--runs_dir", runs, "--no-progress-bar", "--no-cuda", "--checkpoint_minutes", "0", "--no-metrics"]
+    ppo.main(["--config", cfg, "--run_name", "full", "--save_agent_with_switch", *common])
+    full = os.path.join(runs, "full")
+    switch = glob.glob(os.path.join(full, "checkpoints", f"switch__*step{switch_step}.cleanrl_model"))
+    assert len(switch) == 1, os.listdir(os.path.join(full, "checkpoints"))
+    cut = os.path.join(runs, "cut")
+    shutil.copytree(full, cut)
+    for f in glob.glob(os.path.join(cut, "checkpoints", "*")):
+        if f"step{switch_step}." not in f:
+            os.unlink(f)
+    with open(os.path.join(cut, "metrics.jsonl")) as f:  # as if the run had been killed right after the switch save
+        kept = [ln for ln in f if json.loads(ln)["global_step"] <= switch_step]
+    with open(os.path.join(cut, "metrics.jsonl"), "w") as f:
+        f.writelines(kept)
+    ppo.main(["--resume", switch[0].replace(full, cut), "--no-progress-bar"])
+    a, b = (torch.load(os.path.join(d, "checkpoints", "final__step2048.cleanrl_model"), weights_only=True)
+            for d in (full, cut))
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
+           if r["kind"] == "episode" and r["global_step"] > switch_step] for d in (full, cut)]
+    assert ep[0] == ep[1] and len(ep[0]) > 10

@@ -187,6 +187,11 @@ class FlattenBoxAction(gym.ActionWrapper):
         return np.reshape(action, self.env.action_space.shape)
 
 
+def switch_seed(run_seed: int, step: int) -> int:
+    """The seed of the env resets at a switch: a function of the run's seed and the switch step only."""
+    return int(np.random.SeedSequence([run_seed, step]).generate_state(1)[0]) % 2**31
+
+
 class SwitchHandle(gym.Wrapper):
     """Outermost wrapper: `set_modifications` reaches the backend and forces a real reset (not a life reset); a
     string naming another game (`env=` token) first swaps the stack below for that game's (`prebuilt` at the
@@ -350,12 +355,15 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
         super().__init__(env)
         self.modification = normalize_modification(modification)
 
-    def switch(self, modification: str, step: int = 0) -> tuple[np.ndarray, dict]:
-        """Swap every env's modifications and reset them all; returns the new first observations."""
+    def switch(self, modification: str, step: int = 0, seed: Optional[int] = None) -> tuple[np.ndarray, dict]:
+        """Swap every env's modifications and reset them all; returns the new first observations.
+
+        `seed`: the reset is seeded (env i with seed + i), so that a run resumed from the checkpoint taken just before
+        a switch plays the same games after it as the uninterrupted run."""
         self.modification = normalize_modification(modification)
         with self._worker_faults():
             self.env.call("set_modifications", self.modification, step)
-            return self.env.reset()
+            return self.env.reset(seed=seed)
 
     def step(self, actions):
         with self._worker_faults():

@@ -14,11 +14,12 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
+import torch
 
 from continual.config.args import Args
 from continual.config.loading import Curriculum, args_to_dict
 from continual.curricula import ModificationFactory
-from continual.envs.vector import regime_slug
+from continual.envs.vector import regime_slug, switch_seed
 from continual.errors import TrainingError
 from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
@@ -68,6 +69,12 @@ class RunSession:
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+
+    def restore_torch_rng(self) -> None:
+        """Resumed runs: put torch's RNG back as the checkpoint had it. Call once the networks are built and loaded,
+        just before the training loop (building them drew from it after `start_run` had restored it)."""
+        if self.resume_state is not None:
+            torch.set_rng_state(self.resume_state["rng"]["torch"])
 
     def add_callback(self, callback: C) -> C:
         """Register a callback (called in the order registered, the periodic checkpoints last); returns it."""
@@ -134,7 +141,7 @@ class RunSession:
         self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
         self.switches += 1
         inject("switch")
-        obs, _ = envs.switch(new, self.global_step)
+        obs, _ = envs.switch(new, self.global_step, seed=switch_seed(self.args.seed, self.global_step))
         self.modification = new
         self.logger.record("switch", self.global_step, modification=new, previous=event.old,
                            regime=self.regime_index(new), switches=self.switches)
