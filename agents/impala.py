@@ -354,7 +354,8 @@ class ActorFleet:
             pass  # the actor is dead: get_batch reports it (its sentinel)
 
     # --- the curriculum's view: an env-like object with `.modification` and `.switch` ---------------------------------
-    def switch(self, modification: str, step: int = 0):
+    def switch(self, modification: str, step: int = 0, seed: Optional[int] = None):
+        # `seed` (the env-reset seed of a switch) is not used: actors run asynchronously, their games are not replayed
         self.epoch += 1
         self.modification = modification
         self.epoch_modification[self.epoch] = modification

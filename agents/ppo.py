@@ -141,17 +141,17 @@ class Agent(nn.Module):
                              goal: Optional[torch.Tensor] = None):
         hidden = self.features(x, goal)
         if self.continuous:
-            action_mean = self.actor(hidden)
+            action_mean = self.actor(hidden).float()
             probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp())
             if action is None:
                 action = action_mean if greedy else probs.sample()
             # independent dimensions: the joint log-density and entropy are sums
-            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden)
-        logits = self.actor(hidden)
+            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden).float()
+        logits = self.actor(hidden).float()  # --bf16: the distribution and the losses stay float32
         probs = Categorical(logits=logits)
         if action is None:
             action = logits.argmax(-1) if greedy else probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
 
     @torch.no_grad()
     def update_obs_stats(self, obs: torch.Tensor) -> None:
@@ -391,8 +391,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     else:
                         mb_obs, mb_goals, mb_weights = b_obs[mb_inds], None, None
 
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
-                                                                                  goal=mb_goals)
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
+                                                                                      goal=mb_goals)
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 

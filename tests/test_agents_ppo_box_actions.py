@@ -171,7 +171,7 @@ PENDULUM = {
 }
 
 
-@pytest.mark.parametrize("architecture", ["PPO", "PPO_CBP"])
+@pytest.mark.parametrize("architecture", ["PPO", pytest.param("PPO_CBP", marks=pytest.mark.slow)])
 def test_pendulum_curriculum_checkpoint_resume_and_eval(tmp_path, architecture):
     cfg = tmp_path / "pendulum.json"
     cfg.write_text(json.dumps(PENDULUM))

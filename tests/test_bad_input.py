@@ -354,6 +354,7 @@ flags("range-run-name-dotdot", "run_name", "--run_name", "..")
 cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), {}, "--total_timesteps", "4097")
 # (--total_timesteps smaller than one rollout is not bad input: it is rounded up to whole rollouts with a note)
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
+cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
 
 # environments
 flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Freeway", "--total_timesteps", "64",

@@ -1334,7 +1334,7 @@ def _switches(run_dir: Path) -> list[tuple[int, str]]:
             if r["kind"] == "switch"]
 
 
-@pytest.mark.parametrize("how", ["file", "mapping"])
+@pytest.mark.parametrize("how", [pytest.param("file", marks=pytest.mark.slow), "mapping"])
 def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, seed_style_file: Path,
                                                                      tmp_path: Path) -> None:
     from conftest import run_script

@@ -103,6 +103,10 @@ class Args:
     """gradient clipping norm"""
     target_kl: Optional[float] = None
     """stop the epochs of an update early once the approximate KL exceeds this"""
+    bf16: bool = False
+    """PPO/PPO_CBP: run the update's forward pass under bfloat16 autocast (weights, gradients and the optimizer stay
+    float32; losses in float32). Pays off for the Nature CNN on CPUs with AVX-512 BF16/AMX and on recent GPUs
+    (bench/update_limit.py); acting stays float32"""
 
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False

@@ -86,6 +86,8 @@ def validate_args(args: Args) -> None:
         if getattr(args, name) is not None:
             positive(name)
     validate_dqn_args(args)
+    if args.bf16 and args.architecture not in ("PPO", "PPO_CBP"):
+        raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
     validate_her_args(args)
     validate_ewc_args(args)
     # builds the env once: Box actions need PPO, no HER

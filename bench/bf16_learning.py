@@ -1,0 +1,81 @@
+"""Benchmark: does --bf16 (bfloat16 autocast of PPO's update) change learning? Same seeds, float32 vs bf16.
+
+PPO on CartPole-v1 (MLP) and on MinAtar Breakout (MinAtar's small CNN), each seed trained twice (float32, --bf16)
+with everything else equal; the final return is the mean of the last 20 finished games of each run. Runs one at a
+time in subprocesses (resumable: a run whose directory has a final checkpoint is read, not retrained).
+
+Run from the repository root:  python bench/bf16_learning.py [--seeds 1,2] [--json bench/results/bf16_learning.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (also puts the repository root on sys.path)
+
+import numpy as np  # noqa: E402
+
+from continual.training.tracking import read_metrics  # noqa: E402
+
+TASKS = {
+    "CartPole": (["--backend", "Gymnasium", "--env_id", "CartPole-v1", "--num_envs", "4", "--num_steps", "128",
+                  "--reward_scaling", "none"], 100_000),
+    "Breakout": (["--backend", "MinAtar", "--env_id", "MinAtar/Breakout", "--num_envs", "8", "--num_steps", "128"],
+                 500_000),
+}
+
+
+def run(task: str, seed: int, bf16: bool, out_dir: str) -> dict:
+    flags, steps = TASKS[task]
+    name = f"{task}__{'bf16' if bf16 else 'fp32'}__s{seed}"
+    run_dir = os.path.join(out_dir, name)
+    t = time.time()
+    if not glob.glob(os.path.join(run_dir, "checkpoints", "final__*")):
+        if os.path.isdir(run_dir):
+            subprocess.run(["rm", "-rf", run_dir], check=True)
+        cmd = [sys.executable, "continual_training_example.py", "--architecture", "PPO", *flags, "--seed", str(seed),
+               "--total_timesteps", str(steps), "--runs_dir", out_dir, "--run_name", name, "--no-progress-bar",
+               "--torch_threads", "1", "--checkpoint_minutes", "0", *(["--bf16"] if bf16 else [])]
+        subprocess.run(cmd, cwd=common.REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "WANDB_MODE": "offline"})
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    returns = [r["return"] for r in records if r["kind"] == "episode"]
+    sps = [r["charts/SPS"] for r in records if r["kind"] == "iteration"]
+    return {"task": task, "seed": seed, "bf16": bf16, "final_return": float(np.mean(returns[-20:])),
+            "episodes": len(returns), "sps": sps[-1] if sps else None, "wall_s": time.time() - t}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default="1,2")
+    p.add_argument("--tasks", default="CartPole,Breakout")
+    p.add_argument("--out", default=os.path.join(common.REPO_ROOT, "bench", "out", "bf16_learning"))
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    rows = []
+    for task in a.tasks.split(","):
+        for seed in (int(s) for s in a.seeds.split(",")):
+            for bf16 in (False, True):
+                rows.append(run(task, seed, bf16, a.out))
+                print(json.dumps(rows[-1]), f"load {common.loadavg()}", flush=True)
+    table = []
+    for task in a.tasks.split(","):
+        for bf16 in (False, True):
+            r = [x["final_return"] for x in rows if x["task"] == task and x["bf16"] == bf16]
+            table.append([task, "bf16" if bf16 else "float32", " ".join(f"{v:.1f}" for v in r), f"{np.mean(r):.1f}"])
+    common.print_table("PPO final return (mean of the last 20 games), float32 vs --bf16, same seeds",
+                       ["task", "update", "per seed", "mean"], table)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": common.machine_info(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
