@@ -67,9 +67,10 @@ def make_clear(tmp_path, **overrides) -> clear.Clear:
 # --- the reservoir ------------------------------------------------------------------------------------------------
 
 
-def fill(tmp_path, n_items: int, capacity: int, seed: int, chunks=(7, 1, 5)) -> np.ndarray:
-    """Insert items 0..n-1 (their id in `regime`) in uneven batches; the ids kept."""
-    buf = clear.ReservoirReplay(str(tmp_path / "r"), capacity, 1, (1,), np.float32, 2, seed=seed)
+def fill(buf: clear.ReservoirReplay, n_items: int, seed: int, chunks=(7, 1, 5)) -> np.ndarray:
+    """Empty `buf`, seed its sampler, insert items 0..n-1 (their id in `regime`) in uneven batches; the ids kept."""
+    buf.seen, buf.rng = 0, np.random.default_rng(seed)
+    capacity = buf.capacity
     i = 0
     for size in itertools.cycle(chunks):
         if i >= n_items:
@@ -91,9 +92,10 @@ def test_reservoir_keeps_each_item_with_probability_capacity_over_n(tmp_path):
     a share of runs within 4.5 standard errors of 6/30, every pair within tolerance of 6*5/(30*29), no duplicates;
     below capacity, everything is kept in arrival order."""
     N, c, trials = 30, 6, 1500
+    buf = clear.ReservoirReplay(str(tmp_path), c, 1, (1,), np.float32, 2, seed=0)
     counts, pairs = np.zeros(N), np.zeros((N, N))
     for seed in range(trials):
-        kept = fill(tmp_path, N, c, seed)
+        kept = fill(buf, N, seed)
         assert len(set(kept.tolist())) == c
         counts[kept] += 1
         pairs[np.ix_(kept, kept)] += 1
@@ -106,7 +108,7 @@ def test_reservoir_keeps_each_item_with_probability_capacity_over_n(tmp_path):
     assert abs(off.mean() - p2) < 1e-9 and np.abs(off - p2).max() < 4.5 * np.sqrt(p2 * (1 - p2) / trials) + 1e-3
     # late items are not favoured nor starved: first and last thirds kept alike
     assert abs(counts[:10].mean() - counts[-10:].mean()) / trials < 0.03
-    assert fill(tmp_path, 5, c, 0).tolist() == [0, 1, 2, 3, 4]
+    assert fill(buf, 5, 0).tolist() == [0, 1, 2, 3, 4]
 
 
 # --- the batch ----------------------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ class Args:
     # --- CLEAR -------------------------------------------------------------------------------------------------------
     clear_buffer_frames: int = 100_000
     """CLEAR: replay buffer capacity in agent steps, stored as whole unrolls of --unroll_length steps of one env (a
-    file under <run>/replay, preallocated; every checkpoint holds a copy: 2.96 GB for Atari frames at the default;
+    file under <run>/replay, preallocated; every checkpoint holds a copy: 2.97 GB for Atari frames at the default;
     CORA: 1e8, far beyond one disk with Atari frame stacks)"""
     clear_replay_fraction: float = 0.5
     """CLEAR: share of replayed unrolls in every learner batch, in [0, 1) (CORA: batch_replay_ratio 1.0, half new,
