@@ -4,6 +4,7 @@
 AGENT_MODULES = {
     "PPO": "agents.ppo",
     "IMPALA": "agents.impala",
+    "CLEAR": "agents.clear",
     "PPO_CBP": "agents.ppo_cbp",
     "DQN": "agents.dqn",
     "A2C": "agents.a2c",

@@ -155,6 +155,7 @@ def make_buffers(num_buffers: int, T: int, n: int, obs_space, n_actions: int) ->
         "obs": ((T + 1, n, *obs_space.shape), obs_dtype),
         "action": ((T, n), torch.int64),
         "logits": ((T, n, n_actions), torch.float32),  # behaviour policy mu
+        "value": ((T, n), torch.float32),  # behaviour values V(x_t) (CLEAR's value cloning, agents/clear.py)
         "reward": ((T, n), torch.float32),  # scaled (+ gamma V(final obs) at time-limit truncations)
         "raw_reward": ((T, n), torch.float32),
         "done": ((T, n), torch.bool),
@@ -241,7 +242,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
             obs_b[0] = next_obs
             for t in range(T):
                 with torch.no_grad():
-                    logits, _ = logits_and_values(agent, torch.from_numpy(obs_b[t]))
+                    logits, value = logits_and_values(agent, torch.from_numpy(obs_b[t]))
                     action = torch.multinomial(F.softmax(logits, -1), 1).squeeze(-1)
                 t_env = time.time()
                 next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
@@ -254,7 +255,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                     final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
                     with torch.no_grad():
                         scaled[cut] += args.gamma * agent.get_value(final).flatten().numpy()
-                act_b[t], logit_b[t] = action.numpy(), logits.numpy()
+                act_b[t], logit_b[t], view["value"][slot, t] = action.numpy(), logits.numpy(), value.numpy()
                 rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
                 obs_b[t + 1] = next_obs
                 for _, ep_return, ep_length in episode_stats(infos):
@@ -472,7 +473,10 @@ def probe_spaces(settings: EnvSettings, modification: str):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_extension=None) -> str:
+    """`make_extension(args, session, obs_space, n_actions, device, resume_state)`: a learner extension (CLEAR,
+    agents/clear.py) that adds columns to each batch (`extend_batch`), a loss term (`loss`), a `commit` after each
+    update and its checkpoint entries (`state_dict`)."""
     envs_per_actor = args.num_envs // args.num_actors
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
@@ -502,6 +506,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         install_switch_remedies(session, agent, optimizer,
                                 lambda: make_agent(obs_space, n_actions, args).to(device))
         ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state)  # --ewc: None without
+        extension = make_extension(args, session, obs_space, n_actions, device, resume_state) if make_extension else None
         shared_agent = make_agent(obs_space, n_actions, args).share_memory()  # the actors' source of weights
         fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
                            resume_state.get("reward_scalers") if resume_state else None)
@@ -510,7 +515,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "ewc": ewc.state_dict() if ewc else None,
+            "ewc": ewc.state_dict() if ewc else None, **(extension.state_dict() if extension else {}),
         }
         attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
@@ -553,6 +558,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.observe(obs[:T])
             if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
                 ewc.observe(obs[:T], obs_space.shape)
+            if extension:  # CLEAR: replayed unrolls join the batch as extra columns
+                obs, actions, behaviour_logits, rewards, dones = extension.extend_batch(
+                    batch, obs, actions, behaviour_logits, rewards, dones)
+                B = obs.shape[1]
             flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
             if pixels:  # the batch in the weights' channels-last layout: one conversion instead of one per conv
                 flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
@@ -571,7 +580,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
             entropy_loss = -(logp.exp() * logp).sum()
             ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
+            extension_loss, extension_logs = extension.loss(logits, values) if extension else (0.0, {})
+            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss + extension_loss
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
 
@@ -581,6 +591,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             check_parameters(agent, global_step)
+            if extension:
+                extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
             fleet.publish(agent)
             learn_s = time.time() - t_learn
 
@@ -607,7 +619,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}),
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs,
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),

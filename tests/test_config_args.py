@@ -9,7 +9,7 @@ from conftest import run_script
 from continual.config.args import Args, grouped_class
 from continual.config.loading import parse_args
 
-PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "EWC", "IMPALA", "DQN", "HER", "evaluation"]
+PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "EWC", "IMPALA", "CLEAR", "DQN", "HER", "evaluation"]
 
 
 def help_text(script: str) -> str:
@@ -28,7 +28,7 @@ def test_training_help_is_grouped_with_flat_flags():
     assert where["--learning-rate"] == "PPO" and where["--replacement-rate"] == "CBP" and where["--her"] == "HER"
     assert where["--track"] == "tracking" and where["--capture-video"] == "tracking"
     assert where["--eval-every"] == "evaluation" and where["--num-actors"] == "IMPALA" and where["--seed"] == "run"
-    assert where["--ewc-lambda"] == "EWC"
+    assert where["--ewc-lambda"] == "EWC" and where["--clear-buffer-frames"] == "CLEAR"
     assert {f.name.replace("_", "-") for f in dataclasses.fields(Args)} == {f[2:] for f in where}
 
 

@@ -24,7 +24,7 @@ class Args:
     """name of the run directory under --runs_dir (default: <game>__<exp_name>__s<seed>__<unix time>)"""
     runs_dir: str = "runs"
     """parent folder of run directories"""
-    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "DQN", "A2C"] = "PPO"
+    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN", "A2C"] = "PPO"
     """the agent to train"""
     seed: int = 1
     """seed of the run: torch, numpy, envs (env i gets seed+i) and the curriculum"""
@@ -209,6 +209,21 @@ class Args:
     rmsprop_eps: float = 0.01
     """IMPALA, A2C: RMSprop epsilon (A2C's usual value, baselines/SB3: 1e-5)"""
 
+    # --- CLEAR -------------------------------------------------------------------------------------------------------
+    clear_buffer_frames: int = 100_000
+    """CLEAR: replay buffer capacity in agent steps, stored as whole unrolls of --unroll_length steps of one env (a
+    file under <run>/replay, preallocated; every checkpoint holds a copy: 2.97 GB for Atari frames at the default;
+    CORA: 1e8, far beyond one disk with Atari frame stacks)"""
+    clear_replay_fraction: float = 0.5
+    """CLEAR: share of replayed unrolls in every learner batch, in [0, 1) (CORA: batch_replay_ratio 1.0, half new,
+    half replayed); the batch's new unrolls times f/(1-f) must be a whole number"""
+    clear_policy_cloning: float = 0.01
+    """CLEAR: weight of the policy-cloning loss, KL(stored behaviour policy || current) summed over the replayed
+    steps (CORA: 0.01)"""
+    clear_value_cloning: float = 0.005
+    """CLEAR: weight of the value-cloning loss, sum of (V(x_t) - stored behaviour value)^2 over the replayed steps
+    (CORA: 0.005)"""
+
     # --- DQN ---------------------------------------------------------------------------------------------------------
     buffer_size: int = 1_000_000
     """DQN: replay capacity in transitions (one uint8 frame each for Atari pixels; split evenly between envs)"""
@@ -341,7 +356,7 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
-              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "DQN": "DQN", "HER": "HER",
+              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "CLEAR": "CLEAR", "DQN": "DQN", "HER": "HER",
               "continual evaluation": "evaluation"}
 
 

@@ -56,7 +56,7 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     if not 0 < args.rmsprop_alpha < 1:
         raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
-    if args.architecture == "IMPALA" and args.num_envs % args.num_actors:
+    if args.architecture in ("IMPALA", "CLEAR") and args.num_envs % args.num_actors:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
     if args.torch_threads is not None:
         positive("torch_threads")
@@ -90,6 +90,7 @@ def validate_args(args: Args) -> None:
         raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
     validate_her_args(args)
     validate_ewc_args(args)
+    validate_clear_args(args)
     # builds the env once: Box actions need PPO, no HER
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
 
@@ -152,3 +153,33 @@ def validate_ewc_args(args: Args) -> None:
         raise UserError("ewc: not supported with --her (the Fisher would need the goal of every buffered observation)")
     if args.ewc != "none" and args.architecture not in ("PPO", "PPO_CBP", "IMPALA"):
         raise UserError(f"ewc: supported by PPO, PPO_CBP and IMPALA, not {args.architecture}")
+
+
+def clear_replay_count(args: Args) -> int:
+    """CLEAR: replayed unrolls per learner batch, new * f / (1 - f) for the batch's new single-env unrolls
+    (batch_size x envs per actor); raises when that is not a whole number, so the mix is what was asked."""
+    new = args.batch_size * (args.num_envs // args.num_actors)
+    f = args.clear_replay_fraction
+    exact = new * f / (1.0 - f)
+    count = round(exact)
+    if abs(exact - count) > 1e-6 * max(1.0, exact):
+        raise UserError(f"clear_replay_fraction: {f} of a batch with {new} new unrolls needs {exact:.3g} replayed "
+                        f"ones; choose f with {new}*f/(1-f) whole (e.g. 0.5: {new})")
+    return count
+
+
+def validate_clear_args(args: Args) -> None:
+    """CLEAR flags (agents/clear.py); the buffer's disk space is checked in training.startup.preflight."""
+    f = args.clear_replay_fraction
+    if not (math.isfinite(f) and 0.0 <= f < 1.0):
+        raise UserError(f"clear_replay_fraction: must be in [0, 1) (1 would train on replay only), got {f}")
+    for name in ("clear_policy_cloning", "clear_value_cloning"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    if args.architecture != "CLEAR":
+        return
+    if args.clear_buffer_frames < args.unroll_length:
+        raise UserError(f"clear_buffer_frames: {args.clear_buffer_frames} holds no whole unroll of --unroll_length "
+                        f"{args.unroll_length} steps")
+    clear_replay_count(args)

@@ -6,8 +6,10 @@ which returns the `RunSession` their loop drives.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import random
+import shutil
 import sys
 import time
 from typing import Optional, Sequence
@@ -27,6 +29,7 @@ from continual.envs.backends import (
     validate_env_id,
     validate_modification,
 )
+from continual.envs.vector import EnvSettings, make_env
 from continual.errors import UserError
 from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
@@ -181,9 +184,52 @@ class Plan:
 
 def granularity_of(args: Args) -> int:
     """Agent steps per iteration, the curriculum's granularity (the agents pass the same to `start_run`)."""
-    if args.architecture == "IMPALA":
+    if args.architecture in ("IMPALA", "CLEAR"):
         return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
     return args.rollout_size()
+
+
+def replay_unroll_bytes(unroll_length: int, obs_shape: Sequence[int], obs_itemsize: int, n_actions: int) -> int:
+    """CLEAR (agents/clear.py): bytes of one stored unroll of one env: T+1 observations, T actions (int64), behaviour
+    logits (float32 per action), rewards and behaviour values (float32) and dones (bool), and its regime (int64)."""
+    T = unroll_length
+    return (T + 1) * int(np.prod(obs_shape)) * obs_itemsize + T * (8 + 4 * n_actions + 4 + 4 + 1) + 8
+
+
+def replay_buffer_bytes(args: Args, regimes: Sequence[str]) -> int:
+    """CLEAR: bytes of the whole replay buffer (clear_buffer_frames // unroll_length unrolls). Atari frames
+    (4x84x84 uint8 + task-id planes, at most 18 actions) are counted without an env; other observations from one
+    env built and closed here (uint8 stays uint8, anything else is stored as float32)."""
+    capacity = args.clear_buffer_frames // args.unroll_length
+    settings = EnvSettings.from_args(args, regimes=regimes)
+    if settings.atari and args.obs_mode == "dqn":
+        shape, itemsize, n_actions = (args.buffer_window_size + len(settings.task_ids), 84, 84), 1, 18
+    else:
+        env = make_env(settings, 0, regimes[0] if regimes else args.modifs)()
+        try:
+            space = env.observation_space
+            shape, itemsize = space.shape, 1 if space.dtype == np.uint8 else 4
+            n_actions = int(env.action_space.n)
+        finally:
+            env.close()
+    return capacity * replay_unroll_bytes(args.unroll_length, shape, itemsize, n_actions)
+
+
+def check_replay_disk(args: Args, regimes: Sequence[str], run_dir: str) -> None:
+    """CLEAR keeps its replay buffer in a preallocated file under <run>/replay (a full disk fails at the start, never
+    in the middle of a write to the mapped file) and a copy of it in every checkpoint: the disk must hold both."""
+    need = 2 * replay_buffer_bytes(args, regimes)
+    folder = os.path.abspath(run_dir)
+    have = 0  # a resumed run overwrites its own buffer files
+    for f in glob.glob(os.path.join(folder, "replay", "*.npy")):
+        have += os.path.getsize(f)
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free + have
+    if need > free:
+        raise UserError(f"clear_buffer_frames: a replay buffer of {args.clear_buffer_frames} frames takes "
+                        f"{need / 2e9:.2f} GB on disk, {need / 1e9:.2f} GB with the copy a checkpoint holds; only "
+                        f"{free / 1e9:.2f} GB free under {folder!r}")
 
 
 def check_creatable(folder: str) -> None:
@@ -214,6 +260,10 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
                             saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
+    if args.architecture == "CLEAR":
+        run_dir = (ckpt_lib.run_dir_of(resume_state["path"]) if resume_state is not None
+                   else os.path.join(args.runs_dir, args.run_name or default_run_name(args)))
+        check_replay_disk(args, regimes, run_dir)
     if args.ewc != "none" and len(regimes) < 2:  # EWC consolidates at task boundaries
         raise UserError(f"ewc: the curriculum never switches (its regimes: {regimes}), so EWC would never consolidate"
                         f"; use --ewc none or a curriculum with task switches")
