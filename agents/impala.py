@@ -137,6 +137,8 @@ def make_agent(obs_space, n_actions: int, args: Args) -> ppo.Agent:
 
 
 def logits_and_values(agent: ppo.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(agent, "logits_and_values"):  # a variant's model (agents/pnc.py: the active column acts and learns)
+        return agent.logits_and_values(obs)
     hidden = agent.features(obs)
     return agent.actor(hidden), agent.critic(hidden).squeeze(-1)
 
@@ -175,7 +177,7 @@ ACTOR_STATS = ("env_s", "act_s", "wait_s", "unrolls")
 
 def actor_main(index: int, args: Args, settings: EnvSettings, modification: str, epoch: int, regime: int,
                start_step: int, n: int, buffers: dict, shared_weights: dict, version: torch.Tensor,
-               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor) -> None:
+               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor, make_agent_fn=None) -> None:
     """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped.
 
     `conn` is this actor's end of its pipe to the learner: ("slot", s) and ("switch", ...) come in, ("full", s) and
@@ -188,7 +190,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
     envs = None
     try:
         envs = make_vector_env(settings, n, modification, vector_env="sync")
-        agent = make_agent(envs.single_observation_space, int(envs.single_action_space.n), args)
+        agent = (make_agent_fn or make_agent)(envs.single_observation_space, int(envs.single_action_space.n), args)
         local_weights = agent.state_dict()
         local_version = -1
         T = args.unroll_length
@@ -253,7 +255,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                 if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
                     final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
                     with torch.no_grad():
-                        scaled[cut] += args.gamma * agent.get_value(final).flatten().numpy()
+                        scaled[cut] += args.gamma * logits_and_values(agent, final)[1].flatten().numpy()
                 act_b[t], logit_b[t] = action.numpy(), logits.numpy()
                 rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
                 obs_b[t + 1] = next_obs
@@ -299,8 +301,9 @@ class ActorFleet:
     """
 
     def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
-                 shared_agent: nn.Module, scaler_states: Optional[list] = None):
+                 shared_agent: nn.Module, scaler_states: Optional[list] = None, make_agent_fn=None):
         self.args, self.settings, self.session = args, settings, session
+        self.make_agent_fn = make_agent_fn  # None: make_agent (a variant's model, agents/pnc.py, otherwise)
         self.n = args.num_envs // args.num_actors
         # a batch never waits for a slot: with k >= B/A + 1 slots each, the actors can fill B while each fills one more
         self.slots_per_actor = max(2, -(-args.batch_size // args.num_actors) + 1)
@@ -334,7 +337,8 @@ class ActorFleet:
                 target=actor_main, name=f"actor-{i}", daemon=True,
                 args=(i, self.args, settings, self.modification, self.epoch,
                       self.session.regime_index(self.modification), self.session.global_step, self.n, self.buffers,
-                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop))
+                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop,
+                      self.make_agent_fn))
             p.start()
             actor_end.close()  # the actor holds the only copy: its death closes the pipe
             self.processes.append(p)
@@ -471,7 +475,11 @@ def probe_spaces(settings: EnvSettings, modification: str):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_agent_fn=make_agent,
+          extension=None) -> str:
+    """`make_agent_fn` and `extension` are the extension point of variants (agents/pnc.py): the model, and
+    `extension(session, agent, optimizer, resume_state)` -> an object whose `loss(loss, obs, logits)` returns the loss
+    to minimise and extra scalars, and whose `state_dict()` is merged into every checkpoint."""
     envs_per_actor = args.num_envs // args.num_actors
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
@@ -488,7 +496,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
-        agent = make_agent(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
+        agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
         pixels = len(obs_space.shape) == 3
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
@@ -499,19 +507,20 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         if resume_state is not None and "plasticity" in resume_state:
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
-                                lambda: make_agent(obs_space, n_actions, args).to(device))
+                                lambda: make_agent_fn(obs_space, n_actions, args).to(device))
         ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state)  # --ewc: None without
-        shared_agent = make_agent(obs_space, n_actions, args).share_memory()  # the actors' source of weights
+        ext = extension(session, agent, optimizer, resume_state) if extension else None
+        shared_agent = make_agent_fn(obs_space, n_actions, args).share_memory()  # the actors' source of weights
         fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
-                           resume_state.get("reward_scalers") if resume_state else None)
+                           resume_state.get("reward_scalers") if resume_state else None, make_agent_fn)
         fleet.publish(agent)
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "ewc": ewc.state_dict() if ewc else None,
+            "ewc": ewc.state_dict() if ewc else None, **(ext.state_dict() if ext else {}),
         }
-        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
+        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
@@ -571,6 +580,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             entropy_loss = -(logp.exp() * logp).sum()
             ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
             loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
+            loss, ext_scalars = ext.loss(loss, obs[:T], logits) if ext else (loss, {})
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
 
@@ -613,7 +623,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "charts/previous_regime_unrolls": float(sum(e != fleet.epoch for e in epochs)),
                 "time/learner_wait_s": wait_s, "time/learn_s": learn_s, "time/iteration_s": iteration_s,
                 "time/learner_utilisation": learn_s / iteration_s if iteration_s > 0 else float("nan"),
-                **fleet.stats_delta(),
+                **fleet.stats_delta(), **ext_scalars,
             })
             monitor.maybe_log()
             progress.update()
