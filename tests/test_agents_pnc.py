@@ -7,6 +7,7 @@ compress checkpoint continues the uninterrupted run's records, eval.py plays the
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from agents import pnc
 from conftest import run_script
 from continual.config.args import Args
 from continual.curricula import make_run_factory
+from continual.evaluation.table import read_eval_table
 from continual.plasticity.ewc import EWC
 from continual.training.callbacks import SwitchEvent
 from continual.training.checkpoint import load_checkpoint
@@ -331,7 +333,7 @@ def full_run(tmp_path_factory):
     runs = tmp / "runs"
     proc = run_script("continual_training_example.py", "--architecture", "PNC", "--config", str(cfg), "--runs_dir",
                       str(runs), "--run_name", "full", "--save_agent_with_switch", "--checkpoint_every", str(SPU),
-                      "--keep_checkpoints", "100", "--no-progress-bar")
+                      "--keep_checkpoints", "100", "--track", "--no-progress-bar")
     assert "1 actors x 2 envs, 64 steps per update" in proc.stdout
     return tmp, str(runs / "full")
 
@@ -365,6 +367,16 @@ def test_run_kb_frozen_in_progress_and_active_frozen_in_compress(full_run):
     kb_at_switch, _ = _split(_ckpt(run_dir, "switch__no_modif__step512.cleanrl_model")["model"])
     for k, t in final["pnc"]["ewc"]["anchors"][0][1].items():
         assert torch.equal(t, kb_at_switch["kb." + k]), k
+
+
+def test_run_writes_wandb_offline_and_evaluates_every_regime(full_run):
+    _, run_dir = full_run
+    offline = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
+    assert offline and glob.glob(os.path.join(offline[0], "run-*.wandb")), os.listdir(run_dir)
+    rows = read_eval_table(os.path.join(run_dir, "eval_table.csv"))
+    assert sorted({(r["step"], r["modification"]) for r in rows}) == \
+        [(s, m) for s in (0, 512, 1024) for m in ("", "gravity=15")]
+    assert all(r["episodes"] == 2 for r in rows)
 
 
 @pytest.mark.parametrize("start", ["switch__no_modif__step512", "periodic__step384", "periodic__step768"])
