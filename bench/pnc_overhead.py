@@ -67,7 +67,8 @@ def analyse(run: dict) -> dict:
     typical = common.median([it["time/iteration_s"] for it in window])
     out = {"sps": spu * len(window) / sum(it["time/iteration_s"] for it in window),
            "switch_s": sum(it["time/iteration_s"] - typical for it in at_switch),
-           "actor_utilisation": common.median([it["time/actor_utilisation"] for it in window]),
+           "actor_utilisation": common.median([u for it in window if isinstance(u := it["time/actor_utilisation"], float)
+                                               and u == u]),  # nan (JSON "NaN") when the actors reported no time
            "learn_s_per_update": common.median([it["time/learn_s"] for it in window])}
     if "pnc/compress" in its[0]:
         for phase, flag in (("progress", 0.0), ("compress", 1.0)):
