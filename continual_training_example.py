@@ -1,6 +1,6 @@
 """Train an agent through a curriculum of environment modifications.
 
-    python continual_training_example.py --config run_config.json [--architecture PPO|PPO_CBP|IMPALA|CLEAR|DQN|A2C] [flags]
+    python continual_training_example.py --config run_config.json [--architecture PPO|PPO_CBP|IMPALA|CLEAR|PNC|DQN|A2C] [flags]
 
 Flags override run_config.json, which overrides the defaults (`--help` lists every flag). `--resume RUN_DIR`
 continues a run from its newest checkpoint.

@@ -8,4 +8,5 @@ AGENT_MODULES = {
     "PPO_CBP": "agents.ppo_cbp",
     "DQN": "agents.dqn",
     "A2C": "agents.a2c",
+    "PNC": "agents.pnc",
 }

@@ -143,11 +143,11 @@ def cloning_losses(current_logits: torch.Tensor, stored_logits: torch.Tensor, cu
     return kl, ((current_values - stored_values) ** 2).sum()
 
 
-class Clear:
+class Clear(impala.LearnerExtension):
     """The learner extension agents/impala.py calls (see the module docstring for the order)."""
 
-    def __init__(self, args: Args, session: RunSession, obs_space, n_actions: int, device: torch.device,
-                 resume_state: Optional[dict] = None):
+    def __init__(self, args: Args, session: RunSession, agent, optimizer, obs_space, n_actions: int,
+                 device: torch.device, resume_state: Optional[dict] = None):
         self.args, self.session, self.device = args, session, device
         self.T = args.unroll_length
         self.n_replay = clear_replay_count(args)
@@ -184,15 +184,17 @@ class Clear:
                        (rewards, r["reward"]), (dones, r["done"])]
         return tuple(torch.cat([x, y.transpose(0, 1).to(x.dtype)], 1) for x, y in new_and_old)
 
-    def loss(self, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """`logits` [T, B+R, A] and `values` [T+1, B+R] of the current network; the replayed columns come last."""
+    def loss(self, loss: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, values: torch.Tensor
+             ) -> tuple[torch.Tensor, dict]:
+        """IMPALA's loss (V-trace on new and replayed columns) plus the cloning losses; `logits` [T, B+R, A] and
+        `values` [T+1, B+R] of the current network, the replayed columns last."""
         if self.replayed is None:
-            return torch.zeros((), device=logits.device), {"charts/replay_size": float(len(self.buffer))}
+            return loss, {"charts/replay_size": float(len(self.buffer))}
         R, T = self.n_replay, self.T
         kl, v2 = cloning_losses(logits[:, -R:], self.replayed["logits"], values[:T, -R:], self.replayed["value"])
         current = self.session.regime_index(self.session.modification)
         old = (self.replayed["regime"] != current).float().mean().item()
-        return self.args.clear_policy_cloning * kl + self.args.clear_value_cloning * v2, {
+        return loss + self.args.clear_policy_cloning * kl + self.args.clear_value_cloning * v2, {
             "losses/policy_cloning": kl.item() / (T * R), "losses/value_cloning": v2.item() / (T * R),
             "charts/replay_fraction": R / logits.shape[1], "charts/replay_size": float(len(self.buffer)),
             "charts/replay_other_regimes": old,

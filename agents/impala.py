@@ -53,7 +53,7 @@ import traceback
 from collections import deque
 from multiprocessing import forkserver
 from multiprocessing.connection import wait
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 if __package__ in (None, ""):  # `python agents/impala.py` from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -137,6 +137,8 @@ def make_agent(obs_space, n_actions: int, args: Args) -> ppo.Agent:
 
 
 def logits_and_values(agent: ppo.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(agent, "logits_and_values"):  # a variant's model (agents/pnc.py: the active column acts and learns)
+        return agent.logits_and_values(obs)
     hidden = agent.features(obs)
     return agent.actor(hidden), agent.critic(hidden).squeeze(-1)
 
@@ -176,7 +178,7 @@ ACTOR_STATS = ("env_s", "act_s", "wait_s", "unrolls")
 
 def actor_main(index: int, args: Args, settings: EnvSettings, modification: str, epoch: int, regime: int,
                start_step: int, n: int, buffers: dict, shared_weights: dict, version: torch.Tensor,
-               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor) -> None:
+               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor, make_agent_fn=None) -> None:
     """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped.
 
     `conn` is this actor's end of its pipe to the learner: ("slot", s) and ("switch", ...) come in, ("full", s) and
@@ -189,7 +191,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
     envs = None
     try:
         envs = make_vector_env(settings, n, modification, vector_env="sync")
-        agent = make_agent(envs.single_observation_space, int(envs.single_action_space.n), args)
+        agent = (make_agent_fn or make_agent)(envs.single_observation_space, int(envs.single_action_space.n), args)
         local_weights = agent.state_dict()
         local_version = -1
         T = args.unroll_length
@@ -254,7 +256,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                 if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
                     final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
                     with torch.no_grad():
-                        scaled[cut] += args.gamma * agent.get_value(final).flatten().numpy()
+                        scaled[cut] += args.gamma * logits_and_values(agent, final)[1].flatten().numpy()
                 act_b[t], logit_b[t], view["value"][slot, t] = action.numpy(), logits.numpy(), value.numpy()
                 rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
                 obs_b[t + 1] = next_obs
@@ -300,8 +302,9 @@ class ActorFleet:
     """
 
     def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
-                 shared_agent: nn.Module, scaler_states: Optional[list] = None):
+                 shared_agent: nn.Module, scaler_states: Optional[list] = None, make_agent_fn=None):
         self.args, self.settings, self.session = args, settings, session
+        self.make_agent_fn = make_agent_fn  # None: make_agent (a variant's model, agents/pnc.py, otherwise)
         self.n = args.num_envs // args.num_actors
         # a batch never waits for a slot: with k >= B/A + 1 slots each, the actors can fill B while each fills one more
         self.slots_per_actor = max(2, -(-args.batch_size // args.num_actors) + 1)
@@ -335,7 +338,8 @@ class ActorFleet:
                 target=actor_main, name=f"actor-{i}", daemon=True,
                 args=(i, self.args, settings, self.modification, self.epoch,
                       self.session.regime_index(self.modification), self.session.global_step, self.n, self.buffers,
-                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop))
+                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop,
+                      self.make_agent_fn))
             p.start()
             actor_end.close()  # the actor holds the only copy: its death closes the pipe
             self.processes.append(p)
@@ -473,10 +477,31 @@ def probe_spaces(settings: EnvSettings, modification: str):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_extension=None) -> str:
-    """`make_extension(args, session, obs_space, n_actions, device, resume_state)`: a learner extension (CLEAR,
-    agents/clear.py) that adds columns to each batch (`extend_batch`), a loss term (`loss`), a `commit` after each
-    update and its checkpoint entries (`state_dict`)."""
+class LearnerExtension:
+    """The extension point of IMPALA variants (CLEAR: agents/clear.py, Progress & Compress: agents/pnc.py).
+
+    `train(..., make_extension=cls)` builds `cls(args, session, agent, optimizer, obs_space, n_actions, device,
+    resume_state)` after the model and optimizer. In every update, in this order: `extend_batch` may append columns
+    to the time-major batch (CLEAR's replayed unrolls), `loss` returns the loss to minimise from IMPALA's and the
+    extra scalars to log, `commit` runs after the optimizer step; `state_dict` joins every checkpoint."""
+
+    def extend_batch(self, batch: dict, obs, actions, behaviour_logits, rewards, dones):
+        return obs, actions, behaviour_logits, rewards, dones
+
+    def loss(self, loss: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, values: torch.Tensor
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+        return loss, {}
+
+    def commit(self) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+
+def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_agent_fn=make_agent,
+          make_extension: Optional[Callable[..., LearnerExtension]] = None) -> str:
+    """`make_agent_fn` builds the model (PNC's two columns), `make_extension` the variant's `LearnerExtension`."""
     envs_per_actor = args.num_envs // args.num_actors
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
@@ -493,7 +518,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
-        agent = make_agent(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
+        agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
         pixels = len(obs_space.shape) == 3
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
@@ -504,20 +529,21 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         if resume_state is not None and "plasticity" in resume_state:
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
-                                lambda: make_agent(obs_space, n_actions, args).to(device))
+                                lambda: make_agent_fn(obs_space, n_actions, args).to(device))
         ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state)  # --ewc: None without
-        extension = make_extension(args, session, obs_space, n_actions, device, resume_state) if make_extension else None
-        shared_agent = make_agent(obs_space, n_actions, args).share_memory()  # the actors' source of weights
+        extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device, resume_state) \
+            if make_extension else LearnerExtension()
+        shared_agent = make_agent_fn(obs_space, n_actions, args).share_memory()  # the actors' source of weights
         fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
-                           resume_state.get("reward_scalers") if resume_state else None)
+                           resume_state.get("reward_scalers") if resume_state else None, make_agent_fn)
         fleet.publish(agent)
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "ewc": ewc.state_dict() if ewc else None, **(extension.state_dict() if extension else {}),
+            "ewc": ewc.state_dict() if ewc else None, **extension.state_dict(),
         }
-        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every): step 0 now, then a session callback
+        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
@@ -558,10 +584,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.observe(obs[:T])
             if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
                 ewc.observe(obs[:T], obs_space.shape)
-            if extension:  # CLEAR: replayed unrolls join the batch as extra columns
-                obs, actions, behaviour_logits, rewards, dones = extension.extend_batch(
-                    batch, obs, actions, behaviour_logits, rewards, dones)
-                B = obs.shape[1]
+            # CLEAR: replayed unrolls join the batch as extra columns (B grows)
+            obs, actions, behaviour_logits, rewards, dones = extension.extend_batch(
+                batch, obs, actions, behaviour_logits, rewards, dones)
+            B = obs.shape[1]
             flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
             if pixels:  # the batch in the weights' channels-last layout: one conversion instead of one per conv
                 flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
@@ -580,8 +606,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
             entropy_loss = -(logp.exp() * logp).sum()
             ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
-            extension_loss, extension_logs = extension.loss(logits, values) if extension else (0.0, {})
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss + extension_loss
+            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
+            loss, extension_logs = extension.loss(loss, obs[:T], logits, values)  # CLEAR's cloning, P&C's compress
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
 
@@ -591,8 +617,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             check_parameters(agent, global_step)
-            if extension:
-                extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
+            extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
             fleet.publish(agent)
             learn_s = time.time() - t_learn
 

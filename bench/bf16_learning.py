@@ -19,7 +19,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
-
 import numpy as np  # noqa: E402
 
 from continual.training.tracking import read_metrics  # noqa: E402

@@ -61,7 +61,7 @@ def make_clear(tmp_path, **overrides) -> clear.Clear:
     args = Args(architecture="CLEAR", backend="Gymnasium", env_id="CartPole-v1", **{
         "num_envs": 4, "num_actors": 2, "unroll_length": 5, "batch_size": 2, "clear_buffer_frames": 200, **overrides})
     space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    return clear.Clear(args, fake_session(str(tmp_path)), space, 4, torch.device("cpu"))
+    return clear.Clear(args, fake_session(str(tmp_path)), None, None, space, 4, torch.device("cpu"))
 
 
 # --- the reservoir ------------------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_replay_share_in_a_learner_batch_equals_the_mix(tmp_path, fraction, batc
         pool = stored if update else [new[0][:, j].numpy() for j in range(B)]
         for j in range(B, B + R):  # a replayed column is one of the unrolls stored (or, first, of this batch)
             assert any(np.array_equal(out[0][:, j].numpy(), s) for s in pool)
-        loss, logs = ext.loss(torch.zeros(T, B + R, 4), torch.zeros(T + 1, B + R))
+        loss, logs = ext.loss(torch.zeros(()), None, torch.zeros(T, B + R, 4), torch.zeros(T + 1, B + R))
         if R:
             assert logs["charts/replay_fraction"] == pytest.approx(fraction)
         ext.commit()
@@ -158,7 +158,7 @@ def test_cloning_losses_match_a_float64_hand_computation(tmp_path):
     assert R == 4
     current_logits = torch.as_tensor(rng.normal(scale=2.0, size=(T, B + R, 4)), dtype=torch.float32)
     current_values = torch.as_tensor(rng.normal(size=(T + 1, B + R)), dtype=torch.float32)
-    loss, logs = ext.loss(current_logits, current_values)
+    loss, logs = ext.loss(torch.zeros(()), None, current_logits, current_values)
 
     stored_logits = out[2][:, B:].double().numpy()  # the behaviour logits of the replayed columns
     stored_values = ext.replayed["value"].double().numpy()
@@ -182,7 +182,7 @@ def test_cloning_losses_match_a_float64_hand_computation(tmp_path):
         assert k and np.allclose(stored["value"][k[0]], stored_values[:, r])
     # no gradient reaches the stored targets, only the current outputs
     a = current_logits.clone().requires_grad_()
-    ext.loss(a, current_values)[0].backward()
+    ext.loss(torch.zeros(()), None, a, current_values)[0].backward()
     assert a.grad[:, :B].abs().sum() == 0 and a.grad[:, B:].abs().sum() > 0
 
 

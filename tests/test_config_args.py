@@ -9,7 +9,8 @@ from conftest import run_script
 from continual.config.args import Args, grouped_class
 from continual.config.loading import parse_args
 
-PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "EWC", "IMPALA", "CLEAR", "DQN", "HER", "evaluation"]
+PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "EWC", "IMPALA", "CLEAR", "PNC", "DQN", "HER",
+          "evaluation"]
 
 
 def help_text(script: str) -> str:

@@ -24,7 +24,7 @@ class Args:
     """name of the run directory under --runs_dir (default: <game>__<exp_name>__s<seed>__<unix time>)"""
     runs_dir: str = "runs"
     """parent folder of run directories"""
-    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN", "A2C"] = "PPO"
+    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "CLEAR", "PNC", "DQN", "A2C"] = "PPO"
     """the agent to train"""
     seed: int = 1
     """seed of the run: torch, numpy, envs (env i gets seed+i) and the curriculum"""
@@ -224,6 +224,21 @@ class Args:
     """CLEAR: weight of the value-cloning loss, sum of (V(x_t) - stored behaviour value)^2 over the replayed steps
     (CORA: 0.005)"""
 
+    # --- Progress & Compress (PNC) -----------------------------------------------------------------------------------
+    pnc_progress_fraction: float = 0.5
+    """PNC: share of each task (a regime visit, from the curriculum's schedule) spent in the progress phase (the
+    active column learns with IMPALA's loss, the knowledge base is frozen); the rest is the compress phase (the
+    knowledge base distils the active column under online EWC). CORA counts a fixed number of learner steps
+    (num_train_steps_of_progress, 1000) and its shipped configs set it to half a task"""
+    pnc_kl_scale: float = 1.0
+    """PNC: weight of KL(pi_active || pi_KB), summed over the T x B batch as IMPALA's losses, in the compress phase
+    (CORA's kl_div_scale)"""
+    pnc_ewc_lambda: float = 25.0
+    """PNC: online-EWC weight on the knowledge base in the compress phase (CORA's P&C inherits online EWC's 25); the
+    Fisher decays by --ewc_gamma and is estimated on the last --ewc_samples observations of each task"""
+    pnc_ewc_normalize: Literal["none", "full"] = "full"
+    """PNC: full = divide each new Fisher tensor of the knowledge base by its L2 norm (CORA's P&C: full)"""
+
     # --- DQN ---------------------------------------------------------------------------------------------------------
     buffer_size: int = 1_000_000
     """DQN: replay capacity in transitions (one uint8 frame each for Atari pixels; split evenly between envs)"""
@@ -356,7 +371,8 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
-              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "CLEAR": "CLEAR", "DQN": "DQN", "HER": "HER",
+              "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "CLEAR": "CLEAR",
+              "Progress & Compress (PNC)": "PNC", "DQN": "DQN", "HER": "HER",
               "continual evaluation": "evaluation"}
 
 

@@ -56,7 +56,7 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     if not 0 < args.rmsprop_alpha < 1:
         raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
-    if args.architecture in ("IMPALA", "CLEAR") and args.num_envs % args.num_actors:
+    if args.architecture in ("IMPALA", "CLEAR", "PNC") and args.num_envs % args.num_actors:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
     if args.torch_threads is not None:
         positive("torch_threads")
@@ -91,6 +91,7 @@ def validate_args(args: Args) -> None:
     validate_her_args(args)
     validate_ewc_args(args)
     validate_clear_args(args)
+    validate_pnc_args(args)
     # builds the env once: Box actions need PPO, no HER
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
 
@@ -183,3 +184,17 @@ def validate_clear_args(args: Args) -> None:
         raise UserError(f"clear_buffer_frames: {args.clear_buffer_frames} holds no whole unroll of --unroll_length "
                         f"{args.unroll_length} steps")
     clear_replay_count(args)
+
+
+def validate_pnc_args(args: Args) -> None:
+    """Progress & Compress flags (agents/pnc.py); the curriculum must switch (checked in training.startup.preflight)."""
+    if not (math.isfinite(args.pnc_progress_fraction) and 0.0 < args.pnc_progress_fraction < 1.0):
+        raise UserError(f"pnc_progress_fraction: must be in (0, 1) (both phases in every task), "
+                        f"got {args.pnc_progress_fraction}")
+    for name in ("pnc_kl_scale", "pnc_ewc_lambda"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    if args.architecture == "PNC" and args.shrink_and_perturb:
+        raise UserError("shrink_and_perturb: not with --architecture PNC (it would perturb the knowledge base; P&C "
+                        "re-initialises its active column at every switch already)")

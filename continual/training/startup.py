@@ -184,7 +184,7 @@ class Plan:
 
 def granularity_of(args: Args) -> int:
     """Agent steps per iteration, the curriculum's granularity (the agents pass the same to `start_run`)."""
-    if args.architecture in ("IMPALA", "CLEAR"):
+    if args.architecture in ("IMPALA", "CLEAR", "PNC"):
         return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
     return args.rollout_size()
 
@@ -267,6 +267,9 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
     if args.ewc != "none" and len(regimes) < 2:  # EWC consolidates at task boundaries
         raise UserError(f"ewc: the curriculum never switches (its regimes: {regimes}), so EWC would never consolidate"
                         f"; use --ewc none or a curriculum with task switches")
+    if args.architecture == "PNC" and len(regimes) < 2:  # P&C's phases and its active-column resets are per task
+        raise UserError(f"architecture: PNC needs task boundaries, but the curriculum never switches (its regimes: "
+                        f"{regimes}); use a curriculum with task switches")
     # action spaces: validate_args (continual.envs.backends.validate_action_space) has checked them
     if args.capture_video:
         try:
