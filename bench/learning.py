@@ -119,6 +119,7 @@ def summarize(results: dict[tuple[str, str, int], dict], steps: int, points: int
                 "episodes_by_seed": {str(s): len(r["returns"]) for s, r in runs.items()},
                 "wall_s_by_seed": {str(s): r.get("wall_s") for s, r in runs.items()},
                 "cpu_s_by_seed": {str(s): r.get("cpu_s") for s, r in runs.items()},
+                "foreign_cores_by_seed": {str(s): r.get("foreign_cores") for s, r in runs.items()},
                 "curve_mean": [b[0] for b in band], "curve_lo": [b[1] for b in band], "curve_hi": [b[2] for b in band],
             }
         out["games"][game] = per_agent
@@ -216,9 +217,11 @@ def run_one(agent: str, game: str, seed: int, steps: int, runs_dir: str) -> Opti
     cmd = ["nice", "-n", "10", *cmd]
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
     load0, t0, ru0 = common.loadavg(), time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(log, "w", encoding="utf-8") as lf:
+    # the sampler sees IMPALA's actors too (forkserver children, which RUSAGE_CHILDREN misses) and the machine's load
+    with common.LoadSampler(interval=1.0) as sampler, open(log, "w", encoding="utf-8") as lf:
         rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=lf, stderr=subprocess.STDOUT).returncode
     wall, ru1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree_cpu = sum(x["ours_cores"] * (x["t"] - x["t0"]) for x in sampler.samples)
     if rc != 0:
         with open(log, encoding="utf-8") as lf:
             print(f"  {name}: FAILED (rc={rc}), log {log}:\n{lf.read()[-2000:]}", flush=True)
@@ -232,8 +235,9 @@ def run_one(agent: str, game: str, seed: int, steps: int, runs_dir: str) -> Opti
         ep_steps, ep_returns = read_episodes(run_dir)
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)  # keep metrics and TensorBoard
     result = {"agent": agent, "game": game, "seed": seed, "total_timesteps": steps, "command": cmd,
-              "wall_s": wall, "cpu_s": (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
-              "loadavg_start": load0, "loadavg_end": common.loadavg(), "steps": ep_steps, "returns": ep_returns}
+              "wall_s": wall, "cpu_s": max(tree_cpu, (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)),
+              "foreign_cores": sampler.summary()["foreign_cores"], "loadavg_start": load0,
+              "loadavg_end": common.loadavg(), "steps": ep_steps, "returns": ep_returns}
     tmp = os.path.join(runs_dir, name + ".json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f)
@@ -265,13 +269,15 @@ def print_summary(summary: dict) -> None:
         for agent, s in per_agent.items():
             walls = [w for w in s["wall_s_by_seed"].values() if w is not None]
             cpus = [c for c in s["cpu_s_by_seed"].values() if c is not None]
+            foreign = [c for c in s.get("foreign_cores_by_seed", {}).values() if c is not None]
             rows.append([game, agent, s["n"], f"{s['final_mean']:.2f}",
                          f"[{s['final_ci95'][0]:.2f}, {s['final_ci95'][1]:.2f}]",
                          " ".join(f"{v:.1f}" for v in s["final_by_seed"].values()),
-                         f"{np.median(walls):.0f}" if walls else "-", f"{np.median(cpus):.0f}" if cpus else "-"])
+                         f"{np.median(walls):.0f}" if walls else "-", f"{np.median(cpus):.0f}" if cpus else "-",
+                         f"{np.mean(foreign):.1f}" if foreign else "-"])
     common.print_table("final return (mean of the last 10% of episodes); 95% bootstrap CI over seeds",
-                       ["game", "agent", "seeds", "mean", "95% CI", "per seed", "wall s (median)", "CPU s (median)"],
-                       rows)
+                       ["game", "agent", "seeds", "mean", "95% CI", "per seed", "wall s (median)", "CPU s (median)",
+                        "other processes' cores (mean)"], rows)
 
 
 def plot(summary: dict, steps: int, out_dir: str) -> list[str]:
