@@ -6,6 +6,7 @@ same env stack (`continual.envs.vector.make_env` thunks in a DummyVecEnv, as our
 so the observation, sticky actions (MinAtar's default 0.1) and episode statistics are identical.
 
     python bench/learning.py                                  # 2 games x 4 agents x 3 seeds, 100k steps each
+    python bench/learning.py --agents IMPALA_freeway_cfg      # IMPALA with configs/impala_freeway.json's optimiser
     python bench/learning.py --steps 20000 --seeds 1 --runs_dir /tmp/l --out /tmp/l   # smoke run
     python bench/learning.py --summarize_only                 # tables, JSON and plots from the runs present
 
@@ -39,7 +40,7 @@ from continual.evaluation.metrics import stratified_bootstrap  # noqa: E402
 
 ROOT = common.REPO_ROOT
 GAMES = ("Breakout", "SpaceInvaders")
-AGENTS = ("PPO", "SB3_PPO", "IMPALA", "DQN")
+AGENTS = ("PPO", "SB3_PPO", "IMPALA", "DQN", "IMPALA_freeway_cfg")
 # Our PPO's defaults are CleanRL's ppo_atari values (8 envs x 128 steps, 4 epochs x 4 minibatches, Adam 2.5e-4
 # annealed, clip 0.1, entropy 0.01, GAE 0.95, gamma 0.99); SB3 PPO gets the same (see worker_sb3).
 PPO = {"num_envs": 8, "num_steps": 128, "num_minibatches": 4, "update_epochs": 4, "learning_rate": 2.5e-4,
@@ -48,6 +49,9 @@ AGENT_ARGS = {
     "PPO": ["--architecture", "PPO"],
     # defaults: 2 actors x 4 envs, unrolls of 20 steps, 4 unrolls per update, RMSprop 2.5e-4 annealed, entropy 0.01
     "IMPALA": ["--architecture", "IMPALA"],
+    # the optimiser values of the shipped configs/impala_freeway.json (TorchBeast-like): the default max_grad_norm
+    # 0.5 is PPO's and, with RMSprop's eps 0.01, leaves IMPALA's steps tiny (its gradient norms are ~100)
+    "IMPALA_freeway_cfg": ["--architecture", "IMPALA", "--max_grad_norm", "40", "--learning_rate", "6e-4"],
     # MinAtar paper's DQN values (buffer 100k, batch 32, target copy every 1000 steps, learning after 5000 steps,
     # step size 2.5e-4) except: Adam (paper: RMSprop), one update per 4 agent steps (paper: every step; 4x cheaper),
     # epsilon 1 -> 0.05 over 40% of the run (paper: 1 -> 0.1 over its first 100k of 5M frames), 8 envs
@@ -310,7 +314,7 @@ def plot(summary: dict, steps: int, out_dir: str) -> list[str]:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--games", default=",".join(GAMES), help="comma-separated MinAtar games")
-    p.add_argument("--agents", default=",".join(AGENTS), help="comma-separated subset of " + ", ".join(AGENTS))
+    p.add_argument("--agents", default=",".join(AGENTS[:4]), help="comma-separated subset of " + ", ".join(AGENTS))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=100_000, help="agent steps per run")
     p.add_argument("--runs_dir", default=os.path.join(ROOT, "bench", "out", "learning"),
