@@ -71,13 +71,22 @@ EVAL_EPSILON = 0.05  # the epsilon of CleanRL's evaluate(): sampled (non-greedy)
 
 class QNetwork(nn.Module):
     """CleanRL's Q-networks: the Nature CNN for (C, 84, 84) pixel stacks, a 120-84 ReLU MLP for vector observations
-    (dqn.py); PyTorch's default initialisation. `network` is the torso (plasticity diagnostics read it)."""
+    (dqn.py), MinAtar's network for (C, 10, 10) grids; PyTorch's default initialisation. `network` is the torso (plasticity diagnostics read it)."""
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0):
         super().__init__()
         self.obs_shape, self.n_actions, self.obs_scale = tuple(obs_shape), n_actions, obs_scale
         self.goal_dim, self.continuous = 0, False
-        if len(obs_shape) == 3:
+        if len(obs_shape) == 3 and obs_shape[1] < 36:
+            # small grids (MinAtar's 10x10; the Nature CNN's 8x8/4 convolution leaves 1x1 of them): the MinAtar
+            # paper's DQN network (Young & Tian 2019), one 3x3 convolution of 16 channels and 128 units
+            self.network = nn.Sequential(
+                nn.Conv2d(obs_shape[0], 16, 3, stride=1), nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(16 * (obs_shape[1] - 2) * (obs_shape[2] - 2), 128), nn.ReLU(),
+            )
+            hidden = 128
+        elif len(obs_shape) == 3:
             self.network = nn.Sequential(
                 nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
                 nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),

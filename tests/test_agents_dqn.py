@@ -207,6 +207,31 @@ def test_atari_bytes_per_transition_and_non_stacks_are_refused():
         rb.add(obs + 1, obs + 2, np.zeros(1), np.zeros(1), np.zeros(1, bool))
 
 
+@pytest.mark.parametrize("channels", [4, 6, 10])  # Breakout, SpaceInvaders, Seaquest
+def test_minatar_grids_get_the_minatar_papers_network(channels):
+    # the Nature CNN's 8x8/4 convolution leaves 1x1 of a 10x10 grid and its next 4x4 convolution raised; MinAtar's
+    # examples/dqn.py: conv 16 3x3 stride 1 -> ReLU -> 128 units -> ReLU -> one output per action
+    torch.manual_seed(0)
+    net = dqn.QNetwork((channels, 10, 10), 6)
+    shapes = [tuple(p.shape) for p in net.parameters()]
+    assert shapes == [(16, channels, 3, 3), (16,), (128, 16 * 8 * 8), (128,), (6, 128), (6,)]
+    x = (torch.rand(5, channels, 10, 10) < 0.2).float()
+    conv, fc, head = (m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    ref = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double()).relu()
+    ref = (ref.reshape(5, -1) @ fc.weight.double().T + fc.bias.double()).relu()
+    ref = ref @ head.weight.double().T + head.bias.double()
+    torch.testing.assert_close(net(x).double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_dqn_trains_on_minatar(tmp_path):
+    run = _train(tmp_path, "--backend", "MinAtar", "--env_id", "MinAtar/Breakout", "--num_envs", "2",
+                 "--num_steps", "32", "--total_timesteps", "512", "--learning_starts", "128", "--buffer_size", "1000",
+                 "--modifs", "", data={})
+    recs = read_metrics(os.path.join(run, "metrics.jsonl"))
+    assert any(r["kind"] == "episode" for r in recs)
+    assert [r for r in recs if r["kind"] == "iteration"][-1]["charts/updates"] > 0
+
+
 # --- runs ---------------------------------------------------------------------------------------------------------
 CORRIDOR = {
     "env_id": "corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 2, "num_steps": 16,
