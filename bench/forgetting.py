@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
+
 from continual.evaluation import metrics as M  # noqa: E402
 from continual.io import atomic_write_json  # noqa: E402
 
