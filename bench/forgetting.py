@@ -50,14 +50,15 @@ ROOT = common.REPO_ROOT
 # IMPALA's usual optimiser values (configs/impala_freeway.json): its losses are sums over the batch (gradient norms
 # ~100-200 here), which the default clip of 0.5 (PPO's) cuts ~300x, below RMSprop's eps of 0.01
 IMPALA = ["--num_actors", "2", "--learning_rate", "0.0006", "--max_grad_norm", "40"]
-# method -> training flags. One line per method; CLEAR and PNC need their agents (other branches) to run.
+# method -> training flags. One line per method; CLEAR and PNC need their agents (other branches) to run. EWC lambdas
+# are CORA's (500 ewc, 25 online): IMPALA's losses are sums over the batch, as CORA's.
 METHODS: dict[str, list[str]] = {
     "PPO": ["--architecture", "PPO"],
     "PPO_CBP": ["--architecture", "PPO_CBP"],
     "PPO+S&P": ["--architecture", "PPO", "--shrink_and_perturb"],
     "IMPALA": ["--architecture", "IMPALA", *IMPALA],
     "IMPALA+EWC": ["--architecture", "IMPALA", *IMPALA, "--ewc", "ewc"],
-    "IMPALA+online EWC": ["--architecture", "IMPALA", *IMPALA, "--ewc", "online"],
+    "IMPALA+online EWC": ["--architecture", "IMPALA", *IMPALA, "--ewc", "online", "--ewc_lambda", "25"],
     "CLEAR": ["--architecture", "CLEAR"],
     "PNC": ["--architecture", "PNC"],
 }
