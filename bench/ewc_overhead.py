@@ -37,8 +37,9 @@ ROLLOUT = 1024  # 8 envs x 128 steps: PPO's iteration, and the step of the switc
 def timings(run_dir: str) -> tuple[float, float]:
     """(steady steps/s after the switch iteration, the switch iteration's extra seconds)."""
     its = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if '"iteration"' in line]
-    # the first iteration in the new regime did the switch (and, with EWC, the Fisher)
-    k = next(i for i, r in enumerate(its) if r["global_step"] > ROLLOUT)
+    # the switch (and, with EWC, the Fisher) happens in the first iteration that starts at or after ROLLOUT steps;
+    # records carry the step count at their end (PPO: iteration 2; IMPALA, 320-step updates: the 5th)
+    k = next(i for i in range(1, len(its)) if its[i - 1]["global_step"] >= ROLLOUT)
     durations = [b["time"] - a["time"] for a, b in zip(its[k - 1:], its[k:])]  # durations[0]: the switch iteration
     steady = durations[1:]
     sps = (its[-1]["global_step"] - its[k]["global_step"]) / sum(steady)
