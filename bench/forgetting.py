@@ -202,6 +202,8 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from continual.evaluation.plots import STEPS  # 25k, 1M tick labels
+
     curves = agg["curves"]
     tasks = list(next(iter(curves.values())).keys()) if curves else []
     colors = _colors(list(curves))
@@ -220,6 +222,7 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
         scale = agg["scale"].get(task)
         ax.set_title(f"{task.replace('env=MinAtar/', '')} (1 = return {scale:g})" if scale else task, fontsize=11)
         ax.set_xlabel("agent steps (grey: this task trained)")
+        ax.xaxis.set_major_formatter(STEPS)
         ax.grid(alpha=0.25)
     axes[0][0].set_ylabel("evaluation return / max |return|")
     axes[0][-1].legend(fontsize=8, loc="best")
