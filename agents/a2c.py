@@ -182,7 +182,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             optimizer.zero_grad()
             loss.backward()
             monitor.record_grads()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
             optimizer.step()
             if agent.norm_obs:  # after the update, as in agents/ppo.py
                 agent.update_obs_stats(obs)

@@ -614,7 +614,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             optimizer.zero_grad()
             loss.backward()
             monitor.record_grads()
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
             optimizer.step()
             check_parameters(agent, global_step)
             extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done

@@ -431,7 +431,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     optimizer.zero_grad()
                     loss.backward()
                     monitor.record_grads()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
                     optimizer.step()
                     agent.after_optimizer_step(optimizer)
 

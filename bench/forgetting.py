@@ -59,8 +59,8 @@ METHODS: dict[str, list[str]] = {
     "IMPALA": ["--architecture", "IMPALA", *IMPALA],
     "IMPALA+EWC": ["--architecture", "IMPALA", *IMPALA, "--ewc", "ewc"],
     "IMPALA+online EWC": ["--architecture", "IMPALA", *IMPALA, "--ewc", "online", "--ewc_lambda", "25"],
-    "CLEAR": ["--architecture", "CLEAR"],
-    "PNC": ["--architecture", "PNC"],
+    "CLEAR": ["--architecture", "CLEAR", *IMPALA],
+    "PNC": ["--architecture", "PNC", *IMPALA],
 }
 DEFAULT_METHODS = ["PPO", "PPO_CBP", "PPO+S&P", "IMPALA", "IMPALA+EWC", "IMPALA+online EWC"]
 GAMES = ("Breakout", "Freeway", "SpaceInvaders", "Asterix", "Seaquest")

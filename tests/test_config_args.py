@@ -55,3 +55,13 @@ def test_flat_flag_names_still_parse_in_every_group():
 def test_grouped_class_holds_every_field_once():
     names = [f.name for g in dataclasses.fields(grouped_class()) for f in dataclasses.fields(g.type.__origin__)]
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(Args))
+
+
+def test_gradient_clipping_default_follows_the_loss_scale():
+    """IMPALA's family sums its losses over the batch (gradient norms ~50-160 on MinAtar): its default clip is
+    TorchBeast's 40; PPO/A2C average theirs: 0.5. An explicit --max_grad_norm wins for every architecture."""
+    from continual.config.args import Args
+
+    assert {a: Args(architecture=a).grad_clip_norm() for a in ("PPO", "PPO_CBP", "A2C", "IMPALA", "CLEAR", "PNC")} \
+        == {"PPO": 0.5, "PPO_CBP": 0.5, "A2C": 0.5, "IMPALA": 40.0, "CLEAR": 40.0, "PNC": 40.0}
+    assert Args(architecture="IMPALA", max_grad_norm=0.5).grad_clip_norm() == 0.5

@@ -99,8 +99,10 @@ class Args:
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
     """value loss coefficient"""
-    max_grad_norm: float = 0.5
-    """gradient clipping norm"""
+    max_grad_norm: Optional[float] = None
+    """gradient clipping norm (default: 0.5 for PPO, PPO_CBP and A2C, whose losses are means; 40 for IMPALA, CLEAR and
+    PNC, whose losses are sums over the batch, as TorchBeast: with 0.5 their updates shrink ~100x and IMPALA does not
+    learn)"""
     target_kl: Optional[float] = None
     """stop the epochs of an update early once the approximate KL exceeds this"""
     bf16: bool = False
@@ -330,6 +332,12 @@ class Args:
 
     def minibatch_size(self) -> int:
         return self.rollout_size() // self.num_minibatches
+
+    def grad_clip_norm(self) -> float:
+        """--max_grad_norm, or the architecture's default when it is not set."""
+        if self.max_grad_norm is not None:
+            return self.max_grad_norm
+        return 40.0 if self.architecture in ("IMPALA", "CLEAR", "PNC") else 0.5
 
 
 def field_names() -> set[str]:

@@ -30,6 +30,8 @@ def validate_args(args: Args) -> None:
         raise UserError(f"video_every: must be 0 (capped cubic schedule) or positive, got {args.video_every}")
     for name in ("learning_rate", "clip_coef", "max_grad_norm"):
         v = getattr(args, name)
+        if v is None and name == "max_grad_norm":  # the architecture's default (Args.grad_clip_norm)
+            continue
         if not (math.isfinite(v) and v > 0):
             raise UserError(f"{name}: must be a positive finite number, got {v}")
     for name in ("ent_coef", "vf_coef"):
