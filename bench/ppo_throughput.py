@@ -30,10 +30,10 @@ import common  # noqa: E402  (also puts the repository root on sys.path)
 KINDS = ("ours", "sb3", "ours_switch")
 # diagnostic kinds (not run by default): the same runs with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads sleep
 # instead of spinning when idle)
-EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive")
+EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
           "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
-          "ours_switch_passive": "ours switch, OMP PASSIVE"}
+          "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)"}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (sw
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def worker_ours(args: argparse.Namespace, switching: bool) -> dict:
+def worker_ours(args: argparse.Namespace, switching: bool, bf16: bool = False) -> dict:
     import agents.ppo as ppo
     from continual.training.startup import parse_train_args
 
@@ -50,6 +50,8 @@ def worker_ours(args: argparse.Namespace, switching: bool) -> dict:
     argv = ["--env_id", args.env_id, "--backend", "HackAtari", "--num_envs", str(args.num_envs),
             "--num_steps", str(args.num_steps), "--total_timesteps", str(total), "--runs_dir", args.tmp,
             "--run_name", args.run_name, "--no-progress-bar", "--reward_scaling", "clip", "--seed", str(args.seed)]
+    if bf16:
+        argv.append("--bf16")
     if switching:
         every = args.switch_every * batch
         thresholds = list(range(every, total, every))
@@ -166,7 +168,7 @@ def run_worker(args: argparse.Namespace) -> None:
     if args.worker == "sb3":
         out = worker_sb3(args)
     else:
-        out = worker_ours(args, switching=args.worker == "ours_switch")
+        out = worker_ours(args, switching=args.worker == "ours_switch", bf16=args.worker == "ours_bf16")
     with open(args.worker_out, "w", encoding="utf-8") as f:
         json.dump(out, f)
 
@@ -284,6 +286,11 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
         out["ours_vs_sb3"] = {"ratio_of_medians": r, "median_paired_ratio": paired("ours", "sb3"),
                               "cpu_time_ratio_sb3_over_ours": common.ratio(cpu["sb3"], cpu["ours"]),
                               "target_ge_1.0": r >= 1.0, "stretch_ge_1.3": r >= 1.3}
+    if "ours_bf16" in med and "sb3" in med:
+        r = common.ratio(med["ours_bf16"], med["sb3"])
+        out["ours_bf16_vs_sb3"] = {"ratio_of_medians": r, "median_paired_ratio": paired("ours_bf16", "sb3"),
+                                   "vs_ours_fp32": common.ratio(med["ours_bf16"], med.get("ours", float("nan"))),
+                                   "stretch_ge_1.3": r >= 1.3}
     if "ours" in med and "ours_switch" in med:
         r = common.ratio(med["ours_switch"], med["ours"])
         out["switch_vs_noswitch"] = {"ratio_of_medians": r, "slowdown": 1 - r,
@@ -356,6 +363,10 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
               f"{o['median_paired_ratio']:.2f}; CPU time per step SB3/ours {o['cpu_time_ratio_sb3_over_ours']:.2f}); "
               f"target >= 1.0: {o['target_ge_1.0']}; stretch >= 1.3: "
               f"{o['stretch_ge_1.3']}")
+    if "ours_bf16_vs_sb3" in s:
+        o = s["ours_bf16_vs_sb3"]
+        print(f"ours --bf16 / SB3: {o['ratio_of_medians']:.2f} (paired {o['median_paired_ratio']:.2f}); --bf16 / "
+              f"float32 ours: {o['vs_ours_fp32']:.2f}; stretch >= 1.3: {o['stretch_ge_1.3']}")
     if "switch_vs_noswitch" in s:
         o = s["switch_vs_noswitch"]
         print(f"switching / no switching: {o['ratio_of_medians']:.2f} (slowdown {o['slowdown'] * 100:+.1f}%, paired "
@@ -407,7 +418,7 @@ def main() -> None:
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directories")
     p.add_argument("--json", help="write the results as JSON to this path")
     # internal: one training run
-    p.add_argument("--worker", choices=KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KINDS + ("ours_bf16",), help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     p.add_argument("--run-name", help=argparse.SUPPRESS)

@@ -82,8 +82,8 @@ def main() -> None:
             agent = Agent(obs_shape, n_actions, obs_scale=base.obs_scale)
             agent.load_state_dict(base.state_dict())
             update(agent, torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5), b, bf16)
-            moved[bf16] = torch.cat([(p1 - p0).flatten() for p1, p0 in zip(agent.parameters(), base.parameters())])
-        rel = float((moved[True] - moved[False]).norm() / moved[False].norm())
+            moved[bf16] = torch.cat([(p1 - p0).detach().flatten() for p1, p0 in zip(agent.parameters(), base.parameters())])
+        rel = float((moved[True] - moved[False]).norm() / moved[False].norm().detach())
         times: dict[str, list[float]] = {"float32": [], "bf16": []}
         loads = []
         for r in range(a.repeats):
