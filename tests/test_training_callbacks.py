@@ -47,7 +47,7 @@ class FakeEnvs:
     def __init__(self, log):
         self.log = log
 
-    def switch(self, new, step):
+    def switch(self, new, step, seed=None):
         self.log.append(("envs.switch", new))
         return np.zeros(1), {}
 
