@@ -13,6 +13,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -37,8 +38,7 @@ def run(task: str, seed: int, bf16: bool, out_dir: str) -> dict:
     run_dir = os.path.join(out_dir, name)
     t = time.time()
     if not glob.glob(os.path.join(run_dir, "checkpoints", "final__*")):
-        if os.path.isdir(run_dir):
-            subprocess.run(["rm", "-rf", run_dir], check=True)
+        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run starts over
         cmd = [sys.executable, "continual_training_example.py", "--architecture", "PPO", *flags, "--seed", str(seed),
                "--total_timesteps", str(steps), "--runs_dir", out_dir, "--run_name", name, "--no-progress-bar",
                "--torch_threads", "1", "--checkpoint_minutes", "0", *(["--bf16"] if bf16 else [])]

@@ -28,3 +28,18 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
 @pytest.fixture
 def root() -> str:
     return ROOT
+
+
+def assert_resume_matches(full: str, cut: str, final: str, after_step: int) -> None:
+    """A run resumed in `cut` ends with the uninterrupted run's (`full`) weights in checkpoints/`final`, and plays
+    the same games (step, return) after `after_step` (more than 10 of them)."""
+    import torch
+
+    from continual.training.tracking import read_metrics
+
+    a, b = (torch.load(os.path.join(d, "checkpoints", final), weights_only=True) for d in (full, cut))
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
+           if r["kind"] == "episode" and r["global_step"] > after_step] for d in (full, cut)]
+    assert ep[0] == ep[1] and len(ep[0]) > 10

@@ -18,7 +18,7 @@ import torch
 
 import eval as eval_script
 from agents import a2c
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_resume_matches, run_script
 from continual.config.loading import args_from_dict
 from continual.training.startup import seed_everything
 from continual.training.tracking import read_metrics
@@ -176,13 +176,7 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path):
         if "step800" not in f:
             os.unlink(f)
     a2c.main(["--resume", switch[0].replace(full, cut), "--no-progress-bar"])
-    a, b = (torch.load(os.path.join(d, "checkpoints", "final__step1200.cleanrl_model"), weights_only=True)
-            for d in (full, cut))
-    for name in a["model"]:
-        assert torch.equal(a["model"][name], b["model"][name]), name
-    ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
-           if r["kind"] == "episode" and r["global_step"] > 800] for d in (full, cut)]
-    assert ep[0] == ep[1] and len(ep[0]) > 10
+    assert_resume_matches(full, cut, "final__step1200.cleanrl_model", 800)
     rows = list(csv.DictReader(open(os.path.join(full, "eval_table.csv"))))
     assert {int(r["step"]) for r in rows} == {0, 600, 1200} and len(rows) == 9
     out = str(tmp_path / "ev")  # eval.py rebuilds the A2C agent from the checkpoint

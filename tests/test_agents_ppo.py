@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_resume_matches, run_script
 from continual.training.tracking import read_metrics
 
 CARTPOLE_CURRICULUM = {
@@ -270,13 +270,7 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, 
     with open(os.path.join(cut, "metrics.jsonl"), "w") as f:
         f.writelines(kept)
     ppo.main(["--resume", switch[0].replace(full, cut), "--no-progress-bar"])
-    a, b = (torch.load(os.path.join(d, "checkpoints", "final__step2048.cleanrl_model"), weights_only=True)
-            for d in (full, cut))
-    for name in a["model"]:
-        assert torch.equal(a["model"][name], b["model"][name]), name
-    ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
-           if r["kind"] == "episode" and r["global_step"] > switch_step] for d in (full, cut)]
-    assert ep[0] == ep[1] and len(ep[0]) > 10
+    assert_resume_matches(full, cut, "final__step2048.cleanrl_model", switch_step)
 
 
 @pytest.mark.parametrize("obs_shape", [(4, 84, 84), (6, 10, 10)])
