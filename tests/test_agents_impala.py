@@ -280,8 +280,12 @@ def test_actor_exception_is_reported_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: actor ") and "failed: RuntimeError: env exploded (test_agents_impala.py:" in last, last
     assert "Traceback" not in proc.stderr
+    # Both actors hit the error at the same env step, so either or both may write a traceback before the learner
+    # stops the fleet; the one reported must be among them.
     tracebacks = glob.glob(os.path.join(runs, "raise", "actor*_traceback.txt"))
-    assert len(tracebacks) == 1 and "env exploded" in open(tracebacks[0]).read()
+    assert 1 <= len(tracebacks) <= 2 and all("env exploded" in open(t).read() for t in tracebacks)
+    named = last.split("error: actor ")[1].split()[0]
+    assert any(os.path.basename(t).startswith(f"actor{named}_") for t in tracebacks), (named, tracebacks)
     assert glob.glob(os.path.join(runs, "raise", "checkpoints", "crash__step*.cleanrl_model"))
 
 
