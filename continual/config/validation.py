@@ -112,8 +112,9 @@ def validate_dqn_args(args: Args) -> None:
     for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer"):
         if getattr(args, name) and args.architecture != "DQN":
             raise UserError(f"{name}: only used with --architecture DQN, not {args.architecture}")
-    if args.norm_obs and args.architecture == "DQN":
-        raise UserError("norm_obs: not supported by DQN (PPO, PPO_CBP and A2C standardise observations)")
+    if args.norm_obs and args.architecture not in ("PPO", "PPO_CBP", "A2C"):
+        raise UserError(f"norm_obs: not supported by {args.architecture} (PPO, PPO_CBP and A2C standardise "
+                        f"observations)")
     need = args.num_envs * (2 * args.buffer_window_size + 2)
     if args.architecture == "DQN" and args.buffer_size < need:
         raise UserError(f"buffer_size: {args.buffer_size} is too small for {args.num_envs} envs (at least {need})")
