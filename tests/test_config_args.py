@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
+
 from conftest import run_script
 from continual.config.args import Args, grouped_class
 from continual.config.loading import parse_args
@@ -65,3 +67,16 @@ def test_gradient_clipping_default_follows_the_loss_scale():
     assert {a: Args(architecture=a).grad_clip_norm() for a in ("PPO", "PPO_CBP", "A2C", "IMPALA", "CLEAR", "PNC")} \
         == {"PPO": 0.5, "PPO_CBP": 0.5, "A2C": 0.5, "IMPALA": 40.0, "CLEAR": 40.0, "PNC": 40.0}
     assert Args(architecture="IMPALA", max_grad_norm=0.5).grad_clip_norm() == 0.5
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--architecture", "IMPALA"], 40.0), (["--architecture", "PPO"], 0.5), (["--architecture", "CLEAR"], 40.0),
+    (["--architecture", "IMPALA", "--max_grad_norm", "2"], 2.0)])
+def test_the_effective_gradient_clip_is_what_a_run_records(argv, expected):
+    """config.json, the printed configuration and checkpoints are args_to_dict(args): they hold the number in force,
+    not None ("the architecture's default")."""
+    from continual.config.loading import args_to_dict
+    from continual.training.startup import parse_train_args
+
+    args, _, _ = parse_train_args(["--backend", "Gymnasium", "--env_id", "CartPole-v1", *argv])
+    assert args.max_grad_norm == expected and args_to_dict(args)["max_grad_norm"] == expected

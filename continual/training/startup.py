@@ -64,6 +64,8 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
                                       description=description)
         if architecture is not None:
             args.architecture = architecture
+        # the effective clip goes into config.json, the printout and checkpoints (None there would hide it)
+        args.max_grad_norm = args.grad_clip_norm()
         return args, curriculum, None
     state = ckpt_lib.load_checkpoint(resume)
     missing = [k for k in ckpt_lib.RESUME_KEYS if k not in state]
