@@ -58,10 +58,12 @@ def worker_ours(args: argparse.Namespace, switching: bool, flags: list[str]) -> 
 
     batch = args.num_envs * args.num_steps
     total = args.iterations * batch
-    argv = ["--env_id", args.env_id, "--backend", "HackAtari", "--num_envs", str(args.num_envs),
+    argv = ["--env_id", args.env_id, "--backend", args.backend, "--num_envs", str(args.num_envs),
             "--num_steps", str(args.num_steps), "--total_timesteps", str(total), "--runs_dir", args.tmp,
             "--run_name", args.run_name, "--no-progress-bar", "--reward_scaling", "clip", "--seed", str(args.seed)]
     argv += flags
+    if args.backend != "HackAtari":  # MinAtar/Gymnasium default to the sync vector env; --env_groups needs workers
+        argv += ["--vector_env", "async"]
     threads = 1 if args.worker.endswith("_t1") else args.torch_threads
     if threads:
         argv += ["--torch_threads", str(threads)]
@@ -245,7 +247,8 @@ def orchestrate(args: argparse.Namespace) -> dict:
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--worker-out", out,
                        "--tmp", tmp, "--run-name", name, "--iterations", str(args.iterations),
                        "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
-                       "--env-id", args.env_id, "--seed", str(args.seed), "--modification", args.modification,
+                       "--env-id", args.env_id, "--backend", args.backend, "--seed", str(args.seed),
+                       "--modification", args.modification,
                        "--switch-every", str(args.switch_every),
                        "--sb3-clip-range-vf", str(args.sb3_clip_range_vf)]
                 if args.torch_threads:
@@ -373,7 +376,7 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
                      common.fmt(s["median_wall_s"][k]), f"{common.ratio(s['median_sps'][k], base):.2f}" if base else "-",
                      common.fmt(s["median_cpu_s_per_kstep"][k], 2),
                      " ".join(f"{x:.1f}" for x in s["foreign_cores"][k])])
-    common.print_table(f"(a)+(b) PPO training steps/s, HackAtari {args.env_id}, {args.num_envs} envs x "
+    common.print_table(f"(a)+(b) PPO training steps/s, {args.backend} {args.env_id}, {args.num_envs} envs x "
                        f"{args.num_steps} steps, {args.iterations} iterations ({args.iterations * batch} steps), "
                        f"steady state after {args.warmup} iterations",
                        ["run", "n", "median steps/s", "min", "max", "median wall s (incl. startup)", "vs SB3",
@@ -416,6 +419,8 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env-id", default="ALE/Freeway-v5")
+    p.add_argument("--backend", default="HackAtari", choices=["HackAtari", "MinAtar", "Gymnasium"],
+                   help="our runs' backend (MinAtar/Gymnasium: async envs); SB3 runs need HackAtari")
     p.add_argument("--num-envs", type=int, default=8)
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
@@ -452,6 +457,8 @@ def main() -> None:
         return
     if args.warmup < 1 or args.warmup >= args.iterations:
         p.error("--warmup must be in [1, iterations)")
+    if args.backend != "HackAtari" and any(k.startswith("sb3") or "switch" in k for k in args.kinds):
+        p.error("--backend: the SB3 and switch runs use HackAtari")
 
     info = common.machine_info()
     t0 = time.time()

@@ -363,3 +363,40 @@ def test_ppo_learns_cartpole_with_env_groups(tmp_path, env_groups):
     records = read_metrics(os.path.join(only_run_dir(runs), "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     assert np.mean(returns[-20:]) >= 400, returns[-20:]
+
+
+@pytest.mark.parametrize("config,extra", [
+    ("cartpole", ["--max_episode_steps", "40", "--reward_scaling", "normalize", "--eval_every", "1024",
+                  "--eval_episodes", "2"]),
+    ("her", ["--num_envs", "4", "--num_steps", "32", "--total_timesteps", "2048", "--max_episode_steps", "20"]),
+])
+def test_env_groups_2_trains_as_one_group_does(tmp_path, config, extra):
+    """Reference: G=1. Each env plays the same games whether it steps with all envs or in its group (envs seeded by
+    index), and the policy samples the same actions (torch draws a batch's samples row by row, so two batches of
+    4 draw what one batch of 8 does): with --env_groups 2 the run plays the same games (step, return, env), through
+    switches, time-limit bootstraps, return normalisation, continual evaluation and HER relabelling, and ends with
+    the same weights up to float rounding (the forward pass runs on batches of 4 instead of 8). A group's data in
+    the other group's columns, or actions for the wrong group, would change the games."""
+    from agents import ppo
+
+    if config == "her":
+        argv = ["--config", os.path.join(ROOT, "configs", "her_goalgrid.json")]
+    else:
+        argv = ["--config", write_config(tmp_path, {**CARTPOLE_CURRICULUM, "num_envs": 4})]
+    runs = str(tmp_path / "runs")
+    common = [*argv, "--runs_dir", runs, "--no-progress-bar", "--no-cuda", "--vector_env", "async", *extra]
+    for g in (1, 2):
+        ppo.main([*common, "--run_name", f"g{g}", "--env_groups", str(g)])
+
+    def played(name: str) -> list:
+        return [{k: v for k, v in r.items() if k not in ("time", "seconds")}
+                for r in read_metrics(os.path.join(runs, name, "metrics.jsonl"))
+                if r["kind"] in ("episode", "switch", "eval")]
+
+    one, two = played("g1"), played("g2")
+    assert one == two and sum(r["kind"] == "episode" for r in one) > 20
+    assert len({r["env"] for r in one if r["kind"] == "episode"}) == 4
+    final = os.path.basename(glob.glob(os.path.join(runs, "g1", "checkpoints", "final__*"))[0])
+    a, b = (torch.load(os.path.join(runs, d, "checkpoints", final), weights_only=True)["model"] for d in ("g1", "g2"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
