@@ -400,3 +400,18 @@ def test_env_groups_2_trains_as_one_group_does(tmp_path, config, extra):
     a, b = (torch.load(os.path.join(runs, d, "checkpoints", final), weights_only=True)["model"] for d in ("g1", "g2"))
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
+
+
+def test_ppo_cbp_runs_with_env_groups(tmp_path):
+    """PPO_CBP trains through agents/ppo.py's loop: with --env_groups 2 it switches, plays every env, checkpoints."""
+    from agents import ppo_cbp
+
+    cfg = write_config(tmp_path, {**CARTPOLE_CURRICULUM, "num_envs": 4})
+    runs = str(tmp_path / "runs")
+    ppo_cbp.main(["--config", cfg, "--runs_dir", runs, "--run_name", "cbp", "--no-progress-bar", "--no-cuda",
+                  "--vector_env", "async", "--env_groups", "2", "--replacement_rate", "0.01",
+                  "--maturity_threshold", "1"])
+    records = read_metrics(os.path.join(runs, "cbp", "metrics.jsonl"))
+    assert [r["global_step"] for r in records if r["kind"] == "switch"] == [512, 1024, 1536]
+    assert {r["env"] for r in records if r["kind"] == "episode"} == {0, 1, 2, 3}
+    assert os.path.exists(os.path.join(runs, "cbp", "checkpoints", "final__step2048.cleanrl_model"))
