@@ -421,8 +421,8 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
 
     def reset(self, *, seed=None, options=None):
         for env, part in zip(self.vector_envs, self.slices):
-            if seed is None or isinstance(seed, int):
-                group_seed = seed if seed is None else seed + part.start
+            if seed is None or isinstance(seed, (int, np.integer)):
+                group_seed = seed if seed is None else int(seed) + part.start
             else:
                 group_seed = list(seed)[part]
             env.reset_async(seed=group_seed, options=options)
