@@ -6,6 +6,9 @@
     no switches, same budget;
 (c) where the time goes: per-iteration env / act / learn seconds (ours: from metrics.jsonl; SB3: a timing callback
     and a timing VecEnv wrapper).
+(d) (issue 18, `--kinds ours ours_g2 ...`) our PPO with `--env_groups 2` (acting for one half of the envs while the
+    other half steps), with and without --bf16, and with torch threads 1 (`*_t1`); env s is then the time spent
+    waiting for a group.
 
 Every training run is a fresh subprocess; the three kinds run round-robin (the order rotates every repeat).
 Steady-state steps/s = steps of the iterations after the first `--warmup` ones / time between the end of iteration
@@ -31,9 +34,17 @@ KINDS = ("ours", "sb3", "ours_switch")
 # diagnostic kinds (not run by default): the same runs with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads sleep
 # instead of spinning when idle)
 EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
+# --env_groups 2 (issue 18): the envs in 2 groups that take turns, acting for one while the other steps; *_t1: torch
+# threads 1 in our process (the env workers get the other core), whatever --torch-threads says
+GROUP_KINDS = ("ours_g2", "ours_g2_bf16", "ours_g2_t1", "ours_t1")
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
           "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
-          "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)"}
+          "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)",
+          "ours_g2": "ours --env_groups 2", "ours_g2_bf16": "ours --env_groups 2 --bf16",
+          "ours_g2_t1": "ours --env_groups 2, 1 thread", "ours_t1": "ours, 1 thread"}
+# our worker's flags per kind
+OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_g2": ["--env_groups", "2"],
+              "ours_g2_bf16": ["--env_groups", "2", "--bf16"], "ours_g2_t1": ["--env_groups", "2"], "ours_t1": []}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -41,17 +52,21 @@ LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (sw
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def worker_ours(args: argparse.Namespace, switching: bool, bf16: bool = False) -> dict:
+def worker_ours(args: argparse.Namespace, switching: bool, flags: list[str]) -> dict:
     import agents.ppo as ppo
     from continual.training.startup import parse_train_args
 
     batch = args.num_envs * args.num_steps
     total = args.iterations * batch
-    argv = ["--env_id", args.env_id, "--backend", "HackAtari", "--num_envs", str(args.num_envs),
+    argv = ["--env_id", args.env_id, "--backend", args.backend, "--num_envs", str(args.num_envs),
             "--num_steps", str(args.num_steps), "--total_timesteps", str(total), "--runs_dir", args.tmp,
             "--run_name", args.run_name, "--no-progress-bar", "--reward_scaling", "clip", "--seed", str(args.seed)]
-    if bf16:
-        argv.append("--bf16")
+    argv += flags
+    if args.backend != "HackAtari":  # MinAtar/Gymnasium default to the sync vector env; --env_groups needs workers
+        argv += ["--vector_env", "async"]
+    threads = 1 if args.worker.endswith("_t1") else args.torch_threads
+    if threads:
+        argv += ["--torch_threads", str(threads)]
     if switching:
         every = args.switch_every * batch
         thresholds = list(range(every, total, every))
@@ -139,6 +154,10 @@ def worker_sb3(args: argparse.Namespace) -> dict:
         def _on_step(self) -> bool:
             return True
 
+    import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     t0 = time.time()
     # same warm worker start as our vector env (workers fork from a server that imported the env stack once)
     mp_context()
@@ -168,7 +187,7 @@ def run_worker(args: argparse.Namespace) -> None:
     if args.worker == "sb3":
         out = worker_sb3(args)
     else:
-        out = worker_ours(args, switching=args.worker == "ours_switch", bf16=args.worker == "ours_bf16")
+        out = worker_ours(args, switching=args.worker == "ours_switch", flags=OURS_FLAGS[args.worker])
     with open(args.worker_out, "w", encoding="utf-8") as f:
         json.dump(out, f)
 
@@ -228,9 +247,12 @@ def orchestrate(args: argparse.Namespace) -> dict:
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--worker-out", out,
                        "--tmp", tmp, "--run-name", name, "--iterations", str(args.iterations),
                        "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
-                       "--env-id", args.env_id, "--seed", str(args.seed), "--modification", args.modification,
+                       "--env-id", args.env_id, "--backend", args.backend, "--seed", str(args.seed),
+                       "--modification", args.modification,
                        "--switch-every", str(args.switch_every),
                        "--sb3-clip-range-vf", str(args.sb3_clip_range_vf)]
+                if args.torch_threads:
+                    cmd += ["--torch-threads", str(args.torch_threads)]
                 if args.quiet_below is not None:
                     waited = wait_quiet(sampler, args.quiet_below, args.quiet_max_wait)
                     print(f"  (waited {waited:.0f} s for other processes to use < {args.quiet_below} cores)", flush=True)
@@ -309,7 +331,9 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
         out["switch_vs_noswitch"]["other_s_switch_iterations_median"] = common.median(sw_other)
         out["switch_vs_noswitch"]["other_s_plain_iterations_median"] = common.median(plain_other)
     pairs = [("ours_passive", "ours"), ("sb3_passive", "sb3"), ("ours_passive", "sb3_passive"),
-             ("ours_switch_passive", "ours_passive")]
+             ("ours_switch_passive", "ours_passive"), ("ours_g2", "ours"), ("ours_g2", "sb3"),
+             ("ours_g2_bf16", "ours_bf16"), ("ours_g2_bf16", "sb3"), ("ours_g2_t1", "ours_g2"), ("ours_t1", "ours"),
+             ("ours_g2_t1", "ours_t1")]
     out["diagnostic_ratios"] = {f"{a} / {b}": {"ratio_of_medians": common.ratio(med[a], med[b]),
                                                "median_paired_ratio": paired(a, b)}
                                 for a, b in pairs if a in med and b in med}
@@ -352,7 +376,7 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
                      common.fmt(s["median_wall_s"][k]), f"{common.ratio(s['median_sps'][k], base):.2f}" if base else "-",
                      common.fmt(s["median_cpu_s_per_kstep"][k], 2),
                      " ".join(f"{x:.1f}" for x in s["foreign_cores"][k])])
-    common.print_table(f"(a)+(b) PPO training steps/s, HackAtari {args.env_id}, {args.num_envs} envs x "
+    common.print_table(f"(a)+(b) PPO training steps/s, {args.backend} {args.env_id}, {args.num_envs} envs x "
                        f"{args.num_steps} steps, {args.iterations} iterations ({args.iterations * batch} steps), "
                        f"steady state after {args.warmup} iterations",
                        ["run", "n", "median steps/s", "min", "max", "median wall s (incl. startup)", "vs SB3",
@@ -395,12 +419,14 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env-id", default="ALE/Freeway-v5")
+    p.add_argument("--backend", default="HackAtari", choices=["HackAtari", "MinAtar", "Gymnasium"],
+                   help="our runs' backend (MinAtar/Gymnasium: async envs); SB3 runs need HackAtari")
     p.add_argument("--num-envs", type=int, default=8)
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--warmup", type=int, default=2, help="first iterations excluded from steady-state steps/s")
-    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS, default=list(KINDS),
+    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + GROUP_KINDS, default=list(KINDS),
                    help="run kinds to compare (the *_passive kinds set OMP_WAIT_POLICY=PASSIVE for that run)")
     p.add_argument("--modification", default="all_green_cars", help="the regime alternated with '' in switch runs")
     p.add_argument("--switch-every", type=int, default=2, help="iterations between switches in switch runs")
@@ -418,7 +444,10 @@ def main() -> None:
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directories")
     p.add_argument("--json", help="write the results as JSON to this path")
     # internal: one training run
-    p.add_argument("--worker", choices=KINDS + ("ours_bf16",), help=argparse.SUPPRESS)
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch threads of every run (ours: --torch_threads; SB3: torch.set_num_threads); default: "
+                        "each program's own default")
+    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + GROUP_KINDS, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     p.add_argument("--run-name", help=argparse.SUPPRESS)
@@ -428,6 +457,8 @@ def main() -> None:
         return
     if args.warmup < 1 or args.warmup >= args.iterations:
         p.error("--warmup must be in [1, iterations)")
+    if args.backend != "HackAtari" and any(k.startswith("sb3") or "switch" in k for k in args.kinds):
+        p.error("--backend: the SB3 and switch runs use HackAtari")
 
     info = common.machine_info()
     t0 = time.time()

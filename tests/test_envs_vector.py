@@ -206,3 +206,117 @@ def test_regime_slug_is_file_safe():
     assert regime_slug("") == "no_modif"
     assert regime_slug("b a") == "a+b"
     assert os.sep not in regime_slug("gravity=1/2")
+
+
+# --- --env_groups (GroupedVectorEnv): groups of envs stepping in turns ------------------------------------------------
+def _play(envs, actions: np.ndarray, switch_at: int, grouped_steps: bool) -> list:
+    """Everything the learner sees over a fixed action sequence, per step: observations, rewards, terminations,
+    truncations, the finished games (env, return, length) and the final observations of the envs that ended.
+    `grouped_steps`: step through step_async/step_wait(group=g), one group at a time, the results concatenated."""
+    from continual.envs.vector import episode_stats
+
+    seen = []
+    obs, _ = envs.reset(seed=7)
+    seen.append(("reset", obs))
+    for t, a in enumerate(actions):
+        if t == switch_at:
+            obs, _ = envs.switch(envs.modification, step=t, seed=1234)
+            seen.append(("switch", obs))
+            continue
+        if grouped_steps:
+            for g, cols in enumerate(envs.groups):
+                envs.step_async(a[cols], group=g)
+            out = envs.concat_steps([envs.step_wait(group=g) for g in range(len(envs.groups))])
+        else:
+            out = envs.step(a)
+        obs, reward, term, trunc, infos = out
+        finals = {int(i): infos["final_obs"][i] for i in np.flatnonzero(term | trunc)}
+        seen.append((obs, reward, term, trunc, episode_stats(infos), finals))
+    return seen
+
+
+def _assert_same(a, b):
+    assert type(a) is type(b)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("env_id,backend,n,steps,modification", [
+    ("CartPole-v1", "Gymnasium", 4, 60, ""),
+    (FREEWAY, "HackAtari", 4, 40, "all_green_cars"),
+])
+def test_env_groups_play_each_env_as_one_vector_env_does(env_id, backend, n, steps, modification):
+    """Reference: with the same per-env actions, G=2 groups give every env the observations, rewards, ends, episode
+    records and final observations that one vector env (G=1) gives it (envs are seeded by their index), through
+    time-limit truncations and a seeded switch, stepped as a whole or a group at a time. Each env gets its own
+    actions, so groups stepped with the other group's actions or returned in the wrong order differ."""
+    settings = EnvSettings(env_id=env_id, backend=backend, max_episode_steps=15)
+    rng = np.random.default_rng(0)
+    num_actions = 2 if backend == "Gymnasium" else 3
+    actions = rng.integers(0, num_actions, size=(steps, n))
+    reference = make_vector_env(settings, n, modification, "async")
+    try:
+        expected = _play(reference, actions, steps // 2, grouped_steps=False)
+    finally:
+        reference.close()
+    assert sum(len(s[4]) for s in expected if len(s) == 6) >= 2  # games ended (the records are compared)
+    for grouped_steps in (False, True):
+        envs = make_vector_env(settings, n, modification, "async", env_groups=2)
+        try:
+            assert envs.groups == [slice(0, n // 2), slice(n // 2, n)]
+            assert len(set(envs.worker_pids())) == n
+            _assert_same(_play(envs, actions, steps // 2, grouped_steps), expected)
+        finally:
+            envs.close()
+
+
+def test_env_groups_merge_infos_that_only_one_group_has():
+    """A key only some envs report is one array over all envs, with gymnasium's fill (0/False/None) elsewhere."""
+    from continual.envs.vector import _merge_infos
+
+    a = {"x": np.array([1.5, 0.0]), "_x": np.array([True, False]),
+         "final_obs": np.array([None, "o"], dtype=object), "episode": {"r": np.array([2.0, 0.0])}}
+    b = {"y": np.array([7, 8]), "_y": np.array([True, True])}
+    m = _merge_infos([a, b], [2, 2])
+    np.testing.assert_array_equal(m["x"], [1.5, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(m["_x"], [True, False, False, False])
+    np.testing.assert_array_equal(m["y"], [0, 0, 7, 8])
+    assert list(m["final_obs"]) == [None, "o", None, None]
+    np.testing.assert_array_equal(m["episode"]["r"], [2.0, 0.0, 0.0, 0.0])
+    assert m["y"].dtype == np.int64 and m["_y"].dtype == bool
+
+
+def test_env_groups_close_and_a_dead_worker_leave_no_process():
+    """A worker of the second group killed mid-run: the step fails with EnvWorkerError naming it; close() then
+    stops every worker of both groups."""
+    import signal as _signal
+
+    from continual.errors import EnvWorkerError
+
+    envs = make_vector_env(EnvSettings(env_id="CartPole-v1", backend="Gymnasium"), 4, "", "async", env_groups=2)
+    pids = envs.worker_pids()
+    try:
+        envs.reset(seed=0)
+        os.kill(pids[3], _signal.SIGKILL)
+        with pytest.raises(EnvWorkerError):
+            for _ in range(50):
+                envs.step_async(np.zeros(2, dtype=np.int64), group=1)
+                envs.step_wait(group=1)
+    finally:
+        envs.close()
+    for _ in range(100):
+        if not any(_alive(p) for p in pids):
+            break
+        import time
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
