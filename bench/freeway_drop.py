@@ -225,7 +225,8 @@ def plot(summary: dict, path: str, title: str) -> str:
     for i, (regime, start, end) in enumerate(summary["visits"]):
         if regime:
             ax.axvspan(start, end, color="0.88", lw=0, zorder=0)
-            ax.text((start + end) / 2, 0.5, regime, ha="center", va="bottom", fontsize=9, color="0.3")
+            ax.text((start + end) / 2, 0.97, regime, ha="center", va="top", fontsize=9, color="0.3",
+                    transform=ax.get_xaxis_transform())
         if i > 0:
             ax.axvline(start, color="0.3", lw=0.9, ls="--")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
