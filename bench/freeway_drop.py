@@ -122,11 +122,13 @@ def summarize(runs: dict[str, dict[int, list[dict]]], visits: Sequence[tuple[str
                 row["change_at_switch_by_seed"] = drop
                 row["change_at_switch"] = bootstrap_ci(drop, reps)
             per_visit.append(row)
-        curve = {"step": [], "mean": [], "lo": [], "hi": [], "n": []}
+        curve = {"step": [], "mean": [], "lo": [], "hi": [], "n": [], "by_seed": []}
         for v in visits:
             per_seed = [games_by_index(by_seed[s], v) for s in seeds]
             for k in range(max((len(g) for g in per_seed), default=0)):
-                vals = [float(np.mean([e["return"] for e in g[k]])) for g in per_seed if k < len(g)]
+                each = [float(np.mean([e["return"] for e in g[k]])) if k < len(g) else None for g in per_seed]
+                curve["by_seed"].append(each)
+                vals = [x for x in each if x is not None]
                 steps = [float(np.mean([e["global_step"] for e in g[k]])) for g in per_seed if k < len(g)]
                 ci = bootstrap_ci(vals, reps)
                 curve["step"].append(float(np.mean(steps)))
@@ -216,35 +218,44 @@ def table_rows(summary: dict) -> list[list[str]]:
 
 
 def plot(summary: dict, path: str, title: str) -> str:
+    """One panel per method: each seed's curve (thin) and the mean over seeds with its bootstrap CI (thick, band);
+    the seeds are shown because a seed that never finds Freeway's first reward makes the mean bimodal."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 4.6))
-    for i, (regime, start, end) in enumerate(summary["visits"]):
-        if regime:
-            ax.axvspan(start, end, color="0.88", lw=0, zorder=0)
-            ax.text((start + end) / 2, 0.97, regime, ha="center", va="top", fontsize=9, color="0.3",
-                    transform=ax.get_xaxis_transform())
-        if i > 0:
-            ax.axvline(start, color="0.3", lw=0.9, ls="--")
+    methods = list(summary["methods"])
+    fig, axes = plt.subplots(1, len(methods), figsize=(5.0 * len(methods), 4.2), sharey=True, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     starts = [v[1] for v in summary["visits"][1:]]
-    for n, (method, s) in enumerate(summary["methods"].items()):
-        c, color = s["curve"], colors[n % len(colors)]
+    for n, (ax, method) in enumerate(zip(axes[0], methods)):
+        s, color = summary["methods"][method], colors[n % len(colors)]
+        for i, (regime, start, end) in enumerate(summary["visits"]):
+            if regime:
+                ax.axvspan(start, end, color="0.88", lw=0, zorder=0)
+                ax.text((start + end) / 2, 0.97, regime, ha="center", va="top", fontsize=9, color="0.3",
+                        transform=ax.get_xaxis_transform())
+            if i > 0:
+                ax.axvline(start, color="0.3", lw=0.9, ls="--")
+        c = s["curve"]
         x, m = np.asarray(c["step"]), np.asarray(c["mean"], dtype=float)
         lo, hi = np.asarray(c["lo"], dtype=float), np.asarray(c["hi"], dtype=float)
-        seg = np.searchsorted(starts, x)  # the line breaks at switches: a visit's points are its games
+        per_seed = np.array([[np.nan if y is None else y for y in row] for row in c["by_seed"]], dtype=float)
+        seg = np.searchsorted(starts, x)  # lines break at switches: a visit's points are its games
         for j in np.unique(seg):
             sel = seg == j
-            ax.plot(x[sel], m[sel], marker="o", ms=3, lw=1.6, color=color,
-                    label=f"{method} (n={len(s['seeds'])})" if j == seg[0] else None)
-            ax.fill_between(x[sel], lo[sel], hi[sel], color=color, alpha=0.18, lw=0)
-    ax.set(xlabel="agent steps (dashed: switches; grey: speed_mode)",
-           ylabel="training game return (mean over 8 envs)", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(title="mean over seeds, 95% bootstrap CI", fontsize=8)
+            for k, seed in enumerate(s["seeds"]):
+                ax.plot(x[sel], per_seed[sel, k], lw=0.8, color=color, alpha=0.45,
+                        label="seeds" if (j == seg[0] and k == 0) else None)
+            ax.plot(x[sel], m[sel], marker="o", ms=3, lw=2.0, color=color,
+                    label=f"mean of {len(s['seeds'])} seeds, 95% bootstrap CI" if j == seg[0] else None)
+            ax.fill_between(x[sel], lo[sel], hi[sel], color=color, alpha=0.12, lw=0)
+        ax.set(title=method, xlabel="agent steps (dashed: switches)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="center left")
+    axes[0][0].set_ylabel("training game return (mean over 8 envs)")
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
