@@ -349,6 +349,7 @@ def test_env_groups_refuses_what_it_cannot_do(tmp_path, extra, message):
     assert proc.stdout == "" and not runs.exists()
 
 
+@pytest.mark.slow  # ~50 s; test_env_groups_2_trains_as_one_group_does already ties G=2 to G=1's training
 @pytest.mark.parametrize("env_groups", [2])
 def test_ppo_learns_cartpole_with_env_groups(tmp_path, env_groups):
     """Learning check for the grouped rollout: acting for a group on another group's observations, or storing a
