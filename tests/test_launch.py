@@ -24,6 +24,8 @@ from continual.launch.queue import Queue
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
+# Local Ray clusters: one at a time, on one test worker.
+pytestmark = pytest.mark.xdist_group("ray")
 CARTPOLE = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64}
 
 
