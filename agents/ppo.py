@@ -249,6 +249,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "ewc": ewc.state_dict() if ewc else None,
         }
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
+        # --compile: the update's forward pass (and so its backward) as compiled graphs; the rollout stays eager
+        update_forward = torch.compile(agent.get_action_and_value) if args.compile else agent.get_action_and_value
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         # HER: observations are Dicts; `her` keeps goals, achieved goals and what relabelling needs (None without HER)
@@ -415,8 +417,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         mb_obs, mb_goals, mb_weights = b_obs[mb_inds], None, None
 
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
-                                                                                      goal=mb_goals)
+                        _, newlogprob, entropy, newvalue = update_forward(mb_obs, b_actions[mb_inds], goal=mb_goals)
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 

@@ -1,10 +1,11 @@
-"""Benchmark: does --bf16 (bfloat16 autocast of PPO's update) change learning? Same seeds, float32 vs bf16.
+"""Benchmark: does --bf16 (bfloat16 autocast of PPO's update) or --compile (the update compiled by torch.compile)
+change learning? Same seeds, the default update vs the variant (`--variant bf16|compile`).
 
-PPO on MinAtar Breakout (MinAtar's small CNN; --tasks CartPole adds the MLP case), each seed trained twice (float32, --bf16)
-with everything else equal; the final return is the mean of the last 20 finished games of each run. Runs one at a
+PPO on MinAtar Breakout (MinAtar's small CNN; --tasks CartPole adds the MLP case), each seed trained twice (float32,
+then with the variant's flag) with everything else equal; the final return is the mean of the last 20 finished games of each run. Runs one at a
 time in subprocesses (resumable: a run whose directory has a final checkpoint is read, not retrained).
 
-Run from the repository root:  python bench/bf16_learning.py [--seeds 1,2] [--json bench/results/bf16_learning.json]
+Run from the repository root:  python bench/bf16_learning.py [--variant compile] [--seeds 1,2] [--json ...]
 """
 
 from __future__ import annotations
@@ -32,22 +33,26 @@ TASKS = {
 }
 
 
-def run(task: str, seed: int, bf16: bool, out_dir: str) -> dict:
+VARIANTS = {"fp32": [], "bf16": ["--bf16"], "compile": ["--compile"]}
+
+
+def run(task: str, seed: int, variant: str, out_dir: str) -> dict:
     flags, steps = TASKS[task]
-    name = f"{task}__{'bf16' if bf16 else 'fp32'}__s{seed}"
+    name = f"{task}__{variant}__s{seed}"
     run_dir = os.path.join(out_dir, name)
     t = time.time()
     if not glob.glob(os.path.join(run_dir, "checkpoints", "final__*")):
         shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run starts over
         cmd = [sys.executable, "continual_training_example.py", "--architecture", "PPO", *flags, "--seed", str(seed),
                "--total_timesteps", str(steps), "--runs_dir", out_dir, "--run_name", name, "--no-progress-bar",
-               "--torch_threads", "1", "--checkpoint_minutes", "0", *(["--bf16"] if bf16 else [])]
+               "--torch_threads", "1", "--checkpoint_minutes", "0", *VARIANTS[variant]]
         subprocess.run(cmd, cwd=common.REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
                        env={**os.environ, "WANDB_MODE": "offline"})
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     sps = [r["charts/SPS"] for r in records if r["kind"] == "iteration"]
-    return {"task": task, "seed": seed, "bf16": bf16, "final_return": float(np.mean(returns[-20:])),
+    return {"task": task, "seed": seed, "variant": variant, "bf16": variant == "bf16",
+            "final_return": float(np.mean(returns[-20:])),
             "episodes": len(returns), "sps": sps[-1] if sps else None, "wall_s": time.time() - t}
 
 
@@ -55,21 +60,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="1,2")
     p.add_argument("--tasks", default="Breakout")
+    p.add_argument("--variant", default="bf16", choices=["bf16", "compile"])
     p.add_argument("--out", default=os.path.join(common.REPO_ROOT, "bench", "out", "bf16_learning"))
     p.add_argument("--json", default=None)
     a = p.parse_args()
     rows = []
     for task in a.tasks.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
-            for bf16 in (False, True):
-                rows.append(run(task, seed, bf16, a.out))
+            for variant in ("fp32", a.variant):
+                rows.append(run(task, seed, variant, a.out))
                 print(json.dumps(rows[-1]), f"load {common.loadavg()}", flush=True)
     table = []
     for task in a.tasks.split(","):
-        for bf16 in (False, True):
-            r = [x["final_return"] for x in rows if x["task"] == task and x["bf16"] == bf16]
-            table.append([task, "bf16" if bf16 else "float32", " ".join(f"{v:.1f}" for v in r), f"{np.mean(r):.1f}"])
-    common.print_table("PPO final return (mean of the last 20 games), float32 vs --bf16, same seeds",
+        for variant in ("fp32", a.variant):
+            r = [x["final_return"] for x in rows if x["task"] == task and x["variant"] == variant]
+            table.append([task, variant, " ".join(f"{v:.1f}" for v in r), f"{np.mean(r):.1f}"])
+    common.print_table(f"PPO final return (mean of the last 20 games), float32 vs --{a.variant}, same seeds",
                        ["task", "update", "per seed", "mean"], table)
     if a.json:
         with open(a.json, "w") as f:

@@ -355,6 +355,7 @@ cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), 
 # (--total_timesteps smaller than one rollout is not bad input: it is rounded up to whole rollouts with a note)
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
+cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
 
 # environments
 flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Freeway", "--total_timesteps", "64",
@@ -584,7 +585,7 @@ CORE = {
     # modification names, ranges, environments, command line
     "hackatari-unknown-modification", "hackatari-typo-in-nested-combined-phase", "gym-bad-value",
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
-    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "cli-unknown-flag", "cli-literal-lists-choices",
+    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "compile-on-an-agent-without-it", "cli-unknown-flag", "cli-literal-lists-choices",
     "output-run-name-exists", "save-agent-wandb-without-track",
     # --resume and eval.py
     "resume-impala-run-with-the-ppo-file", "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",

@@ -112,6 +112,10 @@ class Args:
     """PPO/PPO_CBP: run the update's forward pass under bfloat16 autocast (weights, gradients and the optimizer stay
     float32; losses in float32). Pays off for the Nature CNN on CPUs with AVX-512 BF16/AMX and on recent GPUs
     (bench/update_limit.py); acting stays float32"""
+    compile: bool = False
+    """PPO: compile the forward pass of the update with torch.compile (its backward comes compiled with it); the same
+    results to float rounding, ~1.5x faster updates of the Nature CNN on a CPU (bench/RESULTS.md). Costs ~10-25 s of
+    compiling when a run starts or resumes, and a C++ compiler on CPU; acting stays eager"""
 
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False

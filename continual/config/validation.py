@@ -4,6 +4,9 @@ env allows (its action space, a goal space for --her). Each problem is one UserE
 from __future__ import annotations
 
 import math
+import shutil
+
+import torch
 
 from continual.config.args import Args
 from continual.envs.backends import is_atari, validate_action_space
@@ -91,6 +94,11 @@ def validate_args(args: Args) -> None:
     validate_dqn_args(args)
     if args.bf16 and args.architecture not in ("PPO", "PPO_CBP"):
         raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
+    if args.compile and args.architecture != "PPO":  # PPO_CBP: its unit tracking hooks modules a graph would skip
+        raise UserError(f"compile: only used with --architecture PPO, not {args.architecture}")
+    on_cpu = not (args.cuda and torch.cuda.is_available())
+    if args.compile and on_cpu and not (shutil.which("c++") or shutil.which("g++")):
+        raise UserError("compile: torch.compile on a CPU needs a C++ compiler (c++ or g++ on PATH); none found")
     validate_env_groups(args)
     validate_her_args(args)
     validate_ewc_args(args)
