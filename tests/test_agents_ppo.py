@@ -315,6 +315,8 @@ def test_compiled_update_trains_as_the_eager_update_does(tmp_path, config, extra
     common = [*argv, "--runs_dir", runs, "--no-progress-bar", "--no-cuda", "--checkpoint_minutes", "0", *extra]
     from torch._dynamo.utils import counters
 
+    from continual.training.startup import parse_train_args
+
     ppo.main([*common, "--run_name", "eager"])
     graphs = counters["stats"]["unique_graphs"]
     ppo.main([*common, "--run_name", "compiled", "--compile"])
@@ -331,6 +333,9 @@ def test_compiled_update_trains_as_the_eager_update_does(tmp_path, config, extra
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
+    # a speed flag: a run may be resumed with it (or without it)
+    resumed, _, _ = parse_train_args(["--resume", os.path.join(runs, "eager", "checkpoints", final), "--compile"])
+    assert resumed.compile
 
 
 def test_compiled_cnn_update_gives_the_eager_gradient():
