@@ -2,8 +2,8 @@
 change learning? Same seeds, the default update vs the variant (`--variant bf16|compile`).
 
 PPO on MinAtar Breakout (MinAtar's small CNN; --tasks CartPole adds the MLP case), each seed trained twice (float32,
-then with the variant's flag) with everything else equal; the final return is the mean of the last 20 finished games of each run. Runs one at a
-time in subprocesses (resumable: a run whose directory has a final checkpoint is read, not retrained).
+then with the variant's flag) with everything else equal; the final return is the mean of the last 20 finished games
+of each run. Runs one at a time in subprocesses (resumable: a run whose directory has a final checkpoint is read, not retrained).
 
 Run from the repository root:  python bench/bf16_learning.py [--variant compile] [--seeds 1,2] [--json ...]
 """
@@ -51,8 +51,7 @@ def run(task: str, seed: int, variant: str, out_dir: str) -> dict:
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     sps = [r["charts/SPS"] for r in records if r["kind"] == "iteration"]
-    return {"task": task, "seed": seed, "variant": variant, "bf16": variant == "bf16",
-            "final_return": float(np.mean(returns[-20:])),
+    return {"task": task, "seed": seed, "variant": variant, "final_return": float(np.mean(returns[-20:])),
             "episodes": len(returns), "sps": sps[-1] if sps else None, "wall_s": time.time() - t}
 
 

@@ -114,8 +114,9 @@ class Args:
     (bench/update_limit.py); acting stays float32"""
     compile: bool = False
     """PPO: compile the forward pass of the update with torch.compile (its backward comes compiled with it); the same
-    results to float rounding, ~1.5x faster updates of the Nature CNN on a CPU (bench/RESULTS.md). Costs ~10-25 s of
-    compiling when a run starts or resumes, and a C++ compiler on CPU; acting stays eager"""
+    results to float rounding, ~1.2x faster updates of the Nature CNN on a 2-core CPU (bench/RESULTS.md). Costs ~13 s
+    of compiling in the first update (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on
+    CPU; acting stays eager"""
 
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False
