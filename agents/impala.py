@@ -519,7 +519,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
         agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
-        pixels = len(obs_space.shape) == 3
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
         if resume_state is not None:
@@ -589,8 +588,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 batch, obs, actions, behaviour_logits, rewards, dones)
             B = obs.shape[1]
             flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
-            if pixels:  # the batch in the weights' channels-last layout: one conversion instead of one per conv
-                flat_obs = flat_obs.contiguous(memory_format=torch.channels_last)
             logits, values = logits_and_values(agent, flat_obs)
             logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
             logp = F.log_softmax(logits, -1)

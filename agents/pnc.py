@@ -123,7 +123,7 @@ class PNCAgent(nn.Module):
     # --- the active column: acting and the progress phase -----------------------------------------------------------
     def logits_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The active column's logits and values; the KB runs without gradient (frozen in the progress phase)."""
-        x = x.float() * self.obs_scale
+        x = self.kb.scaled_input(x)
         lateral = {}
         with torch.no_grad():
             h = x
@@ -193,8 +193,6 @@ class PNC(Callback, impala.LearnerExtension):
         self.ewc.observe(obs, self.agent.obs_shape)
         compress = self.phase(self.session.global_step) == "compress"
         flat = obs.reshape(-1, *obs.shape[2:])
-        if flat.dim() == 4:  # the weights' channels-last layout
-            flat = flat.contiguous(memory_format=torch.channels_last)
         with torch.set_grad_enabled(compress):
             kl = kl_active_kb(logits.detach().reshape(-1, logits.shape[-1]), self.agent.kb_logits(flat))
             penalty = self.ewc.penalty()

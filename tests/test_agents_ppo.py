@@ -356,6 +356,37 @@ def test_compiled_cnn_update_gives_the_eager_gradient():
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
+def test_pixel_input_conversion_gives_the_reference_loss_and_gradient_bit_for_bit(bf16):
+    """Agent.scaled_input puts uint8 frames straight into float32 channels-last: the Nature CNN's loss and every
+    gradient equal, bit for bit, those of the textbook `network(x.float() / 255)` on the NCHW batch (CleanRL's
+    ppo_atari), in float32 and under --bf16's autocast; the caller's tensor is never changed in place."""
+    from agents.ppo import Agent
+
+    torch.manual_seed(0)
+    agent = Agent((4, 84, 84), 3, obs_scale=1.0 / 255.0)
+    x = torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8)
+    weights = torch.linspace(-1, 1, 32)
+
+    def loss_and_grads(features):
+        agent.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            hidden = features(x)
+            loss = (agent.actor(hidden).float().logsumexp(-1) * weights).mean() + agent.critic(hidden).float().pow(2).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in agent.parameters()]
+
+    ref_loss, ref_grads = loss_and_grads(lambda obs: agent.network(obs.float() * (1.0 / 255.0)))
+    loss, grads = loss_and_grads(agent.features)
+    assert torch.equal(loss, ref_loss)
+    assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
+    # a float32 channels-last batch must be copied, not scaled in place
+    y = (x.float() / 7).contiguous(memory_format=torch.channels_last)
+    before = y.clone()
+    agent.scaled_input(y)
+    assert torch.equal(y, before)
+
+
 def test_env_groups_run_switches_checkpoints_and_resumes(tmp_path):
     """--env_groups 2 (async CartPole, one env per group): the run switches, checkpoints at the switch, and a resume
     from the switch checkpoint ends with the uninterrupted run's weights and games; the episode records carry both
