@@ -114,9 +114,9 @@ class Args:
     (bench/update_limit.py); acting stays float32"""
     compile: bool = False
     """PPO: compile the forward pass of the update with torch.compile (its backward comes compiled with it); the same
-    results to float rounding, ~1.2x faster updates of the Nature CNN on a 2-core CPU (bench/RESULTS.md). Costs ~13 s
-    of compiling in the first update (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on
-    CPU; acting stays eager"""
+    results to float rounding. No faster than eager on the 2-core CPU of bench/RESULTS.md since the eager update
+    keeps its memory (0.97x; it was 1.2x before); untested on GPUs. Costs ~13 s of compiling in the first update
+    (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on CPU; acting stays eager"""
 
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False
