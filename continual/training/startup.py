@@ -175,7 +175,7 @@ def retain_freed_memory() -> bool:
     """Keep the memory an update frees for the next update's allocations instead of giving it back to the OS.
 
     glibc hands large freed blocks back (mmapped ones at once, the heap's top above a threshold that adapts), so every
-    PPO minibatch's ~29 MB float batch and its activations are page-faulted in anew: ~250k minor faults and ~0.3 s of
+    PPO minibatch's ~29 MB float batch and its activations are page-faulted in anew: 130k-280k minor faults and ~0.3 s of
     kernel time per Nature-CNN iteration on CPU. Fixed thresholds (the largest mmap threshold glibc accepts, 32 MiB,
     and a 1 GiB trim threshold) keep such blocks in the heap; peak memory is what it was. Nothing is done off glibc,
     or where the user chose malloc settings (MALLOC_* variables, GLIBC_TUNABLES) or another allocator (LD_PRELOAD).
