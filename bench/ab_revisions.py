@@ -24,27 +24,31 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import ppo_throughput  # noqa: E402  (its run kinds)
 
 ROOT = common.REPO_ROOT
+PARTS = ("learn", "act", "env")
+KINDS = ppo_throughput.KINDS + ppo_throughput.EXTRA_KINDS + ppo_throughput.GROUP_KINDS + ppo_throughput.COMPILE_KINDS
 
 
 def run_tree(tree: str, kinds: list[str], iterations: int, out: str, extra: list[str]) -> dict:
     cmd = [sys.executable, os.path.join(tree, "bench", "ppo_throughput.py"), "--kinds", *kinds, "--repeats", "1",
            "--iterations", str(iterations), "--json", out, *extra]
     load = common.loadavg()
-    subprocess.run(cmd, cwd=tree, check=True, stdout=subprocess.DEVNULL)
+    if subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL).returncode != 0:
+        raise SystemExit(f"error: ppo_throughput.py failed in {tree} (rerun it there to see why)")
     with open(out, encoding="utf-8") as f:
         data = json.load(f)
     s = data["summary"]
     return {"load_before": load, "sps": s["median_sps"], "foreign_cores": s["foreign_cores"],
-            "breakdown": {k: {part: v[part]["median_s"] for part in ("learn", "act", "env")}
+            "breakdown": {k: {part: v[part]["median_s"] for part in PARTS}
                           for k, v in s["breakdown"].items()}}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", default="HEAD", help="git revision measured against the working tree")
-    p.add_argument("--kinds", nargs="+", default=["ours"], help="bench/ppo_throughput.py run kinds")
+    p.add_argument("--kinds", nargs="+", default=["ours"], choices=KINDS, help="bench/ppo_throughput.py run kinds")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=12, help="PPO iterations per training run")
     p.add_argument("--json", help="write the results as JSON to this path")
@@ -84,13 +88,13 @@ def main() -> None:
         w = [run["sps"][k] for run in runs["work"]]
         paired = [wi / bi for wi, bi in zip(w, b)]
         parts = {name: {part: common.median([run["breakdown"][k][part] for run in runs[name]])
-                        for part in ("learn", "act", "env")} for name in runs}
+                        for part in PARTS} for name in runs}
         summary[k] = {"base_sps": b, "work_sps": w, "ratio_of_medians": common.ratio(common.median(w), common.median(b)),
                       "median_paired_ratio": common.median(paired), "seconds_per_iteration": parts}
         rows.append([k, common.fmt(common.median(b), 0), common.fmt(common.median(w), 0),
                      common.fmt(summary[k]["ratio_of_medians"], 3), common.fmt(summary[k]["median_paired_ratio"], 3),
-                     " / ".join(common.fmt(parts["base"][x], 2) for x in ("learn", "act", "env")),
-                     " / ".join(common.fmt(parts["work"][x], 2) for x in ("learn", "act", "env"))])
+                     " / ".join(common.fmt(parts["base"][x], 2) for x in PARTS),
+                     " / ".join(common.fmt(parts["work"][x], 2) for x in PARTS)])
     common.print_table(f"working tree vs {args.base} ({base_sha[:8]}), medians of {args.repeats} round-robin repeats",
                        ["kind", "base steps/s", "work steps/s", "work/base", "paired", "base learn/act/env s",
                         "work learn/act/env s"], rows)
