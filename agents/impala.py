@@ -127,6 +127,47 @@ def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: tor
     return VTrace(vs, pg_advantages, rhos)
 
 
+class Losses(NamedTuple):
+    logits: torch.Tensor  # [T, B, n]
+    logp: torch.Tensor  # log pi(.|x_t), [T, B, n]
+    values: torch.Tensor  # V(x_t), [T+1, B]
+    action_logp: torch.Tensor  # log pi(a_t|x_t), [T, B]
+    behaviour_logp: torch.Tensor  # log mu(a_t|x_t), [T, B]
+    vt: VTrace
+    pg_loss: torch.Tensor  # sums over the T x B samples
+    v_loss: torch.Tensor
+
+
+def vtrace_losses(agent: nn.Module, obs: torch.Tensor, actions: torch.Tensor, behaviour_logits: torch.Tensor,
+                  rewards: torch.Tensor, dones: torch.Tensor, args: Args) -> Losses:
+    """The V-trace policy-gradient and value losses of time-major unrolls (obs [T+1, B, ...], the rest [T, B, ...]);
+    the learner's update and EWC's Fisher (CORA's: the squared gradient of pg + baseline loss) both use them."""
+    T, B = actions.shape[:2]
+    logits, values = logits_and_values(agent, obs.reshape((T + 1) * B, *obs.shape[2:]))
+    logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
+    logp = F.log_softmax(logits, -1)
+    action_logp = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    behaviour_logp = F.log_softmax(behaviour_logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    discounts = args.gamma * (~dones).float()
+    vt = vtrace(behaviour_logp, action_logp.detach(), rewards, discounts, values[:T].detach(),
+                values[T].detach(), rho_bar=args.vtrace_rho_bar, c_bar=args.vtrace_c_bar)
+    # sums over the T x B samples, as in TorchBeast and cleanba: IMPALA's usual learning rate, RMSprop epsilon and
+    # clipping norm (configs/impala_*.json) assume that scale; they are logged as means
+    pg_loss = -(action_logp * vt.pg_advantages).sum()
+    v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
+    return Losses(logits, logp, values, action_logp, behaviour_logp, vt, pg_loss, v_loss)
+
+
+def ewc_batch_loss(args: Args):
+    """EWC's `--ewc_fisher cora` loss (CORA's checkpoint_task): pg + vf_coef * value loss, no entropy, on a batch of
+    stored unrolls (rows [n, T(+1), ...], batch-major as `observe` stores them)."""
+    def loss(agent: nn.Module, batch: dict) -> torch.Tensor:
+        tm = {k: v.transpose(0, 1) for k, v in batch.items()}
+        out = vtrace_losses(agent, tm["obs"], tm["action"], tm["logits"], tm["reward"], tm["done"], args)
+        return out.pg_loss + args.vf_coef * out.v_loss
+    return loss
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # network: the PPO agent's (Nature CNN / MLP, policy and value heads), so eval.py loads IMPALA checkpoints unchanged
 # --------------------------------------------------------------------------------------------------------------------
@@ -529,7 +570,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
                                 lambda: make_agent_fn(obs_space, n_actions, args).to(device))
-        ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state)  # --ewc: None without
+        ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state,  # --ewc: None without
+                          ewc_batch_loss(args), row_steps=T)
         extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device, resume_state) \
             if make_extension else LearnerExtension()
         shared_agent = make_agent_fn(obs_space, n_actions, args).share_memory()  # the actors' source of weights
@@ -581,26 +623,17 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             rewards, dones = time_major(batch["reward"]), time_major(batch["done"])
 
             monitor.observe(obs[:T])
-            if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
-                ewc.observe(obs[:T], obs_space.shape)
+            if ewc:  # EWC: its Fisher is estimated on the last unrolls of a regime (batch-major rows)
+                ewc.observe(obs[:T], obs_space.shape, {k: v.transpose(0, 1) for k, v in (
+                    ("obs", obs), ("action", actions), ("logits", behaviour_logits), ("reward", rewards),
+                    ("done", dones))})
             # CLEAR: replayed unrolls join the batch as extra columns (B grows)
             obs, actions, behaviour_logits, rewards, dones = extension.extend_batch(
                 batch, obs, actions, behaviour_logits, rewards, dones)
             B = obs.shape[1]
-            flat_obs = obs.reshape((T + 1) * B, *obs.shape[2:])
-            logits, values = logits_and_values(agent, flat_obs)
-            logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
-            logp = F.log_softmax(logits, -1)
-            action_logp = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-            behaviour_logp = F.log_softmax(behaviour_logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-            discounts = args.gamma * (~dones).float()
-            vt = vtrace(behaviour_logp, action_logp.detach(), rewards, discounts, values[:T].detach(),
-                        values[T].detach(), rho_bar=args.vtrace_rho_bar, c_bar=args.vtrace_c_bar)
-
-            # losses are sums over the T x B samples, as in TorchBeast and cleanba: IMPALA's usual learning rate,
-            # RMSprop epsilon and clipping norm (configs/impala_*.json) assume that scale; they are logged as means
-            pg_loss = -(action_logp * vt.pg_advantages).sum()
-            v_loss = 0.5 * ((vt.vs - values[:T]) ** 2).sum()
+            out = vtrace_losses(agent, obs, actions, behaviour_logits, rewards, dones, args)
+            logits, logp, values, vt, pg_loss, v_loss = out.logits, out.logp, out.values, out.vt, out.pg_loss, out.v_loss
+            action_logp, behaviour_logp = out.action_logp, out.behaviour_logp
             entropy_loss = -(logp.exp() * logp).sum()
             ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
             loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss

@@ -196,6 +196,16 @@ def policy_head(agent: Agent, x: torch.Tensor):
     return agent.actor(hidden)
 
 
+def ewc_batch_loss(args: Args):
+    """EWC's `--ewc_fisher cora` loss (CORA's checkpoint_task, pg + value loss without entropy, summed over the batch
+    as CORA's): -sum A log pi(a|s) (the clipped surrogate's gradient at ratio 1) + vf_coef/2 sum (R - V)^2."""
+    def loss(agent: "Agent", batch: dict) -> torch.Tensor:
+        _, logprob, _, value = agent.get_action_and_value(batch["obs"], batch["action"])
+        return (-(batch["advantage"] * logprob).sum()
+                + args.vf_coef * 0.5 * ((value.view(-1) - batch["return"]) ** 2).sum())
+    return loss
+
+
 def obs_scale(obs_space, args: Args) -> float:
     """Pixels and object coordinates (0-255) are scaled to [0, 1]; vector observations are used as they are."""
     if args.obs_mode == "ori" and args.backend != "Gymnasium":
@@ -249,7 +259,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
             envs.single_observation_space, envs.single_action_space, args).to(device))
-        ewc = install_ewc(session, agent, policy_head, agent.continuous, resume_state)  # --ewc: None without
+        ewc = install_ewc(session, agent, policy_head, agent.continuous, resume_state,  # --ewc: None without
+                          ewc_batch_loss(args))
         session.save_fn = lambda: {
             "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
@@ -366,8 +377,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     session.episode(ep_return, ep_length, rollout_start + (step + 1) * args.num_envs, env=i)
             rollout_time = time.time() - t_rollout
             monitor.observe(obs)
-            if ewc:  # EWC: its Fisher is estimated on the last observations of a regime
-                ewc.observe(obs, obs_space.shape)
 
             # bootstrap value if not done
             t_learn = time.time()
@@ -393,6 +402,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             b_advantages = advantages.reshape(-1)
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
+            if ewc:  # EWC: its Fisher is estimated on the last samples of a regime
+                ewc.observe(b_obs, obs_space.shape, {"obs": b_obs, "action": b_actions, "advantage": b_advantages,
+                                                     "return": b_returns})
 
             # HER: relabelled samples join the batch. b_src[k]: the rollout sample whose observation (and action)
             # sample k uses; b_goals[k]: its goal; b_weights[k]: its importance weight (1 for original samples)

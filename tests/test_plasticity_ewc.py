@@ -302,7 +302,8 @@ def test_ppo_cartpole_gravity_switch_penalty_and_switch_checkpoint_resume(tmp_pa
     at_switch, final = _ewc_state(full, switch_ckpt), _ewc_state(full, "final__step1024.cleanrl_model")
     assert at_switch["consolidated"] == 1 and [a[0] for a in at_switch["anchors"]] == [""]
     assert final["consolidated"] == 1 and [a[0] for a in final["anchors"]] == [""]
-    assert final["buffer"].shape == (1024, 4) and final["filled"] == 512  # 4 rollouts of the new regime
+    assert final["buffer"]["obs"].shape == (1024, 4) and final["filled"] == 512  # 4 rollouts of the new regime
+    assert final["fisher"] == "cora" and set(final["buffer"]) == {"obs", "action", "advantage", "return"}
 
     # resume the switch checkpoint (in a copy of the run): the switch is redone, not consolidated again
     shutil.copytree(full, runs / "resumed")

@@ -189,17 +189,32 @@ class Args:
     curriculum that switches"""
     ewc_lambda: float = 500.0
     """EWC: penalty weight lambda in lambda/2 * sum F (theta - theta*)^2 (CORA: 500 ewc, 25 online; its Atari configs:
-    10000 ewc, 175 online). IMPALA's losses are sums over the batch, as CORA's; PPO's are means, so a CORA lambda
-    is about lambda / minibatch size for PPO"""
+    10000 ewc, 175 online). With --ewc_fisher cora and IMPALA (losses summed over the batch, as CORA's) CORA's
+    lambdas mean what they mean there; PPO's losses are minibatch means, so a CORA lambda is about lambda /
+    minibatch size for PPO. --ewc_fisher true is per sample and far smaller (see --ewc_fisher)"""
+    ewc_fisher: Literal["cora", "true"] = "cora"
+    """EWC: the Fisher estimator. cora = CORA's: the squared gradient of the agent's policy-gradient + value loss
+    summed over a batch of --ewc_fisher_batch stored samples, averaged over --ewc_fisher_batches batches (IMPALA:
+    V-trace losses on stored unrolls; PPO: -sum A log pi + vf_coef/2 sum (R - V)^2 with the rollout's GAE
+    advantages and returns). true = the per-sample true Fisher of the policy (actions drawn from it, value head 0);
+    on the MinAtar IMPALA network it is 10^3-10^5 times smaller per tensor than cora's, so its lambda must be that
+    much larger for the same strength (bench/RESULTS.md, "EWC's two Fisher scales")"""
+    ewc_fisher_batch: int = 400
+    """EWC, --ewc_fisher cora: samples per Fisher batch (CORA: batch_size x unroll_length, 20 x 20 = 400 in its
+    defaults, 32 x 20 = 640 in its Atari configs); IMPALA takes the nearest whole number of unrolls"""
+    ewc_fisher_batches: int = 100
+    """EWC, --ewc_fisher cora: batches the squared gradients are averaged over (CORA's n_fisher_samples: 100)"""
     ewc_gamma: float = 0.99
     """EWC: online decay, F <- gamma*F + F_new (ewc online only; CORA: 0.99)"""
     ewc_samples: int = 1024
-    """EWC: the Fisher is estimated on the last this-many observations of the ending regime (one action sampled
-    from the policy per observation); also the size of the observation buffer kept in checkpoints"""
+    """EWC: the Fisher is estimated on the last this-many agent steps the learner trained on in the ending regime
+    (cora: its batches are drawn from them; true: one action sampled from the policy per observation); also the
+    size of the buffer kept in checkpoints"""
     ewc_normalize: Literal["none", "full"] = "none"
-    """EWC: full = divide each new Fisher tensor by its L2 norm (CORA's normalize_fisher_method "full")"""
-    ewc_scale_by_tasks: bool = False
-    """EWC: divide the ewc penalty by the number of anchors (CORA's scale_ewc_by_num_tasks, on there by default)"""
+    """EWC: full = divide each Fisher tensor by its L2 norm, after the online sum (CORA's normalize_fisher_method
+    "full"; CORA's online EWC and P&C use it)"""
+    ewc_scale_by_tasks: bool = True
+    """EWC: divide the ewc penalty by the number of anchors in force (CORA's scale_ewc_by_num_tasks, its default)"""
     ewc_omit_current: bool = False
     """EWC: leave out the current regime's own anchor from an earlier visit (CORA's omit_ewc_for_current_task)"""
 

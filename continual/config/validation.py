@@ -177,8 +177,9 @@ def validate_ewc_args(args: Args) -> None:
     in_gamma = math.isfinite(args.ewc_gamma) and 0.0 <= args.ewc_gamma <= 1.0
     if not in_gamma:
         raise UserError(f"ewc_gamma: must be in [0, 1], got {args.ewc_gamma}")
-    if args.ewc_samples <= 0:
-        raise UserError(f"ewc_samples: must be positive, got {args.ewc_samples}")
+    for name in ("ewc_samples", "ewc_fisher_batch", "ewc_fisher_batches"):
+        if getattr(args, name) <= 0:
+            raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
     if args.ewc != "none" and args.her:
         raise UserError("ewc: not supported with --her (the Fisher would need the goal of every buffered observation)")
     if args.ewc != "none" and args.architecture not in ("PPO", "PPO_CBP", "IMPALA"):

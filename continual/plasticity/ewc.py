@@ -4,43 +4,57 @@ the consolidation phase of Progress & Compress), for every architecture (`--ewc 
 Home: plasticity/ holds the switch-time callbacks that change what the learner optimises (shrink & perturb, CBP);
 EWC is one more such callback, so it lives next to them rather than in a one-module package.
 
-At every switch (`on_switch_start`, the envs still run the ending regime) the diagonal Fisher of the policy is
-estimated on the last `--ewc_samples` observations the learner trained on in that regime (a ring buffer, uint8 for
-frames), at the current parameters theta*:
+At every switch (`on_switch_start`, the envs still run the ending regime) the diagonal Fisher is estimated at the
+current parameters theta* from the last `--ewc_samples` agent steps the learner trained on in that regime (a ring
+buffer), in one of two forms (`--ewc_fisher`):
 
-    F_i = 1/N sum_n (d/dtheta_i log pi(a_n | s_n))^2,    a_n ~ pi(. | s_n) drawn afresh at theta*
+  cora (default): CORA's estimator (continual_rl, policies/ewc/ewc_monobeast.py, `checkpoint_task`):
+      F_i = 1/M sum_m (d/dtheta_i L_m)^2,   L_m = the agent's policy-gradient + value loss (no entropy) summed over
+      a batch of `--ewc_fisher_batch` stored samples (drawn with replacement), M = `--ewc_fisher_batches`
+  i.e. the squared gradient of a batch loss, value head included. The agent supplies L (`batch_loss`) and what it
+  needs (`observe(..., batch=...)`): IMPALA its V-trace losses on stored unrolls (behaviour logits, rewards, dones;
+  the batch is whole unrolls, `--ewc_fisher_batch` / T of them), PPO -sum A log pi(a|s) + vf_coef/2 sum (R - V)^2
+  with the rollout's GAE advantages and returns (the gradient of its clipped surrogate at ratio 1, summed, not
+  averaged). With CORA's counts (400 samples, 100 batches) `--ewc_lambda` means what it means in CORA's configs
+  (for IMPALA, whose losses are sums as CORA's).
+  true: the Monte-Carlo true Fisher of the policy alone,
+      F_i = 1/N sum_n (d/dtheta_i log pi(a_n | s_n))^2,    a_n ~ pi(. | s_n) drawn afresh at theta*
+  (one action per stored observation, per-sample gradients via torch.func.vmap; the value head gets F = 0). Its
+  scale is per sample: on the MinAtar IMPALA network CORA's Fisher is 10^3-10^5 times larger per tensor (bench/
+  RESULTS.md, "EWC's two Fisher scales"), so a lambda for `true` is that much larger than CORA's for equal strength.
 
-i.e. a Monte-Carlo estimate of the *true* Fisher (one action per state, per-sample gradients via torch.func.vmap),
-not CORA's squared batch gradient of the IMPALA losses (an empirical-Fisher proxy, research notes §7.5). The actions
-come from a generator seeded by (seed, switch count), so the global RNG is untouched and a resumed run draws the same
-actions. Only the policy's log-likelihood enters: the value head gets F = 0 (it stays free; the shared torso is held
-through the policy).
+Random draws (actions for `true`, batch indices for `cora`) come from a generator seeded by (seed, switch count): the
+global RNG is untouched and a resumed run draws the same.
 
 Penalties (added to the loss of every update; lambda = `--ewc_lambda`):
   ewc:     one anchor (theta*_k, F_k) per regime k that has ended (a regime that ends again replaces its own anchor,
-           as CORA keys anchors by task id), penalty  lambda/2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2
+           as CORA keys anchors by task id), penalty  lambda/2 * (1/K) * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2
+           (1/K, K = anchors in force: `--ewc_scale_by_tasks`, on by default as CORA's scale_ewc_by_num_tasks)
   online:  one running Fisher F <- gamma * F + F_new (gamma = `--ewc_gamma`) and one anchor, the latest theta*,
            penalty  lambda/2 * sum_i F_i (theta_i - theta*_i)^2
-CORA's options: `--ewc_scale_by_tasks` divides the ewc sum by the number of anchors K (CORA's default), `--ewc_normalize
-full` divides each new Fisher tensor by its L2 norm (CORA's "full"; its "row" option has a bug, notes §7.4, and is not
-offered), `--ewc_omit_current` leaves out the current regime's own anchor (from an earlier visit).
+`--ewc_normalize full` divides each Fisher tensor by its L2 norm after the online sum, as CORA (so every tensor of the
+running Fisher has norm 1 and its scale no longer depends on the estimator; CORA's "row" option has a bug, research
+notes §7.4, and is not offered); `--ewc_omit_current` leaves out the current regime's own anchor (from an earlier
+visit).
 
-Scale: IMPALA's losses are sums over the T x B batch (as CORA's, so its lambdas carry over); PPO's are minibatch means,
-so the same lambda weighs the penalty about minibatch-size times more there.
+Scale: IMPALA's losses are sums over the T x B batch (as CORA's); PPO's are minibatch means, so the same lambda weighs
+the penalty about minibatch-size times more against PPO's task loss.
 
-Cost: the penalty is a few elementwise ops over the parameters per update. The Fisher is N per-sample backward passes
-once per switch: ~75 ms per observation for the Nature CNN on a loaded 2-core CPU (N = 1024: ~1-2 min per switch
-there; far less on a GPU), milliseconds for the CartPole MLP.
+Cost: the penalty is a few elementwise ops over the parameters per update. `cora`: M backward passes of a batch loss
+once per switch (100 x 400 samples). `true`: N per-sample backward passes once per switch (~75 ms per observation
+for the Nature CNN on a loaded 2-core CPU, N = 1024: ~1-2 min per switch there; far less on a GPU; milliseconds for
+the CartPole MLP).
 
-Differences from CORA (research notes §2.3): the true-Fisher estimator above; no `ewc_per_task_min_frames` gating (the
-penalty applies from the first switch on); anchors keyed by the regime's modification string; the buffer is cleared at
-every switch, so with IMPALA the unrolls of the old regime still queued after a switch (at most `num_buffers`) count
-towards the next regime's Fisher.
+Differences from CORA (research notes §2.3): no `ewc_per_task_min_frames` gating (the penalty applies from the first
+switch on); anchors keyed by the regime's modification string; the Fisher's batches are drawn from the last
+`--ewc_samples` steps of the regime, not a 1e6-frame per-task replay buffer; the buffer is cleared at every switch, so
+with IMPALA the unrolls of the old regime still queued after a switch (at most `num_buffers`) count towards the next
+regime's Fisher.
 
 Checkpoints (`state_dict`) hold the anchors, the Fisher(s), the observation buffer and the last consolidated switch,
 so resuming a switch checkpoint does not consolidate twice. Size: ewc adds 2 x the parameters per distinct ended regime
-(theta* and F), online 2 x the parameters once; the buffer adds `--ewc_samples` observations (Atari 4x84x84 uint8:
-28 KB each, 29 MB at the default 1024).
+(theta* and F), online 2 x the parameters once; the buffer adds `--ewc_samples` steps (Atari 4x84x84 uint8: 28 KB
+each, 29 MB at the default 1024; IMPALA's unrolls also hold their bootstrap observation, T+1 per T steps).
 """
 
 from __future__ import annotations
@@ -56,6 +70,8 @@ from continual.training.callbacks import Callback, SwitchEvent
 
 # policy_head(model, obs) -> logits [B, n] (discrete) or (mean [B, d], log_std [B, d]) (continuous)
 PolicyHead = Callable[[nn.Module, torch.Tensor], object]
+# batch_loss(model, batch) -> the agent's policy-gradient + value loss summed over the batch (rows of `observe`'s batch)
+BatchLoss = Callable[[nn.Module, dict], torch.Tensor]
 
 CHUNK_FLOATS = 2**26  # per-sample gradients held at once (256 MB of float32; larger chunks vmap faster)
 
@@ -117,6 +133,23 @@ def diagonal_fisher(model: nn.Module, policy_head: PolicyHead, obs: torch.Tensor
     return {n: (s / len(obs)).to(params[n].dtype) for n, s in sums.items()}
 
 
+def batch_fisher(model: nn.Module, batch_loss: BatchLoss, rows: dict[str, torch.Tensor], per_batch: int,
+                 batches: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """CORA's Fisher: the mean over `batches` batches of the squared gradient of `batch_loss` on `per_batch` rows
+    drawn uniformly with replacement from `rows` (a dict of tensors with one leading row dimension)."""
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    n_rows = len(next(iter(rows.values())))
+    sums = {n: torch.zeros(p.shape, dtype=torch.float64, device=p.device) for n, p in params.items()}
+    for _ in range(batches):
+        idx = torch.randint(n_rows, (per_batch,), generator=generator)
+        batch = {k: v[idx.to(v.device)] for k, v in rows.items()}
+        grads = torch.autograd.grad(batch_loss(model, batch), list(params.values()), allow_unused=True)
+        for n, g in zip(params, grads):
+            if g is not None:
+                sums[n] += g.double().pow(2)
+    return {n: (s / batches).to(params[n].dtype) for n, s in sums.items()}
+
+
 def ewc_penalty(model: nn.Module, anchors: list[tuple[dict, dict]], lam: float, scale_by_count: bool = False
                 ) -> torch.Tensor:
     """lambda/2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2 over `anchors` [(theta*_k, F_k)], divided by K with
@@ -134,19 +167,29 @@ def ewc_penalty(model: nn.Module, anchors: list[tuple[dict, dict]], lam: float, 
 
 class EWC(Callback):
     """`--ewc ewc|online`: consolidates at every switch; `penalty()` is the term an agent adds to its loss, and
-    `observe(obs)` feeds the buffer of recent observations (call it with every batch the learner trains on)."""
+    `observe(obs, obs_shape, batch)` feeds the buffer of recent training data (call it with every batch the learner
+    trains on). fisher="cora" needs the agent's `batch_loss` and `row_steps` (agent steps per row of its batch: 1 for
+    per-step rows, T for unrolls); fisher="true" needs only the observations."""
 
     def __init__(self, model: nn.Module, policy_head: PolicyHead, continuous: bool, mode: str, lam: float,
                  gamma: float, samples: int, seed: int, normalize: str = "none", scale_by_tasks: bool = False,
-                 omit_current: bool = False):
+                 omit_current: bool = False, fisher: str = "true", batch_loss: Optional[BatchLoss] = None,
+                 row_steps: int = 1, fisher_batch: int = 400, fisher_batches: int = 100):
         if mode not in ("ewc", "online"):
             raise ValueError(f"ewc mode must be 'ewc' or 'online', got {mode!r}")
+        if fisher not in ("cora", "true") or (fisher == "cora" and batch_loss is None):
+            raise ValueError(f"ewc fisher must be 'true', or 'cora' with a batch_loss; got {fisher!r}")
         self.model, self.policy_head, self.continuous = model, policy_head, continuous
         self.mode, self.lam, self.gamma, self.samples, self.seed = mode, lam, gamma, samples, seed
         self.normalize, self.scale_by_tasks, self.omit_current = normalize, scale_by_tasks, omit_current
+        self.fisher, self.batch_loss = fisher, batch_loss
+        # cora: rows of `row_steps` agent steps; a Fisher batch is the whole rows nearest `fisher_batch` steps
+        self.rows_per_batch = max(1, round(fisher_batch / row_steps))
+        self.fisher_batches = fisher_batches
+        self.capacity = max(1, samples // row_steps) if fisher == "cora" else samples
         # regime (or "online") -> (theta*, F), on the model's device
         self.anchors: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
-        self.buffer: Optional[torch.Tensor] = None  # [samples, *obs_shape], a ring
+        self.buffer: Optional[dict[str, torch.Tensor]] = None  # key -> [capacity, ...], a ring
         self.filled = self.pos = 0
         self.consolidated = 0  # switch count of the last consolidation (a resumed switch is not consolidated twice)
         self._params = [p for p in model.parameters() if p.requires_grad]
@@ -154,14 +197,22 @@ class EWC(Callback):
 
     # --- what the agent calls ------------------------------------------------------------------------------------
     @torch.no_grad()
-    def observe(self, obs: torch.Tensor, obs_shape: tuple[int, ...]) -> None:
-        rows = obs.reshape((-1,) + tuple(obs_shape))[-self.samples:]
-        if self.buffer is None:  # on the observations' device: no host copy per iteration
-            self.buffer = torch.zeros((self.samples,) + tuple(obs_shape), dtype=rows.dtype, device=rows.device)
-        idx = (self.pos + torch.arange(len(rows), device=rows.device)) % self.samples
-        self.buffer[idx] = rows
-        self.pos = (self.pos + len(rows)) % self.samples
-        self.filled = min(self.samples, self.filled + len(rows))
+    def observe(self, obs: torch.Tensor, obs_shape: tuple[int, ...], batch: Optional[dict] = None) -> None:
+        """true: keeps the observations; cora: keeps the rows of `batch` (what the agent's batch_loss takes)."""
+        if self.fisher == "cora":
+            if batch is None:
+                raise ValueError("ewc fisher 'cora' needs the agent's batch in observe()")
+            rows = {k: v[-self.capacity:] for k, v in batch.items()}
+        else:
+            rows = {"obs": obs.reshape((-1,) + tuple(obs_shape))[-self.capacity:]}
+        n = len(next(iter(rows.values())))
+        if self.buffer is None:  # on the data's device: no host copy per iteration
+            self.buffer = {k: torch.zeros((self.capacity,) + v.shape[1:], dtype=v.dtype, device=v.device)
+                           for k, v in rows.items()}
+        for k, v in rows.items():
+            self.buffer[k][(self.pos + torch.arange(n, device=v.device)) % self.capacity] = v
+        self.pos = (self.pos + n) % self.capacity
+        self.filled = min(self.capacity, self.filled + n)
 
     def penalty(self) -> torch.Tensor:
         """`ewc_penalty` over the anchors in force, computed as one quadratic on the flattened parameters:
@@ -201,14 +252,19 @@ class EWC(Callback):
         if event.count <= self.consolidated or not self.filled:
             return
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + event.count)
-        fisher = diagonal_fisher(self.model, self.policy_head, self.buffer[:self.filled], self.continuous, gen)
-        if self.normalize == "full":  # CORA's "full": each tensor divided by its L2 norm
-            fisher = {n: f / f.norm().clamp_min(1e-30) for n, f in fisher.items()}
+        data = {k: v[:self.filled] for k, v in self.buffer.items()}
+        if self.fisher == "cora":
+            fisher = batch_fisher(self.model, self.batch_loss, data, self.rows_per_batch, self.fisher_batches, gen)
+        else:
+            fisher = diagonal_fisher(self.model, self.policy_head, data["obs"], self.continuous, gen)
         theta = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         if self.mode == "online":
             old = self.anchors.get("online")
-            if old is not None:
+            if old is not None:  # P&C eq. 9, before the normalisation (as CORA)
                 fisher = {n: self.gamma * old[1][n] + f for n, f in fisher.items()}
+        if self.normalize == "full":  # CORA's "full": each tensor (of the running sum, online) divided by its L2 norm
+            fisher = {n: f / f.norm().clamp_min(1e-30) for n, f in fisher.items()}
+        if self.mode == "online":
             self.anchors["online"] = (theta, fisher)
         else:
             self.anchors.pop(event.old, None)  # re-insert: the dict keeps the order regimes ended in
@@ -221,31 +277,40 @@ class EWC(Callback):
 
     # --- checkpoints -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"mode": self.mode, "consolidated": self.consolidated, "filled": self.filled, "pos": self.pos,
-                "buffer": None if self.buffer is None else self.buffer.cpu(),
+        return {"mode": self.mode, "fisher": self.fisher, "consolidated": self.consolidated, "filled": self.filled,
+                "pos": self.pos, "buffer": None if self.buffer is None else {k: v.cpu() for k, v in self.buffer.items()},
                 "anchors": [[k, {n: t.cpu() for n, t in th.items()}, {n: t.cpu() for n, t in f.items()}]
                             for k, (th, f) in self.anchors.items()]}
 
     def load_state_dict(self, state: dict) -> None:
         if state["mode"] != self.mode:
             raise ValueError(f"the checkpoint's EWC mode is {state['mode']!r}, not {self.mode!r}")
+        fisher = state.get("fisher", "true")  # checkpoints from before --ewc_fisher hold a true-Fisher buffer
+        if fisher != self.fisher:
+            raise ValueError(f"the checkpoint's EWC Fisher is {fisher!r}, not {self.fisher!r} (--ewc_fisher)")
         device = next(self.model.parameters()).device
         self.consolidated, self.filled, self.pos = state["consolidated"], state["filled"], state["pos"]
-        self.buffer = None if state["buffer"] is None else state["buffer"].to(device)
+        buffer = state["buffer"]
+        if isinstance(buffer, torch.Tensor):
+            buffer = {"obs": buffer}
+        self.buffer = None if buffer is None else {k: v.to(device) for k, v in buffer.items()}
         self.anchors = {k: ({n: t.to(device) for n, t in th.items()}, {n: t.to(device) for n, t in f.items()})
                         for k, th, f in state["anchors"]}
         self._merged = (None, None)
 
 
 def install_ewc(session, model: nn.Module, policy_head: PolicyHead, continuous: bool,
-                resume_state: Optional[dict] = None) -> Optional[EWC]:
-    """Register `EWC` with a run session when `--ewc` asks for it (restoring its checkpointed state); else None."""
+                resume_state: Optional[dict] = None, batch_loss: Optional[BatchLoss] = None, row_steps: int = 1
+                ) -> Optional[EWC]:
+    """Register `EWC` with a run session when `--ewc` asks for it (restoring its checkpointed state); else None.
+    `batch_loss` and `row_steps`: the agent's summed pg + value loss for `--ewc_fisher cora` (see `EWC`)."""
     args = session.args
     if args.ewc == "none":
         return None
     ewc = session.add_callback(EWC(model, policy_head, continuous, args.ewc, args.ewc_lambda, args.ewc_gamma,
                                    args.ewc_samples, args.seed, args.ewc_normalize, args.ewc_scale_by_tasks,
-                                   args.ewc_omit_current))
+                                   args.ewc_omit_current, args.ewc_fisher, batch_loss, row_steps,
+                                   args.ewc_fisher_batch, args.ewc_fisher_batches))
     if resume_state is not None and resume_state.get("ewc") is not None:
         ewc.load_state_dict(resume_state["ewc"])
     return ewc
