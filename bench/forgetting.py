@@ -12,8 +12,8 @@ per task; continual/evaluation/continual.py). The metrics are the project's (con
 returns normalised per task by max|R| over all runs of the benchmark (`--normalize max_abs`, so tasks weigh alike):
 
 - average performance P(T) (Continual World): the final evaluation score, mean over tasks;
-- forgetting (Continual World): score at the end of the task's last visit minus the final score, over the tasks
-  whose last visit ends before the run does; and CORA's isolated forgetting (score drop over each later visit of
+- forgetting (Continual World): score at the end of the task's last visit minus the final score, mean over all
+  tasks (the one trained last contributes 0, as in Continual World's tables); and CORA's isolated forgetting (score drop over each later visit of
   another task);
 - forward transfer (CORA's zero-shot): score change on a task while other tasks are trained before its first visit.
 
@@ -50,8 +50,8 @@ ROOT = common.REPO_ROOT
 # IMPALA's usual optimiser values (configs/impala_freeway.json): its losses are sums over the batch (gradient norms
 # ~100-200 here), which the default clip of 0.5 (PPO's) cuts ~300x, below RMSprop's eps of 0.01
 IMPALA = ["--num_actors", "2", "--learning_rate", "0.0006", "--max_grad_norm", "40"]
-# method -> training flags. One line per method; CLEAR and PNC need their agents (other branches) to run. EWC lambdas
-# are CORA's (500 ewc, 25 online): IMPALA's losses are sums over the batch, as CORA's.
+# method -> training flags. One line per method. EWC lambdas are CORA's defaults (500 ewc, 25 online) with CORA's
+# Fisher (--ewc_fisher cora, the default): IMPALA's losses are sums over the batch, as CORA's.
 METHODS: dict[str, list[str]] = {
     "PPO": ["--architecture", "PPO"],
     "PPO_CBP": ["--architecture", "PPO_CBP"],

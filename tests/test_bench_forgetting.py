@@ -68,11 +68,12 @@ def test_method_table_by_hand(runs_dir):
     ppo, imp = agg["table"]["PPO"], agg["table"]["IMPALA"]
     # final: A 3, B 7 (seed 1); A 4, B 5 (seed 2)
     assert ppo["final"]["matrix"] == [[3, 7], [4, 5]] and ppo["final"]["mean"] == pytest.approx(4.75)
-    # Continual World forgetting: A's last visit ends at 30 (B's at the end: none): seed 1 6 - 3, seed 2 4 - 4
-    assert ppo["forgetting_cw"]["tasks"] == [A] and ppo["forgetting_cw"]["matrix"] == [[3], [0]]
-    assert ppo["forgetting_cw"]["mean"] == pytest.approx(1.5)
-    # resampling 2 runs: the mean is 0, 1.5 or 3 with probabilities 1/4, 1/2, 1/4 -> 95% interval [0, 3]
-    assert ppo["forgetting_cw"]["ci95"] == [0.0, 3.0]
+    # Continual World forgetting, over all tasks: A's last visit ends at 30: seed 1 6 - 3, seed 2 4 - 4; B is
+    # trained to the end: 0
+    assert ppo["forgetting_cw"]["tasks"] == [A, B] and ppo["forgetting_cw"]["matrix"] == [[3, 0], [0, 0]]
+    assert ppo["forgetting_cw"]["mean"] == pytest.approx(0.75)
+    # resampling 2 runs per task: the mean is 0, 0.75 or 1.5 with probabilities 1/4, 1/2, 1/4 -> 95% [0, 1.5]
+    assert ppo["forgetting_cw"]["ci95"] == [0.0, 1.5]
     # CORA isolated: seed 1 A: (4 - 2, 6 - 3) -> 2.5, B: 5 - 2 = 3; seed 2 A: (2 - 2, 4 - 4) -> 0, B: 5 - 5 = 0
     assert ppo["forgetting_isolated"]["matrix"] == [[2.5, 3], [0, 0]]
     assert ppo["forgetting_isolated"]["mean"] == pytest.approx(1.375)
@@ -85,7 +86,7 @@ def test_method_table_by_hand(runs_dir):
     assert imp["forgetting_cw"]["mean"] == 0
     # the printed row
     row = F.table_rows(agg["table"])[0]
-    assert row[:2] == ["PPO", "2"] and row[4] == "+1.500 [+0.000, +3.000]"
+    assert row[:2] == ["PPO", "2"] and row[4] == "+0.750 [+0.000, +1.500]"
 
 
 def test_curves_mean_and_t_band(runs_dir):

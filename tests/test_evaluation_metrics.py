@@ -81,9 +81,9 @@ def test_forgetting_continual_world_and_from_best(result):
     # Continual World: score when training on the regime ended (end of its last visit) minus the final score
     assert r["A"]["forgetting_cw"] == pytest.approx(12 - 7)  # y_A(300) - y_A(400)
     assert r["B"]["forgetting_cw"] == pytest.approx(10 - 5)  # y_B(200) (B never revisited) - y_B(400)
-    assert r["C"]["forgetting_cw"] is None                   # its last visit ends the run
+    assert r["C"]["forgetting_cw"] == 0                      # its last visit ends the run: y_C(400) - y_C(400)
     assert r["H"]["forgetting_cw"] is None                   # never trained
-    assert result["summary"]["forgetting_cw"] == pytest.approx(5)
+    assert result["summary"]["forgetting_cw"] == pytest.approx((5 + 5 + 0) / 3)  # all trained regimes, as CW
     assert r["A"]["forgetting_from_best"] == pytest.approx(12 - 7)  # max up to the end of A's last visit (300)
     assert r["B"]["forgetting_from_best"] == pytest.approx(10 - 5)
     assert r["C"]["forgetting_from_best"] is None and r["H"]["forgetting_from_best"] is None
@@ -101,15 +101,51 @@ def test_continual_world_forgetting_is_not_the_best_score_minus_final():
     assert raw["regimes"]["A"]["forgetting_from_best"] == pytest.approx(10 - 4)  # max y_A up to 100 - y_A(300)
     assert raw["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 - 2)          # y_B(200) - y_B(300)
     assert raw["regimes"]["B"]["forgetting_from_best"] == pytest.approx(8 - 2)
-    assert raw["summary"]["forgetting_cw"] == pytest.approx((2 + 3) / 2)
+    assert raw["regimes"]["C"]["forgetting_cw"] == 0
+    assert raw["summary"]["forgetting_cw"] == pytest.approx((2 + 3 + 0) / 3)
     norm = M.run_metrics(run, M.Normalizer("max_abs", runs=[run]))  # scores in [0, 1], as Continual World's
     assert norm["regimes"]["A"]["forgetting_cw"] == pytest.approx(6 / 10 - 4 / 10)
     assert norm["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 / 8 - 2 / 8)
-    assert norm["summary"]["forgetting_cw"] == pytest.approx((0.2 + 0.375) / 2)
+    assert norm["summary"]["forgetting_cw"] == pytest.approx((0.2 + 0.375 + 0) / 3)
     # an evaluation grid that misses the switch: the last evaluation before it
     late = make_run({m: ys[:2] + ys[3:] for m, ys in curves.items()}, steps[:2] + steps[3:], visits, [], (), 300)
     late = M.run_metrics(late)
     assert late["regimes"]["A"]["forgetting_cw"] == pytest.approx(10 - 4)  # y_A(50): no evaluation at 100
+
+
+def continual_world_forgetting(rows: list[dict], tasks: list[str], tail: int) -> float:
+    """Continual World's results_processing/tables.py, re-written on a list of log rows {x, active, <task>: score}:
+    calculate_forgetting_individual (per task: the mean of its column over the last `tail` rows logged while it was
+    the active env, minus the mean over the last `tail` rows of the run), then compute_mean_and_ci's point value
+    (the mean over all task columns)."""
+    rows = sorted(rows, key=lambda r: r["x"])
+    at_end = {t: np.mean([r[t] for r in rows[-tail:]]) for t in tasks}
+    when_trained = {t: np.mean([r[t] for r in rows if r["active"] == t][-tail:]) for t in tasks}
+    return float(np.mean([when_trained[t] - at_end[t] for t in tasks]))
+
+
+def test_continual_world_forgetting_against_continual_worlds_averaging():
+    """A hand-made Continual World log (one pass over A, B, C; an evaluation every 25 steps, labelled with the task
+    trained up to it): our forgetting_cw is CW's all-task mean with one evaluation per point (tail 1); the mean over
+    the N-1 tasks left before the end is N/(N-1) times it; CW's default tail of 5 smooths (and gives the last task a
+    small non-zero term)."""
+    tasks, steps = ["A", "B", "C"], list(range(25, 301, 25))
+    visits = [("A", 0, 100), ("B", 100, 200), ("C", 200, 300)]
+    curves = {"A": [.1, .3, .6, .9, .8, .7, .6, .5, .5, .4, .4, .3],
+              "B": [0, 0, .1, .1, .2, .5, .7, .8, .6, .5, .3, .2],
+              "C": [0, 0, 0, 0, .1, .1, .1, .2, .4, .6, .9, .95]}
+    rows = [{"x": x, "active": next(m for m, s, e in visits if s < x <= e), **{t: curves[t][i] for t in tasks}}
+            for i, x in enumerate(steps)]
+    ours = M.run_metrics(make_run(curves, steps, visits, episodes=[], heldout=(), end=300))["summary"]
+    cw = continual_world_forgetting(rows, tasks, tail=1)
+    assert ours["forgetting_cw"] == pytest.approx(cw) == pytest.approx(((.9 - .3) + (.8 - .2) + 0) / 3)
+    left = continual_world_forgetting(rows, tasks[:2], tail=1)  # the old N-1 figure
+    assert left == pytest.approx(cw * 3 / 2)
+    # CW's own window (tail 5): A's 4 evaluations during its visit, then the last 5 of the run
+    assert continual_world_forgetting(rows, tasks, tail=5) == pytest.approx(np.mean([
+        np.mean([.1, .3, .6, .9]) - np.mean([.5, .5, .4, .4, .3]),
+        np.mean([.2, .5, .7, .8]) - np.mean([.8, .6, .5, .3, .2]),
+        np.mean([.4, .6, .9, .95]) - np.mean([.2, .4, .6, .9, .95])]))  # the last task's is not 0 there
 
 
 def test_zero_shot_forward_transfer(result):
@@ -189,7 +225,7 @@ def test_single_regime_run():
                                  episodes=[(30, "A", 1.0), (80, "A", 2.0)], end=100))
     r, s = res["regimes"], res["summary"]
     assert r["A"]["final"] == 6 and r["A"]["average"] == pytest.approx((2 + 5) / 2)
-    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_cw"] is None
+    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_cw"] == 0  # trained to the end
     assert r["A"]["transfer_zero_shot"] is None
     assert r["H"]["transfer_zero_shot"] == pytest.approx(3 - 1)
     assert s["forgetting_isolated"] is None and s["transfer_zero_shot"] == pytest.approx(2)
@@ -365,7 +401,7 @@ def test_single_regime_run_directory_without_switches(tmp_path):
     run = M.load_run(d)
     assert [(v.regime, v.start, v.end, v.number) for v in run.visits] == [("A", 0, 400, 1)]
     res = M.compute_run_metrics(d)
-    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_cw"] is None
+    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_cw"] == 0
     assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(6 - 1)  # y_H(400) - y_H(0)
     assert res["summary"]["plasticity"] == pytest.approx(4 - 1)
     assert os.path.exists(os.path.join(d, M.METRICS_FILE))

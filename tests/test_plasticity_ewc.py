@@ -335,3 +335,122 @@ def test_impala_cartpole_online_ewc(tmp_path):
     assert before and all(p == 0.0 for p in before) and after and all(p > 0.0 for p in after)
     final = _ewc_state(run_dir, "final__step2048.cleanrl_model")
     assert final["mode"] == "online" and [a[0] for a in final["anchors"]] == ["online"]
+
+
+# --- CORA's formulas (continual_rl, policies/ewc/ewc_monobeast.py, checkpoint_task), re-written in float64 ----------
+
+
+def test_online_full_normalisation_keeps_unit_norm_over_three_consolidations_as_cora():
+    """CORA: F <- gamma * F_old + F_new, then F /= ||F|| per tensor, so every tensor has norm 1 after every
+    consolidation (normalising F_new before the sum would let the norm grow towards 1/(1 - gamma))."""
+    regimes = ["a", "b", "c"]
+    ewc, exp = _consolidate("online", regimes, normalize="full")
+    running = None
+    for k in range(1, 4):
+        state, _ = _consolidate("online", regimes[:k], normalize="full")  # the same draws, stopped after k switches
+        new = {n: f.double() for n, f in exp[k - 1][1].items()}
+        running = new if running is None else {n: 0.5 * running[n] + new[n] for n in new}  # gamma = 0.5
+        running = {n: f / torch.linalg.vector_norm(f) for n, f in running.items()}
+        got = state.anchors["online"][1]
+        for n, f in running.items():
+            if n.startswith("critic"):  # the true Fisher gives the value head 0: 0/0 stays 0
+                assert got[n].abs().sum() == 0
+                continue
+            assert torch.linalg.vector_norm(got[n].double()).item() == pytest.approx(1.0, abs=1e-6)
+            torch.testing.assert_close(got[n].double(), f, rtol=1e-5, atol=1e-8)
+    assert ewc.anchors["online"][0] is not None
+
+
+def _cora_reference(losses, params: list[torch.Tensor], batches: list[torch.Tensor]) -> list[torch.Tensor]:
+    """1/M sum_m (d L_m / d theta)^2, L_m = losses(idx_m), in float64 with plain autograd."""
+    sums = [torch.zeros_like(p) for p in params]
+    for idx in batches:
+        for s, g in zip(sums, torch.autograd.grad(losses(idx), params)):
+            s += g**2
+    return [s / len(batches) for s in sums]
+
+
+def _drawn_batches(seed: int, count: int, n_rows: int, per_batch: int, batches: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + count)  # the switch's generator, as EWC seeds it
+    return [torch.randint(n_rows, (per_batch,), generator=gen) for _ in range(batches)]
+
+
+def test_cora_fisher_of_a_ppo_net_against_float64():
+    """PPO's batch loss (-sum A log pi(a|s) + vf_coef/2 sum (R - V)^2) through the EWC callback: 5 batches of 6
+    samples from the last 16 observed; against a float64 copy of the network with the loss written out."""
+    from agents import ppo
+
+    args = Args(ewc="ewc")
+    torch.manual_seed(0)
+    agent = ppo.Agent((4,), 3)
+    g = torch.Generator().manual_seed(4)
+    data = {"obs": torch.randn(20, 4, generator=g), "action": torch.randint(3, (20,), generator=g),
+            "advantage": torch.randn(20, generator=g), "return": torch.randn(20, generator=g)}
+    ewc = EWC(agent, ppo.policy_head, False, "ewc", lam=1.0, gamma=1.0, samples=16, seed=7, fisher="cora",
+              batch_loss=ppo.ewc_batch_loss(args), fisher_batch=6, fisher_batches=5)
+    ewc.init_callback(types.SimpleNamespace(modification="a"))
+    ewc.observe(data["obs"], (4,), data)
+    ewc.on_switch_start(SwitchEvent("a", "b", 100, 1))
+    fisher = ewc.anchors["a"][1]
+
+    a64 = ppo.Agent((4,), 3).double()
+    a64.load_state_dict({k: v.double() for k, v in agent.state_dict().items()})
+    kept = {k: v[4:].double() if v.is_floating_point() else v[4:] for k, v in data.items()}  # the ring's 16 rows
+
+    def loss(idx):
+        h = a64.network(kept["obs"][idx])
+        logp = torch.log_softmax(a64.actor(h), -1).gather(-1, kept["action"][idx].unsqueeze(-1)).squeeze(-1)
+        v = a64.critic(h).squeeze(-1)
+        return -(kept["advantage"][idx] * logp).sum() + 0.5 * 0.5 * ((v - kept["return"][idx]) ** 2).sum()
+
+    names = [n for n, _ in a64.named_parameters()]
+    ref = _cora_reference(loss, list(a64.parameters()), _drawn_batches(7, 1, 16, 6, 5))
+    for n, r in zip(names, ref):
+        torch.testing.assert_close(fisher[n].double(), r, rtol=1e-5, atol=1e-10)
+    assert fisher["critic.weight"].abs().sum() > 0  # the value loss enters, as in CORA
+
+
+def test_cora_fisher_of_an_impala_net_against_float64():
+    """IMPALA's V-trace batch loss on stored unrolls (whole unrolls per batch: fisher_batch 8 / T 4 = 2), against a
+    float64 copy with V-trace from its definition (tests/test_agents_impala_vtrace.py) and the loss written out."""
+    from agents import impala, ppo
+    from test_agents_impala_vtrace import reference_vtrace
+
+    args = Args(ewc="ewc", architecture="IMPALA")
+    T, n_actions = 4, 3
+    torch.manual_seed(1)
+    agent = ppo.Agent((4,), n_actions)
+    g = torch.Generator().manual_seed(5)
+    rows = {"obs": torch.randn(5, T + 1, 4, generator=g), "action": torch.randint(n_actions, (5, T), generator=g),
+            "logits": torch.randn(5, T, n_actions, generator=g), "reward": torch.randn(5, T, generator=g),
+            "done": torch.rand(5, T, generator=g) < 0.2}
+    ewc = EWC(agent, ppo.policy_head, False, "ewc", lam=1.0, gamma=1.0, samples=16, seed=2, fisher="cora",
+              batch_loss=impala.ewc_batch_loss(args), row_steps=T, fisher_batch=8, fisher_batches=3)
+    ewc.init_callback(types.SimpleNamespace(modification="a"))
+    ewc.observe(rows["obs"][:, :T], (4,), rows)
+    ewc.on_switch_start(SwitchEvent("a", "b", 100, 1))
+    fisher = ewc.anchors["a"][1]
+
+    a64 = ppo.Agent((4,), n_actions).double()
+    a64.load_state_dict({k: v.double() for k, v in agent.state_dict().items()})
+    kept = {k: v[1:] for k, v in rows.items()}  # capacity 16 // 4 = 4 unrolls: the last 4
+
+    def loss(idx):
+        obs = kept["obs"][idx].double()  # [n, T+1, 4]
+        h = a64.network(obs.reshape(-1, 4)).view(len(idx), T + 1, -1)
+        logp_all, values = torch.log_softmax(a64.actor(h[:, :T]), -1), a64.critic(h).squeeze(-1)
+        act = kept["action"][idx]
+        logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
+        mu = torch.log_softmax(kept["logits"][idx].double(), -1).gather(-1, act.unsqueeze(-1)).squeeze(-1)
+        disc = args.gamma * (~kept["done"][idx]).double()
+        vs, adv = reference_vtrace(mu.numpy().T, logp.detach().numpy().T, kept["reward"][idx].double().numpy().T,
+                                   disc.numpy().T, values[:, :T].detach().numpy().T, values[:, T].detach().numpy(),
+                                   args.vtrace_rho_bar, args.vtrace_c_bar)
+        vs, adv = torch.as_tensor(vs.T), torch.as_tensor(adv.T)
+        return -(logp * adv).sum() + args.vf_coef * 0.5 * ((vs - values[:, :T]) ** 2).sum()
+
+    names = [n for n, _ in a64.named_parameters()]
+    ref = _cora_reference(loss, list(a64.parameters()), _drawn_batches(2, 1, 4, 2, 3))
+    for n, r in zip(names, ref):
+        torch.testing.assert_close(fisher[n].double(), r, rtol=1e-4, atol=1e-10)
+    assert fisher["critic.weight"].abs().sum() > 0

@@ -18,10 +18,16 @@ switch step belongs to the visit that ends there.
   {m_1..m_{k-1}}): F(i, k) = at_i(s_k) - last_i(s_k, e_k]. Positive = forgetting. forgetting_isolated_i = mean over
   k; `forgetting_isolated` = mean over regimes.
 - Forgetting (Continual World, Wolczyk et al. 2021: F_i = p_i(end of training on i) - p_i(T), on normalised
-  scores; with revisits, the end of i's last visit e_i): forgetting_cw_i = at_i(e_i) - final_i, for trained regimes
-  whose last visit ends before T; `forgetting_cw` = mean over regimes.
-- Forgetting from the best score: forgetting_from_best_i = max{y_i(t): t <= e_i} - final_i (same regimes). Never
-  below forgetting_cw: it also counts what was lost before the end of the last visit.
+  scores; with revisits, the end of i's last visit e_i): forgetting_cw_i = at_i(e_i) - final_i for every trained
+  regime (0 for the one trained last, whose last visit ends at T); `forgetting_cw` = mean over all trained regimes,
+  as Continual World's results_processing/tables.py averages over all tasks (the mean over the regimes left before
+  T alone is N/(N-1) times larger; the per-regime values give it). Continual World takes each p as the mean of the
+  last 5 evaluations (tail(5) of a log every 20k steps of 1M-step tasks: the last 10% of a task); here each p is
+  one evaluation (at the end of the visit, at the end of the run), itself a mean over --eval_episodes whole
+  episodes, because visits are often only 2-3 evaluations long.
+- Forgetting from the best score: forgetting_from_best_i = max{y_i(t): t <= e_i} - final_i, for trained regimes
+  whose last visit ends before T. Never below forgetting_cw: it also counts what was lost before the end of the last
+  visit.
 - Zero-shot forward transfer (CORA), for each visit k before regime i's first visit (all visits for never-trained
   regimes): Z(i, k) = last_i(s_k, e_k] - at_i(s_k) (at_i(0) is the step-0 evaluation; without one, CORA's first
   evaluation point). Regimes trained from step 0 have none.
@@ -248,22 +254,25 @@ def isolated_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> l
     return out
 
 
-def _last_end(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[int]:
-    """End of the regime's last visit, when the regime was trained, evaluated by then, and left before the end."""
+def _last_end(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[int]:
+    """End of the regime's last visit, when the regime was trained and evaluated by then."""
     ends = [v.end for v in visits if v.regime == regime]
-    if not ends or max(ends) >= end_step or not curve or curve[0][0] > max(ends):
+    if not ends or not curve or curve[0][0] > max(ends):
         return None
     return max(ends)
 
 
-def cw_forgetting(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
-    """Continual World's forgetting: the score when training on the regime ended minus the final score."""
-    end = _last_end(curve, regime, visits, end_step)
+def cw_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[float]:
+    """Continual World's forgetting: the score when training on the regime ended minus the final score (0 for the
+    regime trained last)."""
+    end = _last_end(curve, regime, visits)
     return None if end is None else at_or_before(curve, end) - curve[-1][1]
 
 
 def best_minus_final(curve: Curve, regime: str, visits: Sequence[Visit], end_step: int) -> Optional[float]:
-    end = _last_end(curve, regime, visits, end_step)
+    end = _last_end(curve, regime, visits)
+    if end is not None and end >= end_step:  # trained to the end: nothing to forget after it
+        return None
     return None if end is None else max(y for s, y in curve if s <= end) - curve[-1][1]
 
 
@@ -402,7 +411,7 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
             "final_step": curve[-1][0] if curve else None,
             "average": time_average(curve),
             "forgetting_isolated": _mean(e["value"] for e in iso),
-            "forgetting_cw": cw_forgetting(curve, regime, run.visits, run.end_step),
+            "forgetting_cw": cw_forgetting(curve, regime, run.visits),
             "forgetting_from_best": best_minus_final(curve, regime, run.visits, run.end_step),
             "transfer_zero_shot": _mean(e["value"] for e in zs),
             "transfer_reference": ref["value"] if ref else None,
