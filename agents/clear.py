@@ -29,7 +29,9 @@ on the disk.
 
 Deviations from CORA (continual_rl/policies/clear): one buffer instead of one shard per actor; Algorithm R instead of
 random keys (the same distribution: a uniform sample); the cloning losses use exactly the replayed part of the batch
-trained on (CORA passed it through a queue with a timeout, and could pair it with another batch or skip it).
+trained on (CORA passed it through a queue with a timeout, and could pair it with another batch or skip it); the
+cloning targets are the replayed step's own behaviour logits and value (CORA compares the current output at step t
+with the stored output of step t-1: TorchBeast stores the agent's output one index after its input).
 """
 
 from __future__ import annotations

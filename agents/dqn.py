@@ -66,7 +66,9 @@ from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
 
-EVAL_EPSILON = 0.05  # the epsilon of CleanRL's evaluate(): sampled (non-greedy) evaluation plays 0.05-greedy
+# the default of CleanRL's evaluate(): sampled (non-greedy) evaluation plays 0.05-greedy (CleanRL's scripts pass their
+# end_e: 0.01 in dqn_atari.py, 0.05 in dqn.py)
+EVAL_EPSILON = 0.05
 
 
 class QNetwork(nn.Module):

@@ -253,7 +253,8 @@ def test_checkpoint_round_trip_is_exact_and_a_resumed_switch_is_not_consolidated
 
 @pytest.mark.parametrize("field, value, match", [
     ("ewc_lambda", -1.0, "ewc_lambda"), ("ewc_lambda", float("nan"), "ewc_lambda"), ("ewc_gamma", 1.5, "ewc_gamma"),
-    ("ewc_samples", 0, "ewc_samples"), ("her", True, "ewc: not supported with --her"),
+    ("ewc_samples", 0, "ewc_samples"), ("ewc_fisher_batch", 0, "ewc_fisher_batch"),
+    ("ewc_fisher_batches", -1, "ewc_fisher_batches"), ("her", True, "ewc: not supported with --her"),
 ])
 def test_bad_ewc_flags_are_refused(field, value, match):
     args = Args(ewc="online")
@@ -454,3 +455,29 @@ def test_cora_fisher_of_an_impala_net_against_float64():
     for n, r in zip(names, ref):
         torch.testing.assert_close(fisher[n].double(), r, rtol=1e-4, atol=1e-10)
     assert fisher["critic.weight"].abs().sum() > 0
+
+
+def test_true_fisher_of_the_minatar_cnn_against_float64():
+    """The agents' pixel input goes channels-last (ppo.Agent.scaled_input); the true Fisher runs on it, and equals a
+    float64 copy of the network with one autograd pass per sample."""
+    from agents import ppo
+
+    torch.manual_seed(2)
+    agent = ppo.Agent((6, 10, 10), 6)
+    obs = torch.rand(5, 6, 10, 10, generator=torch.Generator().manual_seed(3))
+    fisher = diagonal_fisher(agent, ppo.policy_head, obs, False, torch.Generator().manual_seed(4))
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        actions = torch.multinomial(torch.softmax(ppo.policy_head(agent, obs).double(), -1), 1, generator=gen)
+    a64 = ppo.Agent((6, 10, 10), 6).double().to(memory_format=torch.contiguous_format)
+    a64.load_state_dict({k: v.double().contiguous() for k, v in agent.state_dict().items()})
+    names = [n for n, _ in a64.named_parameters()]
+    sums = {n: torch.zeros_like(p) for n, p in a64.named_parameters()}
+    for x, a in zip(obs.double(), actions[:, 0]):
+        logp = torch.log_softmax(a64.actor(a64.network(x[None])), -1)[0, a]
+        for n, g in zip(names, torch.autograd.grad(logp, list(a64.parameters()), allow_unused=True)):
+            if g is not None:
+                sums[n] += g**2
+    for n in names:
+        torch.testing.assert_close(fisher[n].double(), sums[n] / len(obs), rtol=1e-4, atol=1e-10)
+    assert fisher["network.0.weight"].abs().sum() > 0

@@ -47,6 +47,12 @@ reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n). With sever
 Agarwal et al. (2021, rliable) over the runs x trained-regimes matrix of per-regime final and average scores: IQM,
 mean, median and (normalised scores) optimality gap at 1, each with a 95% stratified-bootstrap CI; the probability
 of improvement of each method over each other one; performance profiles (in the JSON; drawn by the plots CLI).
+Their intervals are percentile stratified bootstraps (`stratified_bootstrap`, 2,000 resamples by default; rliable
+uses 50,000; its own bootstrap, rliable.library, cannot run here: rliable 1.2 pins arch < 8, arch 7.2 does not
+import with pandas 3, and arch 8 rejects the random_state=None rliable passes it).
+
+Every metric uses the raw evaluation points; CORA's scripts (utils/cora_metrics.py) first smooth each curve with a
+trailing moving average of 20 evaluation points (5 for CHORES), which lowers peaks and delays drops.
 """
 
 from __future__ import annotations

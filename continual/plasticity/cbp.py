@@ -21,7 +21,10 @@ a layer feeding both the actor and critic heads is tracked ONCE, over both heads
    image features and goal) gets ALL its incoming weights re-initialised.
 
 The step count must be per weight for that reset to mean anything: `AdamGnT` is Adam with a step count per element
-(the reference's optimizer of the same name). With torch.optim.Adam's one step count per tensor, a weight whose
+(the reference's optimizer of the same name, but textbook Adam: the reference's discards its bias-correction result,
+`bias_correction.sqrt().div_(...)` on a copy, so its steps scale with 1 - beta2^t; its RL runs use torch's Adam).
+Fresh incoming weights use `--init`'s bound for convolutions too (`init_bound`; kaiming: 2.45x the reference's
+conv bound, sqrt(1 / fan_in) whatever the init). With torch.optim.Adam's one step count per tensor, a weight whose
 moments restart at zero late in training gets the bias correction of a long-trained one, and its first updates are
 several times larger than Adam's (about 3x on the first update after replacement with the default betas).
 

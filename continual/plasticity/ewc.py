@@ -19,7 +19,7 @@ buffer), in one of two forms (`--ewc_fisher`):
   (for IMPALA, whose losses are sums as CORA's).
   true: the Monte-Carlo true Fisher of the policy alone,
       F_i = 1/N sum_n (d/dtheta_i log pi(a_n | s_n))^2,    a_n ~ pi(. | s_n) drawn afresh at theta*
-  (one action per stored observation, per-sample gradients via torch.func.vmap; the value head gets F = 0). Its
+  (one action per stored observation, one backward pass each; the value head gets F = 0). Its
   scale is per sample: on the MinAtar IMPALA network CORA's Fisher is 10^3-10^5 times larger per tensor (bench/
   RESULTS.md, "EWC's two Fisher scales"), so a lambda for `true` is that much larger than CORA's for equal strength.
 
@@ -41,9 +41,8 @@ Scale: IMPALA's losses are sums over the T x B batch (as CORA's); PPO's are mini
 the penalty about minibatch-size times more against PPO's task loss.
 
 Cost: the penalty is a few elementwise ops over the parameters per update. `cora`: M backward passes of a batch loss
-once per switch (100 x 400 samples). `true`: N per-sample backward passes once per switch (~75 ms per observation
-for the Nature CNN on a loaded 2-core CPU, N = 1024: ~1-2 min per switch there; far less on a GPU; milliseconds for
-the CartPole MLP).
+once per switch (100 x 400 samples). `true`: one backward pass per stored observation once per switch (one CPU
+thread: 23 ms per observation for the Nature CNN, ~24 s at N = 1024; 0.6 ms for MinAtar's CNN; far less on a GPU).
 
 Differences from CORA (research notes §2.3): no `ewc_per_task_min_frames` gating (the penalty applies from the first
 switch on); anchors keyed by the regime's modification string; the Fisher's batches are drawn from the last
@@ -64,7 +63,6 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
-from torch.func import functional_call, grad, vmap
 
 from continual.training.callbacks import Callback, SwitchEvent
 
@@ -73,11 +71,11 @@ PolicyHead = Callable[[nn.Module, torch.Tensor], object]
 # batch_loss(model, batch) -> the agent's policy-gradient + value loss summed over the batch (rows of `observe`'s batch)
 BatchLoss = Callable[[nn.Module, dict], torch.Tensor]
 
-CHUNK_FLOATS = 2**26  # per-sample gradients held at once (256 MB of float32; larger chunks vmap faster)
+CHUNK = 256  # observations whose actions are drawn in one call
 
 
 def log_likelihood(head, action: torch.Tensor, continuous: bool) -> torch.Tensor:
-    """log pi(a|s) per sample from the policy head's output (no torch.distributions: their checks break vmap)."""
+    """log pi(a|s) per sample from the policy head's output."""
     if continuous:
         mean, log_std = head
         z = (action - mean) / log_std.exp()
@@ -94,42 +92,22 @@ def sample_actions(head, continuous: bool, generator: torch.Generator) -> torch.
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(head.device)
 
 
-class _LogLikelihood(nn.Module):
-    """model + head as one module, for torch.func.functional_call over the model's parameters."""
-
-    def __init__(self, model: nn.Module, policy_head: PolicyHead, continuous: bool):
-        super().__init__()
-        self.model, self.policy_head, self.continuous = model, policy_head, continuous
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return log_likelihood(self.policy_head(self.model, obs), action, self.continuous)
-
-
 def diagonal_fisher(model: nn.Module, policy_head: PolicyHead, obs: torch.Tensor, continuous: bool,
                     generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """The mean over `obs` of the squared per-sample gradients of log pi(a|s), a ~ pi(.|s) (see the module doc)."""
-    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    """The mean over `obs` of the squared per-sample gradients of log pi(a|s), a ~ pi(.|s) (see the module doc).
+    One backward pass per observation (torch.func.vmap cannot run the agents' channels-last pixel input)."""
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    sums = {n: torch.zeros(p.shape, dtype=torch.float64, device=p.device) for n, p in params.items()}
     device = next(iter(params.values())).device
-    wrapped = _LogLikelihood(model, policy_head, continuous)
-
-    def one(p: dict, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        state = {**{"model." + n: v for n, v in p.items()}, **{"model." + n: v for n, v in buffers.items()}}
-        return functional_call(wrapped, state, (x.unsqueeze(0), a.unsqueeze(0))).sum()
-
-    per_sample = vmap(grad(one), in_dims=(None, 0, 0))
-    n_params = sum(p.numel() for p in params.values())
-    chunk = max(1, min(256, CHUNK_FLOATS // n_params))
-    sums = {n: torch.zeros(p.shape, dtype=torch.float64, device=device) for n, p in params.items()}
-    for start in range(0, len(obs), chunk):
-        x = obs[start:start + chunk].to(device)
-        if x.dim() == 4:  # the CNN weights are channels-last
-            x = x.contiguous(memory_format=torch.channels_last)
+    for start in range(0, len(obs), CHUNK):
+        x = obs[start:start + CHUNK].to(device)
         with torch.no_grad():
             actions = sample_actions(policy_head(model, x), continuous, generator)
-        grads = per_sample(params, x, actions)
-        for n, g in grads.items():
-            sums[n] += g.double().pow(2).sum(0)
+        for i in range(len(x)):
+            logp = log_likelihood(policy_head(model, x[i:i + 1]), actions[i:i + 1], continuous).sum()
+            for n, g in zip(params, torch.autograd.grad(logp, list(params.values()), allow_unused=True)):
+                if g is not None:
+                    sums[n] += g.double().pow(2)
     return {n: (s / len(obs)).to(params[n].dtype) for n, s in sums.items()}
 
 
