@@ -153,16 +153,19 @@ def mean_curves(runs: Sequence[M.RunData], normalizer: M.Normalizer) -> dict[str
     return out
 
 
-def aggregate(done: dict[str, list[M.RunData]], normalize: str = "max_abs", reps: int = 2000) -> dict:
-    """Every number of the benchmark from the finished runs: per-run metrics, the method table, curves, rliable."""
+def aggregate(done: dict[str, list[M.RunData]], normalize: str = "max_abs", reps: int = 2000,
+              scale: Optional[dict[str, float]] = None) -> dict:
+    """Every number of the benchmark from the finished runs: per-run metrics, the method table, curves, rliable.
+    `scale`: task -> the max|R| to divide by (another benchmark's, `--scale_from`) instead of these runs' own."""
     all_runs = [r for rs in done.values() for r in rs]
-    norm = M.Normalizer(normalize, runs=all_runs)
+    norm = M.Normalizer("reference_scores", scores=scale, runs=all_runs) if scale else \
+        M.Normalizer(normalize, runs=all_runs)
     results = {m: [M.run_metrics(r, norm) for r in rs] for m, rs in done.items()}
     flat = [x for rs in results.values() for x in rs]
     configs = [{"architecture": m} for m, rs in results.items() for _ in rs]
     return {
         "normalize": normalize,
-        "scale": {t: norm.abs_max.get(t) for t in (all_runs[0].regimes if all_runs else [])},
+        "scale": dict(scale) if scale else {t: norm.abs_max.get(t) for t in (all_runs[0].regimes if all_runs else [])},
         "table": method_table(results, reps),
         "curves": {m: mean_curves(rs, norm) for m, rs in done.items()},
         "visits": [[v.regime, v.start, v.end] for v in all_runs[0].visits] if all_runs else [],
@@ -288,6 +291,8 @@ def parse(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="run directories (one per method x seed; kept for resuming)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="JSON and PNGs go here")
     p.add_argument("--aggregate_only", action="store_true", help="train nothing; tables and plots from finished runs")
+    p.add_argument("--scale_from", default=None, help="a forgetting.json: divide returns by its per-task max|R| "
+                   "(its 'scale') instead of these runs' own, so methods re-run later compare with its rows")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="further training flags for every run (last; e.g. --extra --ewc_lambda 100)")
     a = p.parse_args(argv)
@@ -305,6 +310,15 @@ def parse(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             errors.append(f"--{name}: must be positive, got {getattr(a, name)}")
     if a.eval_every < 0:
         errors.append(f"--eval_every: must be >= 0, got {a.eval_every}")
+    if a.scale_from is not None:
+        try:
+            scale = json.load(open(a.scale_from))["scale"]
+            assert isinstance(scale, dict) and all(isinstance(v, (int, float)) and v > 0 for v in scale.values())
+            a.scale = scale
+        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            errors.append(f"--scale_from: {a.scale_from} is not a forgetting.json with a positive per-task 'scale'")
+    else:
+        a.scale = None
     if errors:
         print(f"error: {errors[0]}", file=sys.stderr)
         sys.exit(2)
@@ -346,9 +360,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     if not done:
         print("error: no finished runs to aggregate", file=sys.stderr)
         sys.exit(1)
-    agg = aggregate(done, a.normalize, a.bootstrap_reps)
+    try:
+        agg = aggregate(done, a.normalize, a.bootstrap_reps, a.scale)
+    except ValueError as e:  # --scale_from without a task of these runs
+        print(f"error: --scale_from: {e}", file=sys.stderr)
+        sys.exit(2)
     title = (f"MinAtar {' -> '.join(a.games)} x {a.cycles} cycles, {a.steps_per_task // 1000}k steps per task")
-    common.print_table(title + f" ({a.normalize}); mean [95% stratified-bootstrap CI] over runs x tasks",
+    norm_name = f"max_abs of {a.scale_from}" if a.scale else a.normalize
+    common.print_table(title + f" ({norm_name}); mean [95% stratified-bootstrap CI] over runs x tasks",
                        ["method", "runs", *(t for _, t in TABLE_KEYS)], table_rows(agg["table"]))
     agg.update({"machine": info, "loadavg_end": common.loadavg(), "args": vars(a), "sequence": cfg,
                 "wall_s_this_call": walls,

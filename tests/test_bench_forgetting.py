@@ -89,6 +89,16 @@ def test_method_table_by_hand(runs_dir):
     assert row[:2] == ["PPO", "2"] and row[4] == "+0.750 [+0.000, +1.500]"
 
 
+def test_scale_from_another_benchmark_divides_by_its_max_abs(runs_dir):
+    """--scale_from: returns divided by a stored benchmark's per-task max|R|, not these runs' own (A 6, B 7 here)."""
+    done = F.load_done(runs_dir, ["PPO"])
+    own, stored = F.aggregate(done, "max_abs", reps=10), F.aggregate(done, "max_abs", reps=10, scale={A: 3.0, B: 2.0})
+    assert own["scale"] == {A: 6.0, B: 7.0} and stored["scale"] == {A: 3.0, B: 2.0}
+    # final A 3, B 7 (seed 1); A 4, B 5 (seed 2)
+    assert stored["table"]["PPO"]["final"]["matrix"] == [[1.0, 3.5], [4 / 3, 2.5]]
+    assert own["table"]["PPO"]["final"]["matrix"] == [[0.5, 1.0], [4 / 6, 5 / 7]]
+
+
 def test_curves_mean_and_t_band(runs_dir):
     agg = F.aggregate(F.load_done(runs_dir, ["PPO", "IMPALA"]), normalize="raw", reps=10)
     c = agg["curves"]["PPO"][A]
@@ -147,6 +157,7 @@ def test_every_method_is_one_line_and_clear_pnc_are_listed():
     (["--games", "Pong"], "error: --games: unknown Pong"),
     (["--seeds", "0"], "error: --seeds: must be positive"),
     (["--methods", "PPO", "PPO"], "error: --methods: a method is named twice"),
+    (["--scale_from", "/nonexistent/forgetting.json"], "error: --scale_from: /nonexistent/forgetting.json is not"),
 ])
 def test_bad_input_is_one_line_and_creates_nothing(tmp_path, argv, message):
     runs, out = tmp_path / "runs", tmp_path / "out"
