@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
 
-from continual.evaluation.metrics import stratified_bootstrap  # noqa: E402
+from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 
 ROOT = common.REPO_ROOT
 CONFIG = os.path.join(ROOT, "configs", "freeway_obj_drop.json")
@@ -91,16 +91,8 @@ def window_means(episodes: Sequence[dict], visit: tuple[str, int, int], games: i
     return float(np.mean(first)), float(np.mean(last))
 
 
-def bootstrap_ci(values: Sequence[float], reps: int = 2000, seed: int = 0) -> dict:
-    """mean, 95% percentile-bootstrap CI of the mean over seeds and n, of the non-NaN values (one value: lo = hi)."""
-    xs = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=np.float64)
-    if xs.size == 0:
-        return {"mean": None, "ci95": None, "n": 0}
-    m = float(xs.mean())
-    if xs.size == 1:
-        return {"mean": m, "ci95": [m, m], "n": 1}
-    lo, hi = stratified_bootstrap(xs[:, None], np.mean, reps=reps, seed=seed)
-    return {"mean": m, "ci95": [lo, hi], "n": int(xs.size)}
+# mean, 95% percentile-bootstrap CI of the mean over seeds and n, of the non-NaN values (one value: lo = hi)
+bootstrap_ci = bootstrap_mean
 
 
 def summarize(runs: dict[str, dict[int, list[dict]]], visits: Sequence[tuple[str, int, int]], games: int = 1,

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
 
-from continual.evaluation.metrics import stratified_bootstrap  # noqa: E402
+from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 
 ROOT = common.REPO_ROOT
 GAMES = ("Breakout", "SpaceInvaders")
@@ -91,16 +91,12 @@ def binned_curve(steps: Sequence[int], returns: Sequence[float], grid: np.ndarra
 
 
 def bootstrap_ci(values: Sequence[float], reps: int = 2000, seed: int = 0) -> tuple[float, float, float, int]:
-    """(mean, lo, hi, n) of the non-NaN values: percentile 95% bootstrap interval of the mean over seeds
-    (continual.evaluation.metrics.stratified_bootstrap with one task); lo = hi = mean for one value."""
-    xs = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if xs.size == 0:
+    """(mean, lo, hi, n) of the non-NaN values (continual.evaluation.metrics.bootstrap_mean as a tuple; NaN when
+    there is none)."""
+    d = bootstrap_mean(values, reps, seed)
+    if not d["n"]:
         return float("nan"), float("nan"), float("nan"), 0
-    m = float(xs.mean())
-    if xs.size == 1:
-        return m, m, m, 1
-    lo, hi = stratified_bootstrap(xs[:, None], np.mean, reps=reps, seed=seed)
-    return m, lo, hi, int(xs.size)
+    return d["mean"], d["ci95"][0], d["ci95"][1], d["n"]
 
 
 def summarize(results: dict[tuple[str, str, int], dict], steps: int, points: int = 50, reps: int = 2000) -> dict:

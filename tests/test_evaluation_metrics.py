@@ -264,6 +264,26 @@ def test_robust_statistics_against_hand_computation():
     assert lo == pytest.approx(9.5 - 1.96 * se, abs=0.35) and hi == pytest.approx(9.5 + 1.96 * se, abs=0.35)
 
 
+def test_stratified_bootstrap_against_the_exact_bootstrap_distribution():
+    """rliable's StratifiedBootstrap (runs resampled with replacement within each task, percentile interval) written
+    out exactly: 3 runs x 2 tasks have 27 x 27 equally likely resamples. rliable's own (rliable.library) cannot run
+    here (rliable 1.2 pins arch < 8; arch 7.2 does not import with pandas 3; arch 8 rejects its random_state=None)."""
+    import itertools
+
+    x = np.array([[0.1, 2.0], [0.7, 2.5], [0.3, 4.0]])
+    idx = list(itertools.product(range(3), repeat=3))
+    means = np.sort([(x[list(a), 0].sum() + x[list(b), 1].sum()) / 6 for a in idx for b in idx])
+    cdf = np.arange(1, len(means) + 1) / len(means)
+    exact = (means[np.searchsorted(cdf, 0.025)], means[np.searchsorted(cdf, 0.975)])
+    for reps in (2000, 50_000):  # ours by default, rliable's default
+        lo, hi = M.stratified_bootstrap(x, rl.aggregate_mean, reps=reps, seed=1)
+        tol = 0.06 if reps == 2000 else 0.02
+        assert lo == pytest.approx(exact[0], abs=tol) and hi == pytest.approx(exact[1], abs=tol)
+    d = M.bootstrap_mean([1.0, None, 3.0, float("nan")], reps=2000)
+    assert d["mean"] == 2.0 and d["n"] == 2 and d["ci95"] == [1.0, 3.0]
+    assert M.bootstrap_mean([]) == {"mean": None, "ci95": None, "n": 0}
+
+
 def test_robust_aggregate_groups_methods():
     results, configs = [], []
     for arch, shift in (("PPO", 0), ("PPO", 2), ("PPO", 4), ("PPO_CBP", 10), ("PPO_CBP", 12)):

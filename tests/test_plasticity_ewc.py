@@ -263,6 +263,15 @@ def test_bad_ewc_flags_are_refused(field, value, match):
         validate_ewc_args(args)
 
 
+def test_a_run_saved_before_ewc_fisher_existed_resumes_with_the_true_fisher():
+    from continual.config.loading import args_from_dict, args_to_dict
+
+    saved = args_to_dict(Args(ewc="online"))
+    del saved["ewc_fisher"], saved["ewc_fisher_batch"], saved["ewc_fisher_batches"]
+    assert args_from_dict(saved).ewc_fisher == "true"
+    assert args_from_dict(args_to_dict(Args(ewc="online"))).ewc_fisher == "cora"
+
+
 CARTPOLE = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
     "reward_scaling": "none", "modification_factory": "SequentialModificationFactory",
@@ -414,8 +423,9 @@ def test_cora_fisher_of_a_ppo_net_against_float64():
 def test_cora_fisher_of_an_impala_net_against_float64():
     """IMPALA's V-trace batch loss on stored unrolls (whole unrolls per batch: fisher_batch 8 / T 4 = 2), against a
     float64 copy with V-trace from its definition (tests/test_agents_impala_vtrace.py) and the loss written out."""
-    from agents import impala, ppo
     from test_agents_impala_vtrace import reference_vtrace
+
+    from agents import impala, ppo
 
     args = Args(ewc="ewc", architecture="IMPALA")
     T, n_actions = 4, 3

@@ -237,4 +237,6 @@ def args_from_dict(data: dict) -> Args:
     if not isinstance(data, dict):
         raise UserError(f"saved config: expected an object, got {type(data).__name__}")
     fields, _ = split_config({k: v for k, v in data.items() if k not in ("config", "resume")}, "saved config")
+    if fields.get("ewc", "none") != "none" and "ewc_fisher" not in fields:
+        fields["ewc_fisher"] = "true"  # saved before --ewc_fisher existed: the run (and its EWC state) used the true Fisher
     return dataclasses.replace(Args(), **fields)

@@ -506,6 +506,19 @@ def stratified_bootstrap(scores: np.ndarray, statistic, reps: int = 2000, seed: 
     return float(lo), float(hi)
 
 
+def bootstrap_mean(values: Iterable[Optional[float]], reps: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict:
+    """{mean, ci95: [lo, hi], n} of the finite values, the interval `stratified_bootstrap`'s with one task (runs
+    resampled); one value: lo = hi = mean; none: mean and ci95 None."""
+    xs = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
+    if xs.size == 0:
+        return {"mean": None, "ci95": None, "n": 0}
+    m = float(xs.mean())
+    if xs.size == 1:
+        return {"mean": m, "ci95": [m, m], "n": 1}
+    lo, hi = stratified_bootstrap(xs[:, None], np.mean, reps, seed, alpha)
+    return {"mean": m, "ci95": [lo, hi], "n": int(xs.size)}
+
+
 def paired_bootstrap(x: np.ndarray, y: np.ndarray, statistic, reps: int = 2000, seed: int = 0, alpha: float = 0.05
                      ) -> tuple[float, float]:
     """The same for a statistic of two methods' score matrices, each resampled within its tasks."""
