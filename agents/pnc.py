@@ -25,8 +25,9 @@ file plugs into through `impala.train(..., make_agent_fn=make_agent, make_extens
   curriculum's schedule (`factory.schedule`), so the phase of an update is a pure function of the step: it needs no
   state to resume, and a short task still gets both phases (a fixed 1000 updates would leave short tasks without
   a compress phase, and their KB without the task);
-- at every switch the KB's online Fisher is consolidated (EWC's `on_switch_start`) on the last `--ewc_samples`
-  observations of the ending task (its compress phase, at the KB weights after compress; CORA estimates it on the
+- at every switch the KB's online Fisher is consolidated (EWC's `on_switch_start`, the per-sample true Fisher of
+  the KB's policy; CORA's P&C takes the squared batch gradient, but with `full` normalisation, its default and
+  ours, only the shape within each tensor differs) on the last `--ewc_samples` observations of the ending task (its compress phase, at the KB weights after compress; CORA estimates it on the
   new task's progress data by mistake, notes §7.3); then (`on_switch_end`) the active column and its adaptors are
   re-initialised (CORA: Conv/Linear reset at every task boundary, the KB untouched), from a generator seeded by
   (seed, switch count), and their RMSprop state is dropped (a fresh column starts with fresh statistics; CORA keeps

@@ -263,7 +263,8 @@ class Args:
     """PNC: online-EWC weight on the knowledge base in the compress phase (CORA's P&C inherits online EWC's 25); the
     Fisher decays by --ewc_gamma and is estimated on the last --ewc_samples observations of each task"""
     pnc_ewc_normalize: Literal["none", "full"] = "full"
-    """PNC: full = divide each new Fisher tensor of the knowledge base by its L2 norm (CORA's P&C: full)"""
+    """PNC: full = divide each tensor of the knowledge base's running Fisher by its L2 norm after the online sum
+    (CORA's P&C: full, so the Fisher's scale does not matter there); the KB's Fisher is the per-sample true Fisher"""
 
     # --- DQN ---------------------------------------------------------------------------------------------------------
     buffer_size: int = 1_000_000
