@@ -164,8 +164,9 @@ def test_distillation_steps_lower_kl_active_kb_on_a_fixed_batch():
 
 
 def test_compress_loss_is_kl_plus_online_ewc_penalty_by_hand():
-    """Two consolidations (F <- gamma * F/|F| + F_new/|F_new|, theta* the latest KB), then the compress loss at moved
-    KB weights equals kl_scale * KL + lambda/2 sum F (theta - theta*)^2, all by hand in float64."""
+    """Two consolidations (CORA's order: F <- gamma * F + F_new, then F <- F/|F| per tensor; theta* the latest KB),
+    then the compress loss at moved KB weights equals kl_scale * KL + lambda/2 sum F (theta - theta*)^2, all by hand
+    in float64."""
     args = Args(**{**ARGS, "pnc_kl_scale": 0.3})
     agent, opt, session, ext = build(args)
     g = torch.Generator().manual_seed(5)
@@ -178,8 +179,12 @@ def test_compress_loss_is_kl_plus_online_ewc_penalty_by_hand():
         ext.loss(torch.zeros(()), obs, torch.zeros(4, 4, 2), None)  # fills EWC's buffer (16 = ewc_samples rows)
         refs.append((fisher64(agent, obs.reshape(-1, 4), args.seed, count), kb64(agent)))
         session.switch_end(session.switch_start(new))
-    norm = [{n: f / f.norm() if f.norm() > 0 else f for n, f in fr.items()} for fr, _ in refs]  # critic: F = 0
-    fisher = {n: args.ewc_gamma * norm[0][n] + norm[1][n] for n in norm[0]}
+    def unit(fr):
+        return {n: f / f.norm() if f.norm() > 0 else f for n, f in fr.items()}  # critic: F = 0
+
+    first = unit(refs[0][0])
+    fisher = unit({n: args.ewc_gamma * first[n] + refs[1][0][n] for n in first})
+    assert all(abs(float(f.norm()) - 1) < 1e-9 for n, f in fisher.items() if f.norm() > 0)
     theta_star = refs[1][1]
     for n, t in ext.ewc.anchors["online"][0].items():
         assert torch.equal(t.double(), theta_star[n]), n
