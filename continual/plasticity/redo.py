@@ -10,7 +10,9 @@ s_i = E|h_i| / mean_k E|h_k| is at most tau is tau-dormant (`diagnostics.dormant
    recycles identically);
 2. its outgoing weights are set to zero (in the next hidden layer, or in every head the last hidden layer feeds;
    through a Flatten, all the positions of a recycled channel), so the network's output does not change (without
-   normalisation layers);
+   normalisation layers). A weight from a dormant unit to a dormant unit of the next layer is both outgoing and
+   incoming: it is zero (all incoming weights are re-initialised first, then the outgoing ones zeroed), so a recycled
+   unit never reads another recycled unit;
 3. the optimizer's per-weight state of exactly those weights (incoming rows, bias entries, outgoing columns) is reset
    to zero: Adam's moments, RMSprop's square average, and AdamGnT's per-weight step count. Per-tensor step counts
    (torch.optim.Adam) are shared with the other weights and stay, as in Dopamine.
@@ -80,22 +82,22 @@ def recycle(agent: nn.Module, obs: torch.Tensor, tau: float, fresh: nn.Module,
         for h in hooks:
             h.remove()
     fresh_mods = dict(fresh.named_modules())
-    counts = {}
-    for k, h in enumerate(layers):
-        mask = dormant_units(acts[k], tau)
-        counts[h.name] = int(mask.sum())
-        if not counts[h.name]:
-            continue
-        new = fresh_mods[h.name]
-        h.layer.weight[mask] = new.weight[mask].to(h.layer.weight)
-        _reset_state(optimizer, h.layer.weight, mask)
-        if h.layer.bias is not None:
-            h.layer.bias[mask] = new.bias[mask].to(h.layer.bias)
-            _reset_state(optimizer, h.layer.bias, mask)
-        for out in h.outs:
-            cols = _in_mask(out, mask)
-            out.weight[:, cols] = 0.0
-            _reset_state(optimizer, out.weight, (slice(None), cols))
+    masks = [dormant_units(acts[k], tau) for k in range(len(layers))]
+    counts = {h.name: int(m.sum()) for h, m in zip(layers, masks)}
+    for h, mask in zip(layers, masks):  # all incoming weights first ...
+        if counts[h.name]:
+            new = fresh_mods[h.name]
+            h.layer.weight[mask] = new.weight[mask].to(h.layer.weight)
+            _reset_state(optimizer, h.layer.weight, mask)
+            if h.layer.bias is not None:
+                h.layer.bias[mask] = new.bias[mask].to(h.layer.bias)
+                _reset_state(optimizer, h.layer.bias, mask)
+    for h, mask in zip(layers, masks):  # ... then the outgoing zeros, which win where a weight is both
+        if counts[h.name]:
+            for out in h.outs:
+                cols = _in_mask(out, mask)
+                out.weight[:, cols] = 0.0
+                _reset_state(optimizer, out.weight, (slice(None), cols))
     return counts
 
 
