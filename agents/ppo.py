@@ -46,7 +46,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerRollout, weighted_mean
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
-from continual.plasticity.methods import install_plasticity
+from continual.plasticity.methods import install_plasticity, plastic_optimizer
 from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
@@ -242,7 +242,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = agent.make_optimizer(args.learning_rate)
+        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate), args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None:

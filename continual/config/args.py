@@ -217,6 +217,11 @@ class Args:
     optimizer state at every regime switch or every --reset_every steps (0: off)"""
     reset_every: int = 0
     """layer resetting: every this many steps (0: at every regime switch)"""
+    trac: bool = False
+    """TRAC (Muppidi et al. 2024): the agent's optimizer runs on its own iterate and the weights are its displacement
+    from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""
+    trac_s_init: float = 1e-8
+    """TRAC: s_init, the scale's starting magnitude (the paper's 1e-8)"""
 
     # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
     ewc: Literal["none", "ewc", "online"] = "none"

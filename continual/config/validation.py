@@ -201,6 +201,17 @@ def validate_plasticity_args(args: Args) -> None:
                         f"two outputs (use the default activation)")
     if (args.redo or args.parseval or args.reset_layers or network) and args.her:
         raise UserError(f"{(used + network)[0]}: not supported with --her (the goal-fused layer is outside the torso)")
+    if args.trac:
+        if not (math.isfinite(args.trac_s_init) and args.trac_s_init > 0):
+            raise UserError(f"trac_s_init: must be a positive finite number, got {args.trac_s_init}")
+        if args.architecture != "PPO":
+            raise UserError(f"trac: supported by PPO, not {args.architecture}")
+        # they write the weights directly; TRAC would overwrite them from its own iterate at its next step
+        clash = [f for f, on in (("redo", args.redo), ("reset_layers", args.reset_layers),
+                                 ("shrink_and_perturb", args.shrink_and_perturb)) if on]
+        if clash:
+            raise UserError(f"trac: not with --{clash[0]} (it changes the weights outside the optimizer, which TRAC "
+                            f"recomputes from its own iterate)")
     if args.redo_every and not args.redo:
         raise UserError("redo_every: sets how often ReDo acts; add --redo")
     if args.reset_every and not args.reset_layers:

@@ -1,6 +1,7 @@
 """The plasticity methods of a run, behind one object per agent (`install_plasticity`), so an agent's training loop
-calls them in four places:
+calls them in five places:
 
+    optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
     plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)
     loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
     plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
@@ -11,7 +12,8 @@ Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) 
 the curriculum, never before the first regime: a layer reset happens when the envs run the new regime; ReDo at the
 end of the first update of the new regime, on that regime's observations (the units dormant on the new task).
 With `--*_every N` they act on the first update at or after each multiple of N steps. Network options (LayerNorm,
-CReLU, Fourier features) change the network where it is built (networks.py); shrink & perturb and optimizer resets
+CReLU, Fourier features) change the network where it is built (networks.py), TRAC wraps the optimizer where it is
+made (`plastic_optimizer`, trac.py); shrink & perturb and optimizer resets
 stay in shrink_perturb.py, CBP in cbp.py.
 
 Fresh weights (ReDo's re-initialised units, reset layers) come from a new network built by `make_fresh` under a
@@ -28,6 +30,7 @@ import torch.nn as nn
 from continual.plasticity import regularizers
 from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
 from continual.plasticity.resets import reset_last_layers
+from continual.plasticity.trac import TRAC
 from continual.training.callbacks import Callback, SwitchEvent
 
 
@@ -105,6 +108,12 @@ class PlasticityMethods(Callback):
             self.init_params = [p.to(q.device) for p, q in zip(state["init_params"], self.init_params)]
         self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
         self.redo_pending = state["redo_pending"]
+
+
+def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
+    """The agent's optimizer, wrapped by TRAC with --trac (call it on the fresh optimizer, before loading a
+    checkpoint's state into it)."""
+    return TRAC(optimizer, s_init=args.trac_s_init) if args.trac else optimizer
 
 
 def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
