@@ -473,6 +473,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     monitor.record_grads()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
                     optimizer.step()
+                    plasticity.after_step()  # --nap: weights back to their initial norms
                     agent.after_optimizer_step(optimizer)
 
                 if args.target_kl is not None and approx_kl > args.target_kl:

@@ -284,7 +284,7 @@ PLASTICITY_FLAGS = {
     # at switches: ReDo (tau 0.5 so that units are recycled on CartPole's tanh network), a reset of the heads
     "switches": ["--redo", "--redo_tau", "0.5", "--reset_layers", "1", "--l2_init", "--parseval", "--layer_norm"],
     # every N steps, with the doubling activation
-    "interval": ["--reset_layers", "2", "--reset_every", "384", "--l2", "--activation", "crelu"],
+    "interval": ["--reset_layers", "2", "--reset_every", "384", "--l2", "--activation", "crelu", "--nap"],
     "interval_redo": ["--redo", "--redo_every", "256", "--redo_tau", "0.5"],
     "trac": ["--trac", "--activation", "fourier"],
 }

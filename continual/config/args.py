@@ -217,6 +217,9 @@ class Args:
     optimizer state at every regime switch or every --reset_every steps (0: off)"""
     reset_every: int = 0
     """layer resetting: every this many steps (0: at every regime switch)"""
+    nap: bool = False
+    """Normalize-and-Project (Lyle et al. 2024): LayerNorm before every hidden activation (implies --layer_norm) and,
+    after every optimizer step, every weight matrix projected back to its initial norm"""
     trac: bool = False
     """TRAC (Muppidi et al. 2024): the agent's optimizer runs on its own iterate and the weights are its displacement
     from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""

@@ -190,7 +190,8 @@ def validate_plasticity_args(args: Args) -> None:
         ["reset_layers"] if args.reset_layers else [])
     if used and args.architecture not in PLASTICITY_METHODS:
         raise UserError(f"{used[0]}: supported by {', '.join(PLASTICITY_METHODS)}, not {args.architecture}")
-    network = [f for f, on in (("layer_norm", args.layer_norm), ("activation", args.activation != "default")) if on]
+    network = [f for f, on in (("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
+                               ("nap", args.nap)) if on]
     if network and args.architecture not in NETWORK_OPTIONS:
         raise UserError(f"{network[0]}: supported by {', '.join(NETWORK_OPTIONS)}, not {args.architecture}")
     if args.l2 and args.l2_init:
@@ -208,7 +209,7 @@ def validate_plasticity_args(args: Args) -> None:
             raise UserError(f"trac: supported by PPO, not {args.architecture}")
         # they write the weights directly; TRAC would overwrite them from its own iterate at its next step
         clash = [f for f, on in (("redo", args.redo), ("reset_layers", args.reset_layers),
-                                 ("shrink_and_perturb", args.shrink_and_perturb)) if on]
+                                 ("shrink_and_perturb", args.shrink_and_perturb), ("nap", args.nap)) if on]
         if clash:
             raise UserError(f"trac: not with --{clash[0]} (it changes the weights outside the optimizer, which TRAC "
                             f"recomputes from its own iterate)")

@@ -1,9 +1,10 @@
 """The plasticity methods of a run, behind one object per agent (`install_plasticity`), so an agent's training loop
-calls them in five places:
+calls them in six places:
 
     optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
     plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)
     loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
+    plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
     plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
                                              # ReDo (redo.py) and layer resets (resets.py), when due
     "plasticity_methods": plasticity.state_dict()   # in the checkpoint
@@ -27,7 +28,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
-from continual.plasticity import regularizers
+from continual.plasticity import nap, regularizers
 from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
 from continual.plasticity.resets import reset_last_layers
 from continual.plasticity.trac import TRAC
@@ -45,6 +46,8 @@ class PlasticityMethods(Callback):
         self.params = [p for p in agent.parameters() if p.requires_grad]
         self.init_params = [p.detach().clone() for p in self.params] if a.l2_init else []
         self.parseval_layers = [h.layer for h in hidden_layers(agent)] if a.parseval else []
+        self.nap_modules = nap.projected_modules(agent) if a.nap else []
+        self.nap_norms = [nap.norms(m) for m in self.nap_modules]
         self.redo_count = self.reset_count = 0
         self.redo_pending = False
         self._last_step = session.global_step
@@ -53,7 +56,7 @@ class PlasticityMethods(Callback):
     @property
     def active(self) -> bool:
         a = self.args
-        return bool(a.redo or a.l2 or a.l2_init or a.parseval or a.reset_layers)
+        return bool(a.redo or a.l2 or a.l2_init or a.parseval or a.reset_layers or a.nap)
 
     def penalty(self):
         """The regularisation terms of the loss (0.0 without any)."""
@@ -65,6 +68,11 @@ class PlasticityMethods(Callback):
         if a.parseval:
             total = total + a.parseval_coef * regularizers.parseval(self.parseval_layers, a.parseval_scale)
         return total
+
+    def after_step(self) -> None:
+        """After every optimizer step: NaP's projection."""
+        if self.nap_modules:
+            nap.project(self.nap_modules, self.nap_norms)
 
     def _due(self, every: int) -> bool:
         step = self.session.global_step
@@ -99,7 +107,7 @@ class PlasticityMethods(Callback):
 
     def state_dict(self) -> dict:
         return {"init_params": [p.cpu() for p in self.init_params], "redo_count": self.redo_count,
-                "reset_count": self.reset_count, "redo_pending": self.redo_pending}
+                "reset_count": self.reset_count, "redo_pending": self.redo_pending, "nap_norms": self.nap_norms}
 
     def load_state_dict(self, state: Optional[dict]) -> None:
         if not state:
@@ -108,6 +116,7 @@ class PlasticityMethods(Callback):
             self.init_params = [p.to(q.device) for p, q in zip(state["init_params"], self.init_params)]
         self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
         self.redo_pending = state["redo_pending"]
+        self.nap_norms = state.get("nap_norms", self.nap_norms)
 
 
 def plastic_optimizer(optimizer: torch.optim.Optimizer, args):

@@ -68,7 +68,8 @@ def _norm(layer: nn.Module) -> nn.Module:
 
 
 def network_options(args) -> tuple[bool, str]:
-    return bool(getattr(args, "layer_norm", False)), getattr(args, "activation", "default")
+    # NaP (nap.py) is LayerNorm plus a projection
+    return bool(getattr(args, "layer_norm", False) or getattr(args, "nap", False)), getattr(args, "activation", "default")
 
 
 def apply_network_options(agent: nn.Module, args, orthogonal: bool = True) -> nn.Module:
