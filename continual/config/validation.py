@@ -171,8 +171,10 @@ def validate_her_args(args: Args) -> None:
         raise UserError(str(e).replace("--", "", 1)) from None
 
 
-PLASTICITY_METHODS = ("PPO", "PPO_CBP")  # install_plasticity is wired into these agents' training loops
-NETWORK_OPTIONS = ("PPO",)  # agents built through ppo.make_agent (PPO_CBP's trackers pair each layer with its act)
+# install_plasticity is wired into these agents' training loops (PNC: its two columns are not one torso)
+PLASTICITY_METHODS = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")
+NETWORK_OPTIONS = ("PPO", "IMPALA", "CLEAR", "DQN")  # built through apply_network_options (PPO_CBP: its trackers pair
+# each layer with the module after it)
 
 
 def validate_plasticity_args(args: Args) -> None:

@@ -74,8 +74,7 @@ class PlasticityMethods(Callback):
         if self.nap_modules:
             nap.project(self.nap_modules, self.nap_norms)
 
-    def _due(self, every: int) -> bool:
-        step = self.session.global_step
+    def _due(self, every: int, step: int) -> bool:
         return bool(every) and step // every != self._last_step // every
 
     def on_switch_end(self, event: SwitchEvent) -> None:
@@ -91,19 +90,21 @@ class PlasticityMethods(Callback):
         reset_last_layers(self.agent, self.args.reset_layers, fresh, self.optimizer)
 
     @torch.no_grad()
-    def after_update(self, obs: torch.Tensor) -> None:
-        """Once per iteration after the update; `obs`: its observations (steps, envs, ...) or (batch, ...)."""
+    def after_update(self, obs: torch.Tensor, step: Optional[int] = None) -> None:
+        """Once per iteration after the update; `obs`: its observations (steps, envs, ...) or (batch, ...); `step`:
+        the run's step count once this update is counted (default: the session's, already counted)."""
         a, self.log = self.args, {}
-        if a.redo and (self.redo_pending or self._due(a.redo_every)):
+        step = self.session.global_step if step is None else step
+        if a.redo and (self.redo_pending or self._due(a.redo_every, step)):
             self.redo_pending = False
             self.redo_count += 1
             fresh = seeded_fresh(self.make_fresh, a.seed * 1_000_003 + 2 * self.redo_count + 1)
             batch = obs.reshape((-1,) + tuple(self.agent.obs_shape))
             counts = recycle(self.agent, batch, a.redo_tau, fresh, self.optimizer)
             self.log = {"plasticity/redo_recycled": float(sum(counts.values()))}
-        if a.reset_layers and self._due(a.reset_every):
+        if a.reset_layers and self._due(a.reset_every, step):
             self._reset()
-        self._last_step = self.session.global_step
+        self._last_step = step
 
     def state_dict(self) -> dict:
         return {"init_params": [p.cpu() for p in self.init_params], "redo_count": self.redo_count,
