@@ -414,7 +414,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/q_values": float(torch.stack(q_means).mean()) if q_means else math.nan,
                 "charts/updates": len(losses), "charts/replay_size": len(rb),
                 "time/env_s": env_time, "time/learn_s": learn_time,
-                "time/act_s": iteration_time - env_time - learn_time, **plasticity.log,
+                "time/act_s": iteration_time - env_time - learn_time, **plasticity.take_log(),
             })
             monitor.maybe_log()
             progress.update()

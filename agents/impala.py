@@ -649,7 +649,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs, **plasticity.log,
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs, **plasticity.take_log(),
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),

@@ -495,7 +495,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.log,
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.take_log(),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
                 **(her.scalars(regime_slug(session.modification)) if her else {}),  # HER: success, relabelling
             })

@@ -1,5 +1,5 @@
 """The plasticity methods of a run, behind one object per agent (`install_plasticity`), so an agent's training loop
-calls them in six places:
+calls them in a few places:
 
     optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
     plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)
@@ -7,6 +7,7 @@ calls them in six places:
     plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
     plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
                                              # ReDo (redo.py) and layer resets (resets.py), when due
+    **plasticity.take_log()                  # in the iteration's scalars (units recycled)
     "plasticity_methods": plasticity.state_dict()   # in the checkpoint
 
 Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) are due at every regime switch of
@@ -51,7 +52,7 @@ class PlasticityMethods(Callback):
         self.redo_count = self.reset_count = 0
         self.redo_pending = False
         self._last_step = session.global_step
-        self.log: dict[str, float] = {}  # what the last after_update did, for the iteration's scalars
+        self.log: dict[str, float] = {}  # what after_update did since the last take_log (the iteration's scalars)
 
     @property
     def active(self) -> bool:
@@ -93,7 +94,7 @@ class PlasticityMethods(Callback):
     def after_update(self, obs: torch.Tensor, step: Optional[int] = None) -> None:
         """Once per iteration after the update; `obs`: its observations (steps, envs, ...) or (batch, ...); `step`:
         the run's step count once this update is counted (default: the session's, already counted)."""
-        a, self.log = self.args, {}
+        a = self.args
         step = self.session.global_step if step is None else step
         if a.redo and (self.redo_pending or self._due(a.redo_every, step)):
             self.redo_pending = False
@@ -101,10 +102,15 @@ class PlasticityMethods(Callback):
             fresh = seeded_fresh(self.make_fresh, a.seed * 1_000_003 + 2 * self.redo_count + 1)
             batch = obs.reshape((-1,) + tuple(self.agent.obs_shape))
             counts = recycle(self.agent, batch, a.redo_tau, fresh, self.optimizer)
-            self.log = {"plasticity/redo_recycled": float(sum(counts.values()))}
+            self.log["plasticity/redo_recycled"] = self.log.get("plasticity/redo_recycled", 0.0) + sum(counts.values())
         if a.reset_layers and self._due(a.reset_every, step):
             self._reset()
         self._last_step = step
+
+    def take_log(self) -> dict[str, float]:
+        """Scalars of what acted since the last call (units recycled), for the iteration's log."""
+        out, self.log = self.log, {}
+        return out
 
     def state_dict(self) -> dict:
         return {"init_params": [p.cpu() for p in self.init_params], "redo_count": self.redo_count,
