@@ -13,8 +13,13 @@ import torch.nn as nn
 
 from agents import ppo
 from continual.config.args import Args
-from continual.plasticity.diagnostics import (PlasticityMonitor, active_fraction, stable_rank, weight_change,
-                                              weight_snapshot)
+from continual.plasticity.diagnostics import (
+    PlasticityMonitor,
+    active_fraction,
+    stable_rank,
+    weight_change,
+    weight_snapshot,
+)
 
 
 def srank_numpy(m: np.ndarray, delta: float = 0.01) -> int:
