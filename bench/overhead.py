@@ -9,7 +9,9 @@ minutes apart on the same machine load.
 Each run is a fresh `continual_training_example.py` process (its own run directory under a temporary folder);
 steady-state steps/s from the iteration timestamps in metrics.jsonl, excluding the first iteration (start-up). The
 ratio of a variant is the median over repeats of (variant steps/s / plain steps/s of the same repeat); the first
-variant is the baseline. Run it under `nice -n 19` on a shared machine and report the load it prints.
+variant is the baseline. Also the CPU seconds of each whole process (user + system, start-up included) per 1000
+steps, and its ratio: on a loaded machine wall-clock rates swing with the other jobs, CPU time much less. Run it
+under `nice -n 19` on a shared machine and report the load it prints.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ PRESETS = {
         "CReLU": "--activation crelu",
         "Fourier features": "--activation fourier",
         "reset last layer (every 2048 steps)": "--reset_layers 1 --reset_every 2048",
+        "NaP": "--nap",
+        "TRAC": "--trac",
         "all combinable: ReDo+L2 Init+Parseval+LN": "--redo --redo_every 2048 --l2_init --parseval --layer_norm",
     }),
 }
@@ -70,6 +74,7 @@ def main() -> None:
     names = list(variants)
     info = common.machine_info()
     sps: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}  # CPU s per 1000 steps, whole process
     t0, cpu0 = time.time(), os.times()
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(a.repeats):
@@ -80,25 +85,33 @@ def main() -> None:
                 flags = shlex.split(base) + shlex.split(variants[name])
                 envs = int(flags[flags.index("--num_envs") + 1]) if "--num_envs" in flags else 8
                 steps = int(flags[flags.index("--num_steps") + 1]) if "--num_steps" in flags else 128
+                before = os.times()
                 subprocess.run([sys.executable, "continual_training_example.py", *flags, "--total_timesteps",
                                 str(a.iterations * envs * steps), "--runs_dir", tmp, "--run_name", run,
                                 "--no-progress-bar"], cwd=common.REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
                                env={**os.environ, "WANDB_MODE": "disabled"})
+                after = os.times()
+                used = after.children_user + after.children_system - before.children_user - before.children_system
                 sps[name].append(steady_sps(os.path.join(tmp, run)))
-                print(f"repeat {rep + 1} {name:45s} {sps[name][-1]:8.1f} steps/s", flush=True)
+                cpu[name].append(1000.0 * used / (a.iterations * envs * steps))
+                print(f"repeat {rep + 1} {name:45s} {sps[name][-1]:8.1f} steps/s {cpu[name][-1]:6.3f} CPU s/1k steps "
+                      f"(load {common.loadavg()})", flush=True)
     ratios = {k: [v / b for v, b in zip(sps[k], sps[names[0]])] for k in names}
+    cpu_ratios = {k: [v / b for v, b in zip(cpu[k], cpu[names[0]])] for k in names}
     med = {k: common.median(v) for k, v in sps.items()}
-    common.print_table(f"overhead vs {names[0]} ({base})", ["variant", "median steps/s", "runs", "ratio (median of "
-                       "same-repeat ratios)", "min ratio", "max ratio"],
+    common.print_table(f"overhead vs {names[0]} ({base})", ["variant", "median steps/s", "runs", "steps/s ratio "
+                       "(median of same-repeat ratios)", "min", "max", "CPU s / 1k steps", "CPU ratio (median)"],
                        [[k, common.fmt(med[k]), len(sps[k]), f"{common.median(ratios[k]):.3f}",
-                         f"{min(ratios[k]):.3f}", f"{max(ratios[k]):.3f}"] for k in names])
-    cpu = os.times()
-    child_cpu = cpu.children_user + cpu.children_system - cpu0.children_user - cpu0.children_system
+                         f"{min(ratios[k]):.3f}", f"{max(ratios[k]):.3f}", f"{common.median(cpu[k]):.3f}",
+                         f"{common.median(cpu_ratios[k]):.3f}"] for k in names])
+    end = os.times()
+    child_cpu = end.children_user + end.children_system - cpu0.children_user - cpu0.children_system
     print(f"machine: {info['cpu_model']}, {info['nproc']} cores, load at start {info['loadavg_start']}, at end "
           f"{common.loadavg()}; wall {time.time() - t0:.0f} s, CPU {child_cpu:.0f} s")
     if a.json:
         common.write_json(a.json, {"machine": info, "base": base, "variants": variants, "sps": sps, "median": med,
-                                   "ratios": ratios, "load_end": common.loadavg(), "cpu_s": child_cpu})
+                                   "ratios": ratios, "cpu_per_1k_steps": cpu,
+                                   "cpu_ratios": cpu_ratios, "load_end": common.loadavg(), "cpu_s": child_cpu})
 
 
 if __name__ == "__main__":
