@@ -44,3 +44,18 @@ def test_reset_last_layers_copies_the_fresh_weights_and_drops_their_optimizer_st
     (v.pow(2).mean() - lp.mean()).backward()
     opt.step()
     assert float(opt.state[agent.actor.weight]["step"]) == 1.0 and float(opt.state[agent.network[0].weight]["step"]) == 3.0
+
+
+def test_more_layers_than_the_network_has_is_refused():
+    import types
+
+    from continual.config.args import Args
+    from continual.errors import UserError
+    from continual.plasticity.methods import PlasticityMethods
+
+    agent = ppo.Agent((4,), 2)  # two hidden layers and the heads: 3 layers
+    opt = torch.optim.Adam(agent.parameters())
+    session = types.SimpleNamespace(args=Args(reset_layers=3), global_step=0)
+    PlasticityMethods(session, agent, opt, lambda: None)
+    with pytest.raises(UserError, match="reset_layers: this network has 3 layers"):
+        PlasticityMethods(types.SimpleNamespace(args=Args(reset_layers=4), global_step=0), agent, opt, lambda: None)

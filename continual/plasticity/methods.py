@@ -29,9 +29,10 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
+from continual.errors import UserError
 from continual.plasticity import nap, regularizers
 from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
-from continual.plasticity.resets import reset_last_layers
+from continual.plasticity.resets import layer_groups, reset_last_layers
 from continual.plasticity.trac import TRAC
 from continual.training.callbacks import Callback, SwitchEvent
 
@@ -49,6 +50,9 @@ class PlasticityMethods(Callback):
         self.parseval_layers = [h.layer for h in hidden_layers(agent)] if a.parseval else []
         self.nap_modules = nap.projected_modules(agent) if a.nap else []
         self.nap_norms = [nap.norms(m) for m in self.nap_modules]
+        if a.reset_layers > len(layer_groups(agent)):
+            raise UserError(f"reset_layers: this network has {len(layer_groups(agent))} layers (heads included), "
+                            f"got {a.reset_layers}")
         self.redo_count = self.reset_count = 0
         self.redo_pending = False
         self._last_step = session.global_step
