@@ -9,9 +9,11 @@ minutes apart on the same machine load.
 Each run is a fresh `continual_training_example.py` process (its own run directory under a temporary folder);
 steady-state steps/s from the iteration timestamps in metrics.jsonl, excluding the first iteration (start-up). The
 ratio of a variant is the median over repeats of (variant steps/s / plain steps/s of the same repeat); the first
-variant is the baseline. Also the CPU seconds of each whole process (user + system, start-up included) per 1000
-steps, and its ratio: on a loaded machine wall-clock rates swing with the other jobs, CPU time much less. Run it
-under `nice -n 19` on a shared machine and report the load it prints.
+variant is the baseline. Also the training process's CPU seconds (user + system, from /proc, read when the first
+and the last iteration are logged: start-up excluded) per 1000 steps, and their ratio: on a loaded machine
+wall-clock rates swing with the other jobs, CPU time much less. Envs stepped in worker processes (Atari's async
+vector env) are not in that count: use it for in-process envs (MinAtar, Gymnasium). Run it under `nice -n 19` on a
+shared machine and report the load it prints.
 """
 
 from __future__ import annotations
@@ -56,6 +58,24 @@ def steady_sps(run_dir: str, warmup: int = 1) -> float:
     return steps / (its[-1]["time"] - its[warmup - 1]["time"])
 
 
+def iteration_ticks(proc: subprocess.Popen, metrics: str, iterations: int) -> tuple[float, float]:
+    """The process's CPU clock ticks when its first and its last iteration records appear in `metrics`."""
+    seen, marks = 0, []
+    while len(marks) < 2 and proc.poll() is None:
+        try:
+            with open(metrics, encoding="utf-8") as f:
+                n = sum('"iteration"' in line for line in f)
+        except OSError:
+            n = 0
+        if n != seen and (n == 1 or n == iterations):
+            marks.append(common._proc_ticks(proc.pid))
+        seen = n
+        time.sleep(0.02)
+    if len(marks) < 2 or None in marks:
+        raise SystemExit("error: the run ended before its iterations could be timed")
+    return marks[0], marks[1]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
@@ -85,15 +105,16 @@ def main() -> None:
                 flags = shlex.split(base) + shlex.split(variants[name])
                 envs = int(flags[flags.index("--num_envs") + 1]) if "--num_envs" in flags else 8
                 steps = int(flags[flags.index("--num_steps") + 1]) if "--num_steps" in flags else 128
-                before = os.times()
-                subprocess.run([sys.executable, "continual_training_example.py", *flags, "--total_timesteps",
-                                str(a.iterations * envs * steps), "--runs_dir", tmp, "--run_name", run,
-                                "--no-progress-bar"], cwd=common.REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
-                               env={**os.environ, "WANDB_MODE": "disabled"})
-                after = os.times()
-                used = after.children_user + after.children_system - before.children_user - before.children_system
+                proc = subprocess.Popen([sys.executable, "continual_training_example.py", *flags, "--total_timesteps",
+                                         str(a.iterations * envs * steps), "--runs_dir", tmp, "--run_name", run,
+                                         "--no-progress-bar"], cwd=common.REPO_ROOT, stdout=subprocess.DEVNULL,
+                                        env={**os.environ, "WANDB_MODE": "disabled"})
+                ticks = iteration_ticks(proc, os.path.join(tmp, run, "metrics.jsonl"), a.iterations)
+                if proc.wait() != 0:
+                    raise SystemExit(f"error: run {name!r} exited with {proc.returncode}")
                 sps[name].append(steady_sps(os.path.join(tmp, run)))
-                cpu[name].append(1000.0 * used / (a.iterations * envs * steps))
+                used = (ticks[1] - ticks[0]) / os.sysconf("SC_CLK_TCK")
+                cpu[name].append(1000.0 * used / ((a.iterations - 1) * envs * steps))
                 print(f"repeat {rep + 1} {name:45s} {sps[name][-1]:8.1f} steps/s {cpu[name][-1]:6.3f} CPU s/1k steps "
                       f"(load {common.loadavg()})", flush=True)
     ratios = {k: [v / b for v, b in zip(sps[k], sps[names[0]])] for k in names}
