@@ -60,6 +60,8 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import TrainingError, UserError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.methods import install_plasticity
+from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.callbacks import Callback
 from continual.training.guards import check_losses, check_parameters
@@ -134,7 +136,8 @@ def make_agent(obs_space, action_space, args: Args) -> QNetwork:
     n_actions, continuous = action_dims(action_space)
     if continuous:
         raise UserError("architecture: DQN needs a discrete action space")
-    return QNetwork(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args))
+    q_network = QNetwork(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args))
+    return apply_network_options(q_network, args, orthogonal=False)  # --layer_norm, --activation, --nap
 
 
 def td_target(rewards: torch.Tensor, terminated: torch.Tensor, gamma: float, next_q_target: torch.Tensor,
@@ -300,6 +303,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                       f"{args.learning_starts} new transitions")
         install_switch_remedies(session, q_network, optimizer,
                                 lambda: make_agent(obs_space, envs.single_action_space, args).to(device))
+        plasticity = install_plasticity(session, q_network, optimizer,  # ReDo, L2, resets, ... (one object)
+                                        lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
+                                        resume_state)
 
         class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
             def on_switch_end(self, event) -> None:
@@ -316,6 +322,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "obs_shape": list(q_network.obs_shape), "n_actions": q_network.n_actions,
             "obs_scale": q_network.obs_scale, "plasticity": monitor.state_dict(), "explore_from": explore_from,
             "replay": rb.state_dict() if args.save_replay_buffer else None,
+            "plasticity_methods": plasticity.state_dict(),
         }
         attach_evaluator(session, q_network, device, make_agent)  # continual evaluation (--eval_every)
 
@@ -386,9 +393,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         loss = F.mse_loss(target, old_val)
                         check_losses(global_step, td_loss=loss)
                         optimizer.zero_grad()
-                        loss.backward()
+                        (loss + plasticity.penalty()).backward()  # --l2, --l2_init, --parseval (0.0 without)
                         monitor.record_grads()
                         optimizer.step()
+                        plasticity.after_step()  # --nap
+                        plasticity.after_update(b_obs)  # --redo (on this replay batch), --reset_layers, when due
                         losses.append(loss.detach())
                         q_means.append(old_val.detach().mean())
                     if global_step // args.target_network_frequency != previous // args.target_network_frequency:
@@ -407,7 +416,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/q_values": float(torch.stack(q_means).mean()) if q_means else math.nan,
                 "charts/updates": len(losses), "charts/replay_size": len(rb),
                 "time/env_s": env_time, "time/learn_s": learn_time,
-                "time/act_s": iteration_time - env_time - learn_time,
+                "time/act_s": iteration_time - env_time - learn_time, **plasticity.take_log(),
             })
             monitor.maybe_log()
             progress.update()

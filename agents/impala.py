@@ -75,6 +75,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
+from continual.plasticity.methods import install_plasticity
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
@@ -570,6 +571,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.load_state_dict(resume_state["plasticity"])
         install_switch_remedies(session, agent, optimizer,
                                 lambda: make_agent_fn(obs_space, n_actions, args).to(device))
+        plasticity = install_plasticity(session, agent, optimizer,  # ReDo, L2, resets, ... (one object)
+                                        lambda: make_agent_fn(obs_space, n_actions, args).to(device), resume_state)
         ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state,  # --ewc: None without
                           ewc_batch_loss(args), row_steps=T)
         extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device, resume_state) \
@@ -583,6 +586,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "ewc": ewc.state_dict() if ewc else None, **extension.state_dict(),
+            "plasticity_methods": plasticity.state_dict(),
         }
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
@@ -637,6 +641,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             entropy_loss = -(logp.exp() * logp).sum()
             ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
             loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
+            loss = loss + plasticity.penalty()  # --l2, --l2_init, --parseval (0.0 without)
             loss, extension_logs = extension.loss(loss, obs[:T], logits, values)  # CLEAR's cloning, P&C's compress
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
@@ -646,6 +651,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             monitor.record_grads()
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
             optimizer.step()
+            plasticity.after_step()  # --nap
+            # --redo, --reset_layers, when due (before the actors get the weights)
+            plasticity.after_update(obs[:T], step=global_step + steps_per_update)
             check_parameters(agent, global_step)
             extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
             fleet.publish(agent)
@@ -674,7 +682,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs,
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs, **plasticity.take_log(),
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),

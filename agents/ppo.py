@@ -46,6 +46,8 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerRollout, weighted_mean
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
+from continual.plasticity.methods import install_plasticity, plastic_optimizer
+from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
@@ -229,8 +231,9 @@ def make_agent(obs_space, action_space, args: Args) -> Agent:
     """`action_space`: the env's single action space (or, for Discrete, its number of actions)."""
     obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
     n_actions, continuous = action_dims(action_space)
-    return Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim,
-                 continuous=continuous, norm_obs=getattr(args, "norm_obs", False))
+    agent = Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim,
+                  continuous=continuous, norm_obs=getattr(args, "norm_obs", False))
+    return apply_network_options(agent, args)  # --layer_norm, --activation
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
@@ -249,7 +252,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = agent.make_optimizer(args.learning_rate)
+        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate), args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None:
@@ -257,8 +260,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])
             monitor.load_state_dict(resume_state["plasticity"])
-        install_switch_remedies(session, agent, optimizer, lambda: make_agent_fn(
-            envs.single_observation_space, envs.single_action_space, args).to(device))
+        def make_fresh() -> Agent:
+            return make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
+
+        install_switch_remedies(session, agent, optimizer, make_fresh)
+        plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)  # ReDo, L2, resets, ...
         ewc = install_ewc(session, agent, policy_head, agent.continuous, resume_state,  # --ewc: None without
                           ewc_batch_loss(args))
         session.save_fn = lambda: {
@@ -266,7 +272,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
             "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
             "goal_dim": agent.goal_dim, "continuous": agent.continuous,
-            "ewc": ewc.state_dict() if ewc else None,
+            "ewc": ewc.state_dict() if ewc else None, "plasticity_methods": plasticity.state_dict(),
         }
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
         # --compile: the update's forward pass (and so its backward) as compiled graphs; the rollout stays eager
@@ -471,6 +477,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     entropy_loss = entropy.mean()
                     ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + ewc_loss
+                    loss = loss + plasticity.penalty()  # --l2, --l2_init, --parseval (0.0 without)
                     check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
 
                     optimizer.zero_grad()
@@ -478,11 +485,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     monitor.record_grads()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
                     optimizer.step()
+                    plasticity.after_step()  # --nap: weights back to their initial norms
                     agent.after_optimizer_step(optimizer)
 
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
             agent.after_update()
+            plasticity.after_update(obs)  # --redo, --reset_layers, when due
             if agent.norm_obs:  # after the update: the stored log-probs and values were those of the old statistics
                 agent.update_obs_stats(obs)
             check_parameters(agent, global_step)
@@ -498,7 +507,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}),
+                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.take_log(),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
                 **(her.scalars(regime_slug(session.modification)) if her else {}),  # HER: success, relabelling
             })

@@ -8,6 +8,7 @@ during a visit) and the dormant fraction of the hidden layers at every switch.
     python bench/plasticity.py                   # 3 methods x 3 seeds, ~10-15 min on 2 cores
     python bench/plasticity.py --seeds 1 --regimes 4 --steps_per_regime 8192   # quick look
     python bench/plasticity.py --methods PPO_CBP   # one method (e.g. to compare a change to it)
+    python bench/plasticity.py --methods all       # + every plasticity method of continual/plasticity (13 in all)
 
 Writes bench/results/plasticity.json and bench/results/plasticity.png and prints a table.
 """
@@ -31,7 +32,19 @@ METHODS = {
     "PPO": ["--architecture", "PPO"],
     "PPO_CBP": ["--architecture", "PPO_CBP", "--replacement_rate", "1e-4", "--maturity_threshold", "100"],
     "PPO+S&P": ["--architecture", "PPO", "--shrink_and_perturb"],
+    # the plasticity methods of continual/plasticity/methods.py, each at its paper's defaults (--methods all)
+    "PPO+ReDo": ["--architecture", "PPO", "--redo"],
+    "PPO+L2": ["--architecture", "PPO", "--l2"],
+    "PPO+L2Init": ["--architecture", "PPO", "--l2_init"],
+    "PPO+Parseval": ["--architecture", "PPO", "--parseval"],
+    "PPO+LN": ["--architecture", "PPO", "--layer_norm"],
+    "PPO+CReLU": ["--architecture", "PPO", "--activation", "crelu"],
+    "PPO+DFF": ["--architecture", "PPO", "--activation", "fourier"],
+    "PPO+reset": ["--architecture", "PPO", "--reset_layers", "1"],
+    "PPO+NaP": ["--architecture", "PPO", "--nap"],
+    "PPO+TRAC": ["--architecture", "PPO", "--trac"],
 }
+DEFAULT_METHODS = ["PPO", "PPO_CBP", "PPO+S&P"]
 REGIMES = ["force_mag=10", "force_mag=-10 gravity=12", "force_mag=10 gravity=7", "force_mag=-10"]
 
 
@@ -73,10 +86,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--regimes", type=int, default=8)
     p.add_argument("--steps_per_regime", type=int, default=12288)
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated subset of " + ", ".join(METHODS) + ", or all")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = p.parse_args()
-    methods = [m for m in a.methods.split(",") if m]
+    methods = list(METHODS) if a.methods == "all" else [m for m in a.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         print(f"error: --methods: unknown {unknown or 'empty'}; choose from {', '.join(METHODS)}", file=sys.stderr)

@@ -404,3 +404,23 @@ def test_impala_continual_evaluation(tmp_path):
     assert by_step[0] == {"", "gravity=15.0", "gravity=5.0 length=0.3", "length=0.8"}  # configs/impala_cartpole.json
     evals = [r for r in read_metrics(os.path.join(run, "metrics.jsonl")) if r["kind"] == "eval"]
     assert len(evals) == len(rows)
+
+
+def test_impala_with_plasticity_methods_runs_checkpoints_and_evaluates(tmp_path):
+    """IMPALA's learner runs the plasticity methods (their state in its checkpoints) and its actors and eval.py build
+    the same network (LayerNorm + NaP)."""
+    import torch
+
+    runs = str(tmp_path / "runs")
+    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+               "--total_timesteps", "6000", "--redo", "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init",
+               "--parseval", "--nap", "--reset_layers", "1", "--reset_every", "3000", "--seed", "3",
+               "--runs_dir", runs, "--run_name", "pl", "--no-progress-bar", "--no-metrics")
+    run = os.path.join(runs, "pl")
+    final = glob.glob(os.path.join(run, "checkpoints", "final__*.cleanrl_model"))
+    state = torch.load(final[0], weights_only=True)
+    assert state["plasticity_methods"]["redo_count"] >= 5 and state["plasticity_methods"]["reset_count"] == 2
+    assert len(state["plasticity_methods"]["nap_norms"]) > 0 and "network.2.weight" in state["model"]  # LayerNorm
+    proc = run_script("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
+                      str(tmp_path / "ev.csv"))
+    assert proc.returncode == 0

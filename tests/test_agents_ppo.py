@@ -249,14 +249,20 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, 
     """A switch checkpoint holds the pre-switch state; resuming from it redoes the switch and then plays the same
     games with the same weights as the uninterrupted run (CartPole's starts are random: the env resets at a switch are
     seeded from the run's seed and the step, and the torch RNG is restored after the networks are built)."""
-    import shutil
-
     from agents import ppo
+
+    resume_from_switch(tmp_path, switch_step, ppo.main)
+
+
+def resume_from_switch(tmp_path, switch_step: int, main, *extra: str) -> str:
+    """Run the CartPole curriculum, cut it at the switch checkpoint of `switch_step`, resume, compare; returns the
+    uninterrupted run's directory."""
+    import shutil
 
     cfg = write_config(tmp_path, CARTPOLE_CURRICULUM)
     runs = str(tmp_path / "runs")
     common = ["--runs_dir", runs, "--no-progress-bar", "--no-cuda", "--checkpoint_minutes", "0", "--no-metrics"]
-    ppo.main(["--config", cfg, "--run_name", "full", "--save_agent_with_switch", *common])
+    main(["--config", cfg, "--run_name", "full", "--save_agent_with_switch", *common, *extra])
     full = os.path.join(runs, "full")
     switch = glob.glob(os.path.join(full, "checkpoints", f"switch__*step{switch_step}.cleanrl_model"))
     assert len(switch) == 1, os.listdir(os.path.join(full, "checkpoints"))
@@ -269,8 +275,50 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, 
         kept = [ln for ln in f if json.loads(ln)["global_step"] <= switch_step]
     with open(os.path.join(cut, "metrics.jsonl"), "w") as f:
         f.writelines(kept)
-    ppo.main(["--resume", switch[0].replace(full, cut), "--no-progress-bar"])
+    main(["--resume", switch[0].replace(full, cut), "--no-progress-bar"])
     assert_resume_matches(full, cut, "final__step2048.cleanrl_model", switch_step)
+    return full
+
+
+PLASTICITY_FLAGS = {
+    # at switches: ReDo (tau 0.5 so that units are recycled on CartPole's tanh network), a reset of the heads
+    "switches": ["--redo", "--redo_tau", "0.5", "--reset_layers", "1", "--l2_init", "--parseval", "--layer_norm"],
+    # every N steps, with the doubling activation
+    "interval": ["--reset_layers", "2", "--reset_every", "384", "--l2", "--activation", "crelu", "--nap"],
+    "interval_redo": ["--redo", "--redo_every", "256", "--redo_tau", "0.5"],
+    "trac": ["--trac", "--activation", "fourier"],
+}
+
+
+@pytest.mark.parametrize("arch,methods", [("PPO", "switches"), ("PPO", "interval"), ("PPO_CBP", "interval_redo"),
+                                          ("PPO", "trac")])
+def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, arch, methods):
+    """Every plasticity method's state is in the checkpoint: a resume from a switch checkpoint ends with the
+    uninterrupted run's weights and games; the methods acted (units recycled, layers reset)."""
+    import torch
+
+    from agents import ppo, ppo_cbp
+    from continual.training.tracking import read_metrics
+
+    full = resume_from_switch(tmp_path, 1024, ppo.main if arch == "PPO" else ppo_cbp.main,
+                              *PLASTICITY_FLAGS[methods], "--diagnostics_every", "512")
+    records = read_metrics(os.path.join(full, "metrics.jsonl"))
+    its = [r for r in records if r["kind"] == "iteration"]
+    final = torch.load(os.path.join(full, "checkpoints", "final__step2048.cleanrl_model"), weights_only=True)
+    state = final["plasticity_methods"]
+    if "--redo" in PLASTICITY_FLAGS[methods]:
+        recycled = [r["plasticity/redo_recycled"] for r in its if "plasticity/redo_recycled" in r]
+        assert len(recycled) == (3 if methods == "switches" else 8) and sum(recycled) > 0, recycled
+        assert state["redo_count"] == len(recycled)
+    if "--reset_layers" in PLASTICITY_FLAGS[methods]:
+        assert state["reset_count"] == (3 if methods == "switches" else 5)
+    if methods == "trac":  # the weights are the base iterate's displacement times a scale that moved from 0
+        assert 0 < float(np.sum(final["optimizer"]["trac"]["s"])) < 1e6
+    plast = [r for r in records if r["kind"] == "plasticity"]
+    keys = ["plasticity/stable_rank", "plasticity/weight_change/init", "plasticity/weight_change/switch"]
+    if "fourier" not in PLASTICITY_FLAGS[methods]:  # sin/cos units have no active/inactive split
+        keys.append("plasticity/active_fraction/all")
+    assert plast and all(k in plast[-1] for k in keys), plast[-1]
 
 
 @pytest.mark.parametrize("obs_shape", [(4, 84, 84), (6, 10, 10)])

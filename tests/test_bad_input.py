@@ -356,6 +356,16 @@ cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), 
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
 cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
+cartpole("redo-on-an-agent-without-it", ("redo", "PNC"), {}, "--architecture", "PNC", "--redo")
+cartpole("trac-on-an-agent-without-it", ("trac", "IMPALA"), {}, "--architecture", "IMPALA", "--trac")
+cartpole("trac-with-redo", ("trac", "redo"), {}, "--trac", "--redo")
+cartpole("layer-norm-on-ppo-cbp", ("layer_norm", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--layer_norm")
+cartpole("l2-and-l2-init-together", ("l2_init", "--l2"), {}, "--l2", "--l2_init")
+cartpole("redo-with-crelu", ("redo", "crelu"), {}, "--redo", "--activation", "crelu")
+cartpole("redo-tau-negative", "redo_tau", {}, "--redo", "--redo_tau", "-1")
+cartpole("parseval-scale-zero", "parseval_scale", {}, "--parseval", "--parseval_scale", "0")
+flags("redo-at-switches-without-switches", ("redo", "never switches"), "--redo", "--total_timesteps", "128")
+cartpole("reset-every-without-reset-layers", ("reset_every", "reset_layers"), {}, "--reset_every", "100")
 
 # environments
 flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Freeway", "--total_timesteps", "64",

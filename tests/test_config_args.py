@@ -11,7 +11,7 @@ from conftest import run_script
 from continual.config.args import Args, grouped_class
 from continual.config.loading import parse_args
 
-PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "EWC", "IMPALA", "CLEAR", "PNC", "DQN", "HER",
+PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "methods", "EWC", "IMPALA", "CLEAR", "PNC", "DQN", "HER",
           "evaluation"]
 
 
@@ -31,7 +31,7 @@ def test_training_help_is_grouped_with_flat_flags():
     assert where["--learning-rate"] == "PPO" and where["--replacement-rate"] == "CBP" and where["--her"] == "HER"
     assert where["--track"] == "tracking" and where["--capture-video"] == "tracking"
     assert where["--eval-every"] == "evaluation" and where["--num-actors"] == "IMPALA" and where["--seed"] == "run"
-    assert where["--ewc-lambda"] == "EWC" and where["--clear-buffer-frames"] == "CLEAR"
+    assert where["--ewc-lambda"] == "EWC" and where["--clear-buffer-frames"] == "CLEAR" and where["--redo"] == "methods"
     assert {f.name.replace("_", "-") for f in dataclasses.fields(Args)} == {f[2:] for f in where}
 
 

@@ -182,6 +182,50 @@ class Args:
     dormant_tau: float = 0.025
     """a unit is dormant when its mean |activation| is at most tau times the layer's mean (Sokar et al. 2023)"""
 
+    # --- plasticity methods ------------------------------------------------------------------------------------------
+    redo: bool = False
+    """ReDo (Sokar et al. 2023): re-initialise the incoming weights of tau-dormant hidden units, zero their outgoing
+    weights and their optimizer state; at every regime switch (on the first update of the new regime) or every
+    --redo_every steps"""
+    redo_tau: float = 0.025
+    """ReDo: a unit is dormant when its mean |activation| is at most tau times its layer's mean (Plasticine: 0.025)"""
+    redo_every: int = 0
+    """ReDo: recycle every this many steps (0: at every regime switch; Sokar et al. recycle every 1000 updates)"""
+    l2: bool = False
+    """L2 regularisation toward zero: + l2_coef * sum theta^2 added to the loss (Kumar et al. 2023's baseline)"""
+    l2_coef: float = 1e-3
+    """L2: the coefficient (Plasticine's Adam weight decay: 1e-3)"""
+    l2_init: bool = False
+    """regenerative regularisation (L2 Init, Kumar et al. 2023): + l2_init_coef * sum (theta - theta_0)^2 toward the
+    initial weights"""
+    l2_init_coef: float = 1e-2
+    """L2 Init: the coefficient (Plasticine: 1e-2; Kumar et al. tune it per problem in {1e-2, ..., 1e-5})"""
+    parseval: bool = False
+    """Parseval regularisation (Chung et al. 2024): + parseval_coef * sum ||W W^T - s I||_F^2 over the torso's layers
+    (not the heads)"""
+    parseval_coef: float = 1e-3
+    """Parseval: the coefficient (Chung et al. and Plasticine: 1e-3)"""
+    parseval_scale: float = 1.0
+    """Parseval: the target s of W W^T = s I"""
+    layer_norm: bool = False
+    """LayerNorm between every hidden layer and its activation (Lyle et al. 2024); GroupNorm(1, C) for convolutions"""
+    activation: Literal["default", "crelu", "fourier"] = "default"
+    """hidden activation: the architecture's own, CReLU [relu(x), relu(-x)] (Abbas et al. 2023) or deep Fourier
+    features [sin(x), cos(x)] (Lewandowski et al. 2024); both double the inputs of the next layer"""
+    reset_layers: int = 0
+    """layer resetting (Nikishin et al. 2022): re-initialise the last this-many layers (1: the heads) and their
+    optimizer state at every regime switch or every --reset_every steps (0: off)"""
+    reset_every: int = 0
+    """layer resetting: every this many steps (0: at every regime switch)"""
+    nap: bool = False
+    """Normalize-and-Project (Lyle et al. 2024): LayerNorm before every hidden activation (implies --layer_norm) and,
+    after every optimizer step, every weight matrix projected back to its initial norm"""
+    trac: bool = False
+    """TRAC (Muppidi et al. 2024): the agent's optimizer runs on its own iterate and the weights are its displacement
+    from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""
+    trac_s_init: float = 1e-8
+    """TRAC: s_init, the scale's starting magnitude (the paper's 1e-8)"""
+
     # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
     ewc: Literal["none", "ewc", "online"] = "none"
     """EWC at regime switches (continual/plasticity/ewc.py): ewc = one anchor (theta*, Fisher) per ended regime
@@ -404,6 +448,7 @@ def flag_table_markdown() -> str:
 # the flat flag names. The nested class is built from the sections above, so Args stays the one flat dataclass.
 GROUP_KEYS = {"run": "run", "environment": "environment", "PPO": "PPO", "tracking and outputs": "tracking",
               "continual backpropagation (PPO_CBP)": "CBP", "plasticity remedies and diagnostics": "plasticity",
+              "plasticity methods": "methods",
               "elastic weight consolidation (EWC)": "EWC", "IMPALA": "IMPALA", "CLEAR": "CLEAR",
               "Progress & Compress (PNC)": "PNC", "DQN": "DQN", "HER": "HER",
               "continual evaluation": "evaluation"}

@@ -102,6 +102,7 @@ def validate_args(args: Args) -> None:
     validate_env_groups(args)
     validate_her_args(args)
     validate_ewc_args(args)
+    validate_plasticity_args(args)
     validate_clear_args(args)
     validate_pnc_args(args)
     # builds the env once: Box actions need PPO, no HER
@@ -168,6 +169,56 @@ def validate_her_args(args: Args) -> None:
         make_goal_space(args.env_id, args.backend, args.game_specific_goals)
     except ValueError as e:
         raise UserError(str(e).replace("--", "", 1)) from None
+
+
+# install_plasticity is wired into these agents' training loops (PNC: its two columns are not one torso)
+PLASTICITY_METHODS = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")
+NETWORK_OPTIONS = ("PPO", "IMPALA", "CLEAR", "DQN")  # built through apply_network_options (PPO_CBP: its trackers pair
+# each layer with the module after it)
+
+
+def validate_plasticity_args(args: Args) -> None:
+    """Plasticity methods (continual/plasticity/methods.py, networks.py): ranges, agents, combinations."""
+    for name in ("redo_tau", "l2_coef", "l2_init_coef", "parseval_coef"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+    if not (math.isfinite(args.parseval_scale) and args.parseval_scale > 0):
+        raise UserError(f"parseval_scale: must be a positive finite number, got {args.parseval_scale}")
+    for name in ("redo_every", "reset_layers", "reset_every"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    used = [f for f in ("redo", "l2", "l2_init", "parseval") if getattr(args, f)] + (
+        ["reset_layers"] if args.reset_layers else [])
+    if used and args.architecture not in PLASTICITY_METHODS:
+        raise UserError(f"{used[0]}: supported by {', '.join(PLASTICITY_METHODS)}, not {args.architecture}")
+    network = [f for f, on in (("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
+                               ("nap", args.nap)) if on]
+    if network and args.architecture not in NETWORK_OPTIONS:
+        raise UserError(f"{network[0]}: supported by {', '.join(NETWORK_OPTIONS)}, not {args.architecture}")
+    if args.l2 and args.l2_init:
+        raise UserError("l2_init: pulls the weights toward their initial values while --l2 pulls them toward zero; "
+                        "choose one")
+    if args.redo and args.activation != "default":
+        raise UserError(f"redo: recycles units by their activation; --activation {args.activation} gives each unit "
+                        f"two outputs (use the default activation)")
+    if (args.redo or args.parseval or args.reset_layers or network) and args.her:
+        raise UserError(f"{(used + network)[0]}: not supported with --her (the goal-fused layer is outside the torso)")
+    if args.trac:
+        if not (math.isfinite(args.trac_s_init) and args.trac_s_init > 0):
+            raise UserError(f"trac_s_init: must be a positive finite number, got {args.trac_s_init}")
+        if args.architecture != "PPO":
+            raise UserError(f"trac: supported by PPO, not {args.architecture}")
+        # they write the weights directly; TRAC would overwrite them from its own iterate at its next step
+        clash = [f for f, on in (("redo", args.redo), ("reset_layers", args.reset_layers),
+                                 ("shrink_and_perturb", args.shrink_and_perturb), ("nap", args.nap)) if on]
+        if clash:
+            raise UserError(f"trac: not with --{clash[0]} (it changes the weights outside the optimizer, which TRAC "
+                            f"recomputes from its own iterate)")
+    if args.redo_every and not args.redo:
+        raise UserError("redo_every: sets how often ReDo acts; add --redo")
+    if args.reset_every and not args.reset_layers:
+        raise UserError("reset_every: sets how often layers are reset; add --reset_layers K")
 
 
 def validate_ewc_args(args: Args) -> None:

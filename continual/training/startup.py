@@ -300,6 +300,10 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
     if args.ewc != "none" and len(regimes) < 2:  # EWC consolidates at task boundaries
         raise UserError(f"ewc: the curriculum never switches (its regimes: {regimes}), so EWC would never consolidate"
                         f"; use --ewc none or a curriculum with task switches")
+    for flag, on in (("redo", args.redo and not args.redo_every), ("reset_layers", args.reset_layers and not args.reset_every)):
+        if on and len(regimes) < 2:  # at switches only: it would never act
+            raise UserError(f"{flag}: acts at regime switches, but the curriculum never switches (its regimes: "
+                            f"{regimes}); give --{flag.split('_')[0]}_every N or a curriculum with task switches")
     if args.architecture == "PNC" and len(regimes) < 2:  # P&C's phases and its active-column resets are per task
         raise UserError(f"architecture: PNC needs task boundaries, but the curriculum never switches (its regimes: "
                         f"{regimes}); use a curriculum with task switches")

@@ -1,0 +1,148 @@
+"""The plasticity methods of a run, behind one object per agent (`install_plasticity`), so an agent's training loop
+calls them in a few places:
+
+    optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
+    plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)
+    loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
+    plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
+    plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
+                                             # ReDo (redo.py) and layer resets (resets.py), when due
+    **plasticity.take_log()                  # in the iteration's scalars (units recycled)
+    "plasticity_methods": plasticity.state_dict()   # in the checkpoint
+
+Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) are due at every regime switch of
+the curriculum, never before the first regime: a layer reset happens when the envs run the new regime; ReDo at the
+end of the first update of the new regime, on that regime's observations (the units dormant on the new task).
+With `--*_every N` they act on the first update at or after each multiple of N steps. Network options (LayerNorm,
+CReLU, Fourier features) change the network where it is built (networks.py), TRAC wraps the optimizer where it is
+made (`plastic_optimizer`, trac.py); shrink & perturb and optimizer resets
+stay in shrink_perturb.py, CBP in cbp.py.
+
+Fresh weights (ReDo's re-initialised units, reset layers) come from a new network built by `make_fresh` under a
+seed of (run seed, method, count), so a resumed run does exactly what the uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+
+from continual.errors import UserError
+from continual.plasticity import nap, regularizers
+from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
+from continual.plasticity.resets import layer_groups, reset_last_layers
+from continual.plasticity.trac import TRAC
+from continual.training.callbacks import Callback, SwitchEvent
+
+
+class PlasticityMethods(Callback):
+    """The run's plasticity methods (per its flags) for `agent` trained by `optimizer`; does nothing without them."""
+
+    def __init__(self, session, agent: nn.Module, optimizer: torch.optim.Optimizer,
+                 make_fresh: Callable[[], nn.Module]):
+        self.session, self.args = session, session.args
+        self.agent, self.optimizer, self.make_fresh = agent, optimizer, make_fresh
+        a = self.args
+        self.params = [p for p in agent.parameters() if p.requires_grad]
+        self.init_params = [p.detach().clone() for p in self.params] if a.l2_init else []
+        self.parseval_layers = [h.layer for h in hidden_layers(agent)] if a.parseval else []
+        self.nap_modules = nap.projected_modules(agent) if a.nap else []
+        self.nap_norms = [nap.norms(m) for m in self.nap_modules]
+        if a.reset_layers > len(layer_groups(agent)):
+            raise UserError(f"reset_layers: this network has {len(layer_groups(agent))} layers (heads included), "
+                            f"got {a.reset_layers}")
+        self.redo_count = self.reset_count = 0
+        self.redo_pending = False
+        self._last_step = session.global_step
+        self.log: dict[str, float] = {}  # what after_update did since the last take_log (the iteration's scalars)
+
+    @property
+    def active(self) -> bool:
+        a = self.args
+        return bool(a.redo or a.l2 or a.l2_init or a.parseval or a.reset_layers or a.nap)
+
+    def penalty(self):
+        """The regularisation terms of the loss (0.0 without any)."""
+        a, total = self.args, 0.0
+        if a.l2:
+            total = total + a.l2_coef * regularizers.l2(self.params)
+        if a.l2_init:
+            total = total + a.l2_init_coef * regularizers.l2_to(self.params, self.init_params)
+        if a.parseval:
+            total = total + a.parseval_coef * regularizers.parseval(self.parseval_layers, a.parseval_scale)
+        return total
+
+    def after_step(self) -> None:
+        """After every optimizer step: NaP's projection."""
+        if self.nap_modules:
+            nap.project(self.nap_modules, self.nap_norms)
+
+    def _due(self, every: int, step: int) -> bool:
+        return bool(every) and step // every != self._last_step // every
+
+    def on_switch_end(self, event: SwitchEvent) -> None:
+        a = self.args
+        if a.redo and not a.redo_every:
+            self.redo_pending = True
+        if a.reset_layers and not a.reset_every:
+            self._reset()
+
+    def _reset(self) -> None:
+        self.reset_count += 1
+        fresh = seeded_fresh(self.make_fresh, self.args.seed * 1_000_003 + 2 * self.reset_count)
+        reset_last_layers(self.agent, self.args.reset_layers, fresh, self.optimizer)
+
+    @torch.no_grad()
+    def after_update(self, obs: torch.Tensor, step: Optional[int] = None) -> None:
+        """Once per iteration after the update; `obs`: its observations (steps, envs, ...) or (batch, ...); `step`:
+        the run's step count once this update is counted (default: the session's, already counted)."""
+        a = self.args
+        step = self.session.global_step if step is None else step
+        if a.redo and (self.redo_pending or self._due(a.redo_every, step)):
+            self.redo_pending = False
+            self.redo_count += 1
+            fresh = seeded_fresh(self.make_fresh, a.seed * 1_000_003 + 2 * self.redo_count + 1)
+            batch = obs.reshape((-1,) + tuple(self.agent.obs_shape))
+            counts = recycle(self.agent, batch, a.redo_tau, fresh, self.optimizer)
+            self.log["plasticity/redo_recycled"] = self.log.get("plasticity/redo_recycled", 0.0) + sum(counts.values())
+        if a.reset_layers and self._due(a.reset_every, step):
+            self._reset()
+        self._last_step = step
+
+    def take_log(self) -> dict[str, float]:
+        """Scalars of what acted since the last call (units recycled), for the iteration's log."""
+        out, self.log = self.log, {}
+        return out
+
+    def state_dict(self) -> dict:
+        return {"init_params": [p.cpu() for p in self.init_params], "redo_count": self.redo_count,
+                "reset_count": self.reset_count, "redo_pending": self.redo_pending, "nap_norms": self.nap_norms}
+
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        if not state:
+            return
+        if self.init_params and state["init_params"]:
+            self.init_params = [p.to(q.device) for p, q in zip(state["init_params"], self.init_params)]
+        self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
+        self.redo_pending = state["redo_pending"]
+        self.nap_norms = state.get("nap_norms", self.nap_norms)
+
+
+def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
+    """The agent's optimizer, wrapped by TRAC with --trac (call it on the fresh optimizer, before loading a
+    checkpoint's state into it)."""
+    return TRAC(optimizer, s_init=args.trac_s_init) if args.trac else optimizer
+
+
+def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
+                       make_fresh: Callable[[], nn.Module], resume_state: Optional[dict] = None) -> PlasticityMethods:
+    """The run's `PlasticityMethods` (registered with the session when a method acts at switches), restored from
+    `resume_state` when resuming. Call it after the agent's and the optimizer's states are loaded."""
+    methods = PlasticityMethods(session, agent, optimizer, make_fresh)
+    if methods.active:
+        session.add_callback(methods)
+    if resume_state is not None:
+        methods.load_state_dict(resume_state.get("plasticity_methods"))
+    return methods
