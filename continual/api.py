@@ -28,7 +28,6 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Optional, Sequence, Union
 
-import pandas as pd
 import torch
 
 from agents import AGENT_MODULES
@@ -37,7 +36,7 @@ from continual.config.loading import Curriculum, args_to_dict, load_json_file, s
 from continual.config.validation import validate_args
 from continual.curricula import FACTORIES, ModificationFactory
 from continual.errors import UserError
-from continual.evaluation.checkpoints import EvalArgs, evaluate_checkpoint, matrix
+from continual.evaluation.checkpoints import EvalArgs, evaluate_checkpoint
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, read_eval_table
 from continual.training.startup import print_config
 from continual.training.tracking import read_metrics
@@ -69,8 +68,8 @@ def run(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None)
 
 
 def _callable_factory(fn: Callable[[int], str], length: Optional[int]) -> Curriculum:
-    """A function step -> modification string as a seed-style factory (asked once per rollout, in order, like those
-    of modification_factories.py), registered for this process under a name that says what it is."""
+    """A function step -> modification string as a seed-style factory (asked once per rollout start, in order, like
+    those of modification_factories.py), registered for this process under a name that says what it is."""
     if length is None:
         raise UserError("total_timesteps: a curriculum given as a function needs total_timesteps (its length)")
 
@@ -107,8 +106,8 @@ def as_curriculum(curriculum: CurriculumLike, total_timesteps: Optional[int] = N
     - a `ModificationFactory` (Sequential, Random, Combined, TaskSequence, ...; continual.curricula): its name and
       constructor arguments (the run's seed replaces the object's);
     - a function `step -> modification string`, or an object with `get_modification(step)` (the seed's contract of
-      modification_factories.py): asked at the start of every rollout, in order; `total_timesteps` is its length
-      (or the object's `num_total_steps`);
+      modification_factories.py): asked for every rollout start, in order, before training (the strings are
+      checked first); `total_timesteps` is its length (or the object's `num_total_steps`);
     - a `Curriculum` (continual.config.loading) as it is."""
     if curriculum is None:
         return Curriculum()
@@ -202,31 +201,31 @@ def train(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **k
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def evaluate(run_or_checkpoint: Union[PathLike, Sequence[PathLike]], *, modifications: Union[None, str, Sequence[str]] = None,
+def evaluate(run_or_checkpoint: PathLike, *, modifications: Union[None, str, Sequence[str]] = None,
              episodes: int = 10, all_regimes: bool = False, greedy: bool = False, seed: int = 1,
              num_envs: Optional[int] = None, env_id: Optional[str] = None, backend: Optional[str] = None,
              output: Optional[PathLike] = None, progress_bar: bool = False, cuda: bool = True):
     """eval.py from Python: evaluate a run directory (its newest checkpoint), a checkpoint or a final policy file
     under `modifications` (default: the unmodified game; `all_regimes=True`: every regime of the curriculum),
-    `episodes` whole games each. Several paths: matrix mode. Returns a pandas DataFrame, a row per modification
-    (per checkpoint x modification in matrix mode) with columns modification, episodes, mean, std, min, max,
-    mean_length (+ success_rate, goal_distance for HER agents; + checkpoint, global_step in matrix mode). Writes the
-    same CSV/JSON as eval.py (under <run>/eval/ unless `output`)."""
-    paths = [run_or_checkpoint] if isinstance(run_or_checkpoint, (str, os.PathLike)) else list(run_or_checkpoint)
-    if not paths:
-        raise UserError("run_or_checkpoint: no path given")
+    `episodes` whole games each. Returns a pandas DataFrame, a row per modification, with columns modification,
+    episodes, mean, std, min, max, mean_length (+ success_rate, goal_distance for HER agents). Writes the same
+    CSV/JSON as eval.py (under <run>/eval/ unless `output`, a path without extension)."""
+    import pandas as pd  # imported when used: the training CLI imports this module for `run`
+
+    if not isinstance(run_or_checkpoint, (str, os.PathLike)):
+        raise UserError(f"run_or_checkpoint: expected a path, got {type(run_or_checkpoint).__name__} (several "
+                        f"checkpoints: call evaluate for each and pandas.concat the results)")
     if isinstance(modifications, str):
         modifications = [modifications]
     for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserError(f"{name}: expected an integer, got {value!r}")
-    args = EvalArgs(agent_path=[os.fspath(p) for p in paths],
+    args = EvalArgs(agent_path=[os.fspath(run_or_checkpoint)],
                     modifs=None if modifications is None else [str(m) for m in modifications],
                     all_regimes=all_regimes, env_id=env_id, backend=backend, eval_episodes=episodes,
                     num_envs=num_envs, greedy=greedy, seed=seed, progress_bar=progress_bar, cuda=cuda,
                     output=None if output is None else os.fspath(output))
-    rows = matrix(args, agent_module) if len(paths) > 1 else evaluate_checkpoint(args, agent_module)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(evaluate_checkpoint(args, agent_module))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -248,6 +247,8 @@ def load_metrics(run_dir: PathLike, kind: Optional[str] = "iteration"):
     training iteration, columns global_step, time, iteration, modification and the logged scalars
     ("charts/SPS", "losses/policy_loss", ...); other kinds: "episode", "switch", "eval", "plasticity", ...; None: every
     record, with its `kind` column."""
+    import pandas as pd  # imported when used: the training CLI imports this module for `run`
+
     records = read_metrics(_run_file(run_dir, "metrics.jsonl"))
     if kind is not None:
         records = [{k: v for k, v in r.items() if k != "kind"} for r in records if r.get("kind") == kind]
@@ -265,6 +266,8 @@ def load_evaluations(run_dir: PathLike):
     """The continual evaluation (`--eval_every`, `--eval_at_switches`): eval_table.csv, a row per evaluation step x
     regime, columns step, modification, slug, split, episodes, mean, std, min, max, mean_length, seconds, greedy,
     success_rate. Empty (with those columns) when the run evaluated nothing."""
+    import pandas as pd  # imported when used: the training CLI imports this module for `run`
+
     path = _run_file(run_dir, EVAL_TABLE)
     if not os.path.exists(path):
         return pd.DataFrame(columns=COLUMNS)

@@ -216,3 +216,31 @@ def test_evaluate_returns_a_row_per_modification(two_task_run, tmp_path):
         api.evaluate(run_dir, episodes=0)
     with pytest.raises(UserError, match="episodes: expected an integer"):
         api.evaluate(run_dir, episodes=2.5)
+
+
+def test_ctrl_c_saves_an_interrupted_checkpoint_and_raises_keyboard_interrupt(tmp_path):
+    """SIGINT during train(): the iteration finishes, an interrupted checkpoint is saved, KeyboardInterrupt (not
+    SystemExit) reaches the caller, and the caller's SIGINT handler is back."""
+    import threading
+    import time
+
+    sigint = signal.getsignal(signal.SIGINT)
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+
+    def press_ctrl_c_after_the_first_iteration():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if metrics.exists() and '"iteration"' in metrics.read_text():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=press_ctrl_c_after_the_first_iteration, daemon=True)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint"):
+        api.train(**CARTPOLE, runs_dir=str(tmp_path), run_name="cut", total_timesteps=100_000)
+    thread.join()
+    assert signal.getsignal(signal.SIGINT) is sigint
+    names = os.listdir(tmp_path / "cut" / "checkpoints")
+    assert any(n.startswith("interrupted__step") for n in names), names
+    assert api.load_metrics(tmp_path / "cut")["global_step"].max() < 100_000
