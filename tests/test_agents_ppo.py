@@ -554,3 +554,20 @@ def test_ppo_cbp_runs_with_env_groups(tmp_path):
     assert [r["global_step"] for r in records if r["kind"] == "switch"] == [512, 1024, 1536]
     assert {r["env"] for r in records if r["kind"] == "episode"} == {0, 1, 2, 3}
     assert os.path.exists(os.path.join(runs, "cbp", "checkpoints", "final__step2048.cleanrl_model"))
+
+
+@pytest.mark.parametrize("case", ["cartpole", "minatar"])
+def test_ppo_plays_the_games_of_the_pinned_reference(tmp_path, case):
+    """The games played (step, env, return, length) and the final weights equal those recorded from an earlier
+    revision (tests/ppo_reference.py): PPO's speed work changes how fast it learns, never what."""
+    from ppo_reference import DATA, run_case
+
+    with open(os.path.join(DATA, f"ppo_reference_{case}.json")) as f:
+        expected = json.load(f)
+    got = run_case(case, str(tmp_path))
+    assert got["episodes"] == expected["episodes"]
+    assert got["weights"].keys() == expected["weights"].keys()
+    for name, w in expected["weights"].items():
+        np.testing.assert_allclose([got["weights"][name]["sum"], got["weights"][name]["abs_sum"]],
+                                   [w["sum"], w["abs_sum"]], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got["weights"][name]["first"], w["first"], rtol=1e-5, atol=1e-6, err_msg=name)
