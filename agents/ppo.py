@@ -248,7 +248,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     # env setup
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
                                      start_step=session.global_step)
-    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env, args.env_groups)
+    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
@@ -319,53 +319,30 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
             t_rollout = time.time()
             env_time = 0.0
-            # --env_groups G: the envs step in G groups (group g: columns `envs.groups[g]` of the storage) that take
-            # turns: tick k acts for group k % G of step k // G and starts its envs, then takes the result of the
-            # step started G-1 ticks before, so the forward pass for one group overlaps the other groups' env steps.
-            # A step's rewards, episodes and bootstraps are processed once all its groups are back. G = 1: act, step.
-            groups, pieces = envs.groups, []
-            rollout_start = global_step
-            for tick in range(args.num_steps * len(groups) + len(groups) - 1):
-                if tick < args.num_steps * len(groups):
-                    step, g = divmod(tick, len(groups))
-                    cols = groups[g]
-                    if g == 0:
-                        global_step = rollout_start + (step + 1) * args.num_envs
-                        session.global_step = global_step
-                    obs[step, cols] = next_obs[cols]
-                    dones[step, cols] = next_done[cols]
-                    if her:  # HER
-                        her.goals[step, cols] = her.next_goal[cols]
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                session.global_step = global_step
+                obs[step] = next_obs
+                dones[step] = next_done
+                if her:  # HER
+                    her.goals[step] = her.next_goal
 
-                    # ALGO LOGIC: action logic
-                    with torch.no_grad():
-                        action, logprob, _, value = agent.get_action_and_value(
-                            next_obs[cols], goal=her.next_goal[cols] if her else None)  # HER: the episode's goal
-                        values[step, cols] = value.flatten()
-                    actions[step, cols] = action
-                    logprobs[step, cols] = logprob
-                    envs.step_async(action.cpu().numpy(), group=g)
-                if tick < len(groups) - 1:
-                    continue
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(
+                        next_obs, goal=her.next_goal if her else None)  # HER: the episode's goal
+                    values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
 
                 # TRY NOT TO MODIFY: execute the game and log data.
-                step, g = divmod(tick - (len(groups) - 1), len(groups))
-                cols = groups[g]
                 t_env = time.time()
-                pieces.append(envs.step_wait(group=g))
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
                 env_time += time.time() - t_env
-                group_obs, _, group_terminations, group_truncations, _ = pieces[-1]
-                if her:  # HER: the goal part of the observation goes to `her.next_goal`
-                    her.next_goal[cols] = torch.as_tensor(np.asarray(group_obs["goal"], np.float32), device=device)
-                    group_obs = group_obs["obs"]
-                next_obs[cols] = torch.as_tensor(group_obs, device=device)
-                next_done[cols] = torch.as_tensor(np.logical_or(group_terminations, group_truncations),
-                                                  dtype=torch.float32, device=device)
-                if g < len(groups) - 1:
-                    continue
-                next_obs_np, reward, terminations, truncations, infos = envs.concat_steps(pieces)  # all envs
-                pieces = []
                 done = np.logical_or(terminations, truncations)
+                # HER: the goal part of the observation goes to `her.next_goal`
+                next_obs = torch.as_tensor(her.take_goals(next_obs_np) if her else next_obs_np, device=device)
+                next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
                 scaled = reward_scaler(reward, done)
                 if her:  # HER: + the goal reward of this step's achieved goal; keeps what relabelling needs
                     scaled = her.step_rewards(step, scaled, next_obs_np, terminations, truncations, infos)
@@ -380,7 +357,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         scaled[cut] += args.gamma * agent.get_value(final, goal=final_goal).flatten().cpu().numpy()
                 rewards[step] = torch.as_tensor(scaled, device=device)
                 for i, ep_return, ep_length in episode_stats(infos):
-                    session.episode(ep_return, ep_length, rollout_start + (step + 1) * args.num_envs, env=i)
+                    session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
             monitor.observe(obs)
 

@@ -56,9 +56,6 @@ class Args:
     """number of parallel environments"""
     vector_env: Literal["auto", "async", "sync"] = "auto"
     """vector env: async = one worker process per env; auto = async for Atari, sync otherwise"""
-    env_groups: int = 1
-    """PPO/PPO_CBP with async envs: step the envs in this many groups (it must divide num_envs) that take turns, so
-    the learner computes one group's actions while another group's workers step (1: all envs step together)"""
     frameskip: int = 4
     """Atari frames per agent step"""
     buffer_window_size: int = 4
