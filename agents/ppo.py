@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-from torch.distributions.categorical import Categorical
 from torch.distributions.normal import Normal
 
 from continual.config.args import Args
@@ -52,6 +51,34 @@ from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+
+
+def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False):
+    """(action, log-prob, entropy) of a categorical policy: torch's `Categorical(logits=logits)` sample, log_prob and
+    entropy written out in the same operations (the same numbers, gradients and random draws bit for bit; tested),
+    without its per-call argument validation, which costs more than the math for small batches."""
+    # the operations in Categorical's order (gradients accumulate in creation order: same order, same bits)
+    log_p = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = None
+    if action is None:
+        if greedy:
+            action = logits.argmax(-1)
+        else:
+            probs = torch.softmax(log_p, dim=-1)
+            action = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+    index, log_pmf = torch.broadcast_tensors(action.long().unsqueeze(-1), log_p)
+    logprob = log_pmf.gather(-1, index[..., :1]).squeeze(-1)
+    probs = torch.softmax(log_p, dim=-1) if probs is None else probs
+    entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
+    return action, logprob, entropy
+
+
+class ContiguousReLU(nn.ReLU):
+    """ReLU whose output is contiguous: a channels-last convolution's features flatten (Flatten before the linear
+    layer) without a strided copy in the forward and backward passes; the same values."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).contiguous()
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -87,7 +114,7 @@ class Agent(nn.Module):
         if len(obs_shape) == 3 and obs_shape[1] < 36:
             # small grids (MinAtar's 10x10): the MinAtar paper's network, one 3x3 convolution and 128 units
             self.network = nn.Sequential(
-                layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), nn.ReLU(),
+                layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), ContiguousReLU(),
                 nn.Flatten(),
                 layer_init(nn.Linear(16 * (obs_shape[1] - 2) * (obs_shape[2] - 2), 128)), nn.ReLU(),
             )
@@ -96,7 +123,7 @@ class Agent(nn.Module):
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), ContiguousReLU(),
                 nn.Flatten(),
                 layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
             )
@@ -159,10 +186,8 @@ class Agent(nn.Module):
             # independent dimensions: the joint log-density and entropy are sums
             return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden).float()
         logits = self.actor(hidden).float()  # --bf16: the distribution and the losses stay float32
-        probs = Categorical(logits=logits)
-        if action is None:
-            action = logits.argmax(-1) if greedy else probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
+        action, logprob, entropy = categorical(logits, action, greedy)
+        return action, logprob, entropy, self.critic(hidden).float()
 
     @torch.no_grad()
     def update_obs_stats(self, obs: torch.Tensor) -> None:
@@ -176,7 +201,8 @@ class Agent(nn.Module):
         self.obs_count.copy_(total)
 
     def make_optimizer(self, lr: float) -> optim.Optimizer:
-        return optim.Adam(self.parameters(), lr=lr, eps=1e-5)
+        # foreach: one fused update over all parameters (the default on GPUs, not on CPUs); the same numbers
+        return optim.Adam(self.parameters(), lr=lr, eps=1e-5, foreach=True)
 
     # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
     def before_update(self) -> None:

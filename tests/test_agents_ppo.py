@@ -450,3 +450,29 @@ def test_ppo_plays_the_games_of_the_pinned_reference(tmp_path, case):
         np.testing.assert_allclose([got["weights"][name]["sum"], got["weights"][name]["abs_sum"]],
                                    [w["sum"], w["abs_sum"]], rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_allclose(got["weights"][name]["first"], w["first"], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_categorical_is_torch_categorical_bit_for_bit():
+    """agents.ppo.categorical: the same samples (same random stream), log-probs, entropies and gradients as
+    torch.distributions.Categorical(logits=...), including -inf logits (masked actions)."""
+    from torch.distributions.categorical import Categorical
+
+    from agents.ppo import categorical
+
+    logits = torch.randn(64, 6, dtype=torch.float32) * 3
+    logits[0, 2] = float("-inf")
+    for given in (False, True):
+        a = logits.clone().requires_grad_(True)
+        b = logits.clone().requires_grad_(True)
+        torch.manual_seed(7)
+        dist = Categorical(logits=a)
+        ref_action = torch.randint(0, 6, (64,)) if given else dist.sample()
+        ref = (ref_action, dist.log_prob(ref_action), dist.entropy())
+        torch.manual_seed(7)
+        got = categorical(b, ref_action if given else None)
+        for x, y in zip(got, ref):
+            assert torch.equal(x, y)
+        (ref[1][1:].sum() + 0.01 * ref[2].sum()).backward()
+        (got[1][1:].sum() + 0.01 * got[2].sum()).backward()
+        assert torch.equal(a.grad, b.grad)
+    assert torch.equal(categorical(logits, greedy=True)[0], logits.argmax(-1))

@@ -11,6 +11,7 @@ import torch
 from continual.config.args import Args
 from continual.envs.backends import validate_action_space
 from continual.envs.goals import make_goal_space
+from continual.envs.vector import batched_blocker
 from continual.errors import UserError
 
 
@@ -91,6 +92,10 @@ def validate_args(args: Args) -> None:
         if getattr(args, name) is not None:
             positive(name)
     validate_dqn_args(args)
+    if args.vector_env == "batched":
+        blocked = batched_blocker(args.backend, args.capture_video, args.her, args.task_id_input)
+        if blocked:
+            raise UserError(f"vector_env: {blocked}")
     if args.bf16 and args.architecture not in ("PPO", "PPO_CBP"):
         raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
     if args.compile and args.architecture != "PPO":  # PPO_CBP: its unit tracking hooks modules a graph would skip

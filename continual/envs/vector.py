@@ -45,6 +45,7 @@ from continual.envs.backends import (
     task_env_id,
     task_env_ids,
 )
+from continual.envs.batched import MinAtarVectorEnv
 from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
 from continual.modstrings import normalize_modification
@@ -415,10 +416,29 @@ def uses_async(atari: bool, num_envs: int, vector_env: str) -> bool:
     return vector_env == "async" or (vector_env == "auto" and atari and num_envs > 1)
 
 
+def batched_blocker(backend: str, video: bool, her: bool, task_id_input: bool) -> Optional[str]:
+    """Why the batched MinAtar vector env cannot run these settings (None: it can): it steps the games below the
+    wrappers, so nothing that acts at every step (videos, HER goals, task ids) may be in the stack."""
+    if backend != "MinAtar":
+        return f"the batched vector env is MinAtar's, not the {backend} backend's"
+    for flag, on in (("capture_video", video), ("her", her), ("task_id_input", task_id_input)):
+        if on:
+            return f"--{flag} needs the sync or async vector env"
+    return None
+
+
+def uses_batched(settings: EnvSettings, vector_env: str) -> bool:
+    """--vector_env batched, and auto for MinAtar without videos, HER or task ids (`continual.envs.batched`)."""
+    blocked = batched_blocker(settings.backend, settings.video_dir is not None, settings.her, bool(settings.task_ids))
+    return vector_env == "batched" or (vector_env == "auto" and blocked is None)
+
+
 def make_vector_env(settings: EnvSettings, num_envs: int, modification: str,
                     vector_env: str = "auto") -> ContinualVectorEnv:
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
-    if uses_async(settings.atari, num_envs, vector_env):
+    if uses_batched(settings, vector_env):
+        envs = MinAtarVectorEnv(fns, settings.max_episode_steps)
+    elif uses_async(settings.atari, num_envs, vector_env):
         envs = gym.vector.AsyncVectorEnv(fns, context=settings.worker_context().get_start_method(),
                                          autoreset_mode=AutoresetMode.SAME_STEP)
     else:
