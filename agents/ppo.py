@@ -101,9 +101,11 @@ class Agent(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0, goal_dim: int = 0,
-                 continuous: bool = False, norm_obs: bool = False):
+                 continuous: bool = False, norm_obs: bool = False, network: str = "default", hidden_size: int = 64,
+                 mlp_activation: str = "relu"):
         super().__init__()
         self.obs_shape, self.n_actions = tuple(obs_shape), n_actions
+        self.separate_critic = network == "mlp"
         self.obs_scale = obs_scale
         self.goal_dim = goal_dim
         self.continuous, self.norm_obs = continuous, norm_obs
@@ -111,7 +113,16 @@ class Agent(nn.Module):
             self.register_buffer("obs_mean", torch.zeros(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_var", torch.ones(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_count", torch.tensor(1e-4, dtype=torch.float64))
-        if len(obs_shape) == 3 and obs_shape[1] < 36:
+        if network == "mlp":
+            # PureJaxRL's ActorCritic: separate actor and critic MLPs on the flattened observation
+            def torso() -> nn.Sequential:
+                act = nn.ReLU if mlp_activation == "relu" else nn.Tanh
+                return nn.Sequential(nn.Flatten(), layer_init(nn.Linear(int(np.prod(obs_shape)), hidden_size)), act(),
+                                     layer_init(nn.Linear(hidden_size, hidden_size)), act())
+
+            self.network, self.critic_network = torso(), torso()
+            hidden = hidden_size
+        elif len(obs_shape) == 3 and obs_shape[1] < 36:
             # small grids (MinAtar's 10x10): the MinAtar paper's network, one 3x3 convolution and 128 units
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), ContiguousReLU(),
@@ -145,23 +156,31 @@ class Agent(nn.Module):
             self.goal_embed = nn.Linear(goal_dim, hidden, bias=False)
             torch.nn.init.orthogonal_(self.goal_embed.weight, np.sqrt(2))
             self.goal_act = nn.ReLU()
-        if len(obs_shape) == 3:
+        if len(obs_shape) == 3 and network != "mlp":
             # channels-last convolution weights: ~25% faster updates on CPU (oneDNN), same results to float rounding
             self.to(memory_format=torch.channels_last)
 
     def scaled_input(self, x: torch.Tensor) -> torch.Tensor:
-        """Observations as the network's float input (a new tensor). Pixels go to float32 in one pass, straight into
-        the convolutions' channels-last layout: the same values bit for bit as `x.float() * obs_scale`, and faster
-        Nature-CNN updates on CPU (1.13x in whole runs: the convolutions no longer reorder their input)."""
-        if len(self.obs_shape) != 3:
+        """Observations as the network's float input (a new tensor, or `x` itself when it is float32 at scale 1: no
+        layer writes its input). Pixels go to float32 in one pass, straight into the convolutions' channels-last
+        layout: the same values bit for bit as `x.float() * obs_scale`, and faster Nature-CNN updates on CPU (1.13x
+        in whole runs: the convolutions no longer reorder their input)."""
+        if len(self.obs_shape) != 3 or self.separate_critic:
+            if self.obs_scale == 1.0 and x.dtype == torch.float32:
+                return x
             return x.float() * self.obs_scale
         x = x.to(dtype=torch.float32, memory_format=torch.channels_last, copy=True)
         return x.mul_(self.obs_scale) if self.obs_scale != 1.0 else x
 
-    def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def network_input(self, x: torch.Tensor) -> torch.Tensor:
         x = self.scaled_input(x)
         if self.norm_obs:
             x = ((x - self.obs_mean.float()) / torch.sqrt(self.obs_var.float() + 1e-8)).clamp(-10.0, 10.0)
+        return x
+
+    def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The actor's hidden features (the shared torso's, or with --network mlp the actor MLP's)."""
+        x = self.network_input(x)
         if not self.goal_dim:
             if goal is not None:
                 raise ValueError("this agent is not goal-conditioned (trained without --her); pass no goal")
@@ -172,22 +191,32 @@ class Agent(nn.Module):
             return self.goal_act(self.goal_fusion(self.network(x)) + self.goal_embed(goal))
         return self.network(torch.cat([x.flatten(1), goal], dim=1))
 
+    def torsos(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actor features, critic features): the same tensor for a shared torso."""
+        if not self.separate_critic:
+            hidden = self.features(x, goal)
+            return hidden, hidden
+        x = self.network_input(x)
+        return self.network(x), self.critic_network(x)
+
     def get_value(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.separate_critic:
+            return self.critic(self.critic_network(self.network_input(x)))
         return self.critic(self.features(x, goal))
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
                              goal: Optional[torch.Tensor] = None):
-        hidden = self.features(x, goal)
+        hidden, critic_hidden = self.torsos(x, goal)
         if self.continuous:
             action_mean = self.actor(hidden).float()
             probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp())
             if action is None:
                 action = action_mean if greedy else probs.sample()
             # independent dimensions: the joint log-density and entropy are sums
-            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden).float()
+            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(critic_hidden).float()
         logits = self.actor(hidden).float()  # --bf16: the distribution and the losses stay float32
         action, logprob, entropy = categorical(logits, action, greedy)
-        return action, logprob, entropy, self.critic(hidden).float()
+        return action, logprob, entropy, self.critic(critic_hidden).float()
 
     @torch.no_grad()
     def update_obs_stats(self, obs: torch.Tensor) -> None:
@@ -258,7 +287,8 @@ def make_agent(obs_space, action_space, args: Args) -> Agent:
     obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
     n_actions, continuous = action_dims(action_space)
     agent = Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim,
-                  continuous=continuous, norm_obs=getattr(args, "norm_obs", False))
+                  continuous=continuous, norm_obs=getattr(args, "norm_obs", False), network=args.network,
+                  hidden_size=args.hidden_size, mlp_activation=args.mlp_activation)
     return apply_network_options(agent, args)  # --layer_norm, --activation
 
 

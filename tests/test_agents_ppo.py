@@ -476,3 +476,40 @@ def test_categorical_is_torch_categorical_bit_for_bit():
         (got[1][1:].sum() + 0.01 * got[2].sum()).backward()
         assert torch.equal(a.grad, b.grad)
     assert torch.equal(categorical(logits, greedy=True)[0], logits.argmax(-1))
+
+
+def test_mlp_network_is_purejaxrls_separate_actor_and_critic():
+    """--network mlp: two 64-unit relu MLPs on the flattened grid, one for the policy and one for the value (the value
+    loss reaches no actor weight), PureJaxRL's ActorCritic; the default network is unchanged."""
+    from agents.ppo import Agent
+
+    agent = Agent((4, 10, 10), 3, network="mlp", hidden_size=64, mlp_activation="relu")
+    per_torso = 400 * 64 + 64 + 64 * 64 + 64
+    assert sum(p.numel() for p in agent.network.parameters()) == per_torso
+    assert sum(p.numel() for p in agent.critic_network.parameters()) == per_torso
+    assert sum(p.numel() for p in agent.parameters()) == 2 * per_torso + 64 * 3 + 3 + 64 + 1
+    x = torch.rand(5, 4, 10, 10)
+    agent.get_value(x).sum().backward()
+    assert all(p.grad is None for p in [*agent.network.parameters(), *agent.actor.parameters()])
+    assert all(p.grad is not None for p in agent.critic_network.parameters())
+    _, logprob, _, value = agent.get_action_and_value(x)
+    assert torch.allclose(value, agent.get_value(x))
+    assert sum(isinstance(m, torch.nn.ReLU) for m in agent.network) == 2
+
+
+@pytest.mark.parametrize("arch", ["PPO", "IMPALA"])
+def test_mlp_network_trains_and_evaluates_on_minatar(tmp_path, arch):
+    runs = str(tmp_path / "runs")
+    common = ["continual_training_example.py", "--architecture", arch, "--backend", "MinAtar", "--env_id",
+              "MinAtar/Breakout-v1", "--network", "mlp", "--num_envs", "8", "--num_steps", "32",
+              "--total_timesteps", "1024", "--runs_dir", runs, "--run_name", "m", "--no-progress-bar",
+              "--checkpoint_every", "512"]
+    if arch == "IMPALA":
+        common += ["--num_actors", "2", "--unroll_length", "32", "--batch_size", "4"]
+    run_script(*common)
+    run_dir = os.path.join(runs, "m")
+    state = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final*"))[0], weights_only=False)
+    assert any(k.startswith("critic_network.") for k in state["model"])
+    proc = run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "2", "--output", str(tmp_path / "e"))
+    assert json.load(open(str(tmp_path / "e") + ".json"))["results"][0]["episodes"] == 2
+    assert proc.returncode == 0

@@ -384,6 +384,9 @@ flags("batched-with-video", ("vector_env", "capture_video"), "--backend", "MinAt
 flags("minatar-unknown-version", ("MinAtar/Breakout-v2", "-v1"), "--backend", "MinAtar", "--env_id",
       "MinAtar/Breakout-v2")
 cartpole("removed-key-env-groups", ("env_groups", "removed"), {"env_groups": 2})
+flags("mlp-for-dqn", ("network", "DQN"), "--architecture", "DQN", "--network", "mlp")
+flags("mlp-hidden-size-zero", "hidden_size", "--network", "mlp", "--hidden_size", "0")
+flags("mlp-with-layer-norm", ("network", "layer_norm"), "--network", "mlp", "--layer_norm")
 flags("env-ori-observations-for-training", ("obs_mode", "ori"), "--env_id", "ALE/Freeway-v5", "--obs_mode", "ori",
       "--num_envs", "1", "--num_steps", "32", "--total_timesteps", "64", base=())
 

@@ -117,6 +117,16 @@ class Args:
     keeps its memory (0.97x; it was 1.2x before); untested on GPUs. Costs ~13 s of compiling in the first update
     (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on CPU; acting stays eager"""
 
+    # --- network ---------------------------------------------------------------------------------------------------
+    network: Literal["default", "mlp"] = "default"
+    """default: the observation's network (Nature CNN for frames, MinAtar's CNN for grids, a tanh MLP for vectors),
+    one torso shared by actor and critic; mlp: PureJaxRL's separate actor and critic MLPs (2 hidden layers of
+    --hidden_size units) on the flattened observation (PPO, A2C, IMPALA, CLEAR)"""
+    hidden_size: int = 64
+    """--network mlp: units per hidden layer"""
+    mlp_activation: Literal["relu", "tanh"] = "relu"
+    """--network mlp: hidden activation (PureJaxRL's MinAtar config: relu)"""
+
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""

@@ -92,6 +92,7 @@ def validate_args(args: Args) -> None:
         if getattr(args, name) is not None:
             positive(name)
     validate_dqn_args(args)
+    validate_network_args(args)
     if args.vector_env == "batched":
         blocked = batched_blocker(args.backend, args.capture_video, args.her, args.task_id_input)
         if blocked:
@@ -110,6 +111,22 @@ def validate_args(args: Args) -> None:
     validate_pnc_args(args)
     # builds the env once: Box actions need PPO, no HER
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
+
+
+def validate_network_args(args: Args) -> None:
+    """--network mlp: its own actor and critic torsos, which the methods that rewrite one shared torso do not know."""
+    if args.hidden_size <= 0:
+        raise UserError(f"hidden_size: must be positive, got {args.hidden_size}")
+    if args.network == "default":
+        return
+    if args.architecture not in ("PPO", "A2C", "IMPALA", "CLEAR"):
+        raise UserError(f"network: mlp is for PPO, A2C, IMPALA and CLEAR, not {args.architecture}")
+    torso = [f for f, on in (("her", args.her), ("redo", args.redo), ("reset_layers", args.reset_layers),
+                             ("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
+                             ("nap", args.nap), ("parseval", args.parseval)) if on]
+    if torso:
+        raise UserError(f"network: mlp has separate actor and critic torsos; --{torso[0]} works on one shared torso "
+                        f"(use --network default)")
 
 
 def validate_dqn_args(args: Args) -> None:
