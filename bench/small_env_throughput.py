@@ -4,7 +4,9 @@ Each workload is a real training run in a fresh subprocess (`continual_training_
 steady-state steps/s = the steps of the iterations after `--warmup` / the time between the end of iteration
 `--warmup` and the end of the last one (startup and the first iterations are excluded), from metrics.jsonl.
 Where the time goes: the run's own split per iteration (time/env_s, time/act_s, time/learn_s; "other" = the
-iteration's wall time minus those three). Workloads, trees and SB3 run round-robin, `--repeats` times, the order
+iteration's wall time minus those three); "outside env/forward/update" = (act - time/forward_s + other) / wall, the
+share of an iteration that is neither the game, the acting forward pass nor the update (PPO logs time/forward_s;
+older revisions do not, so theirs is not shown). Workloads, trees and SB3 run round-robin, `--repeats` times, the order
 rotating every repeat; reported: medians, the ratio of medians and the median of paired (same-repeat) ratios, and
 the load average around every run.
 
@@ -57,13 +59,19 @@ def steady_state(run_dir: str, warmup: int) -> dict:
     if len(its) <= warmup + 1:
         raise RuntimeError(f"{run_dir}: {len(its)} iterations, need more than {warmup + 1}")
     a, b = its[warmup], its[-1]
-    parts = {"env": [], "act": [], "learn": [], "other": []}
+    parts = {"env": [], "act": [], "learn": [], "other": [], "outside": [], "outside_env_update": []}
     for prev, it in zip(its[warmup:], its[warmup + 1:]):
         wall = it["time"] - prev["time"]
         split = [it.get(f"time/{k}_s", 0.0) for k in ("env", "act", "learn")]
         for k, v in zip(("env", "act", "learn"), split):
             parts[k].append(v)
         parts["other"].append(wall - sum(split))
+        parts["outside_env_update"].append((wall - split[0] - split[2]) / wall)  # acting, forward included
+        # outside env, forward and update: acting's own overhead (PPO logs time/forward_s) + the iteration's rest
+        if "time/forward_s" in it:
+            parts["outside"].append((wall - sum(split) + split[1] - it["time/forward_s"]) / wall)
+    if not parts["outside"]:
+        parts.pop("outside")
     return {"sps": (b["global_step"] - a["global_step"]) / (b["time"] - a["time"]),
             "seconds_per_iteration": {k: common.median(v) for k, v in parts.items()}}
 
@@ -178,7 +186,7 @@ def main() -> None:
             runs = [x for x in results.get(f"{w}/{t}", []) if "sps" in x]
             if runs:
                 parts = {k: common.median([x["seconds_per_iteration"][k] for x in runs])
-                         for k in ("env", "act", "learn", "other")} if "seconds_per_iteration" in runs[0] else None
+                         for k in runs[0]["seconds_per_iteration"]} if "seconds_per_iteration" in runs[0] else None
                 med[t] = common.median([x["sps"] for x in runs])
                 summary[f"{w}/{t}"] = {"sps": [x["sps"] for x in runs], "median_sps": med[t],
                                        "seconds_per_iteration": parts}
@@ -190,16 +198,18 @@ def main() -> None:
             summary[f"{w}/ours_vs_{t}"] = {"ratio_of_medians": common.ratio(med.get("ours", float("nan")), med[t]),
                                             "median_paired_ratio": common.median(paired) if paired else None}
         parts = summary.get(f"{w}/ours", {}).get("seconds_per_iteration")
-        share = (parts["other"] / sum(parts.values())) if parts else None
+        share = parts.get("outside") if parts else None
+        base_parts = summary.get(f"{w}/base", {}).get("seconds_per_iteration")
         rows.append([w, common.fmt(med.get("ours"), 0), common.fmt(med.get("base"), 0),
                      common.fmt(summary.get(f"{w}/ours_vs_base", {}).get("ratio_of_medians"), 2),
                      common.fmt(med.get("sb3"), 0), common.fmt(summary.get(f"{w}/ours_vs_sb3", {}).get(
                          "ratio_of_medians"), 2),
                      " / ".join(common.fmt(parts[k], 3) for k in ("env", "act", "learn", "other")) if parts else "",
-                     common.fmt(share, 2)])
+                     common.fmt(share, 2),
+                     " / ".join(common.fmt(x.get("outside_env_update") if x else None, 2) for x in (base_parts, parts))])
     common.print_table(f"steady-state steps/s, medians of {args.repeats} round-robin repeats",
                        ["workload", "ours", "base", "ours/base", "SB3", "ours/SB3", "ours env/act/learn/other s",
-                        "other share"], rows)
+                        "outside env/forward/update", "outside env/update base / ours"], rows)
     info["loadavg_end"] = common.loadavg()
     info["wall_s"] = time.time() - t0
     common.write_json(args.json, {"benchmark": "small_env_throughput", "command": " ".join([sys.executable] + sys.argv),
