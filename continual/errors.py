@@ -49,15 +49,17 @@ class StorageError(TrainingError):
     once the disk is fixed. `last_checkpoint`/`last_step` are filled in by the run session, which knows them."""
 
     def __init__(self, file: str, cause: OSError, last_checkpoint: Optional[str] = None,
-                 last_step: Optional[int] = None):
+                 last_step: Optional[int] = None, hint: Optional[str] = None):
         super().__init__(file)
-        self.file, self.cause = file, cause
+        self.file, self.cause, self.hint = file, cause, hint  # hint: what to do, for writers other than a run
         self.last_checkpoint, self.last_step = last_checkpoint, last_step
 
     def __str__(self) -> str:
         what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
                 errno.EROFS: "read-only file system", errno.EIO: "I/O error"}.get(
             self.cause.errno or 0, self.cause.strerror or str(self.cause))
+        if self.hint:
+            return f"{what} writing {self.file}; {self.hint}"
         last = (f"the last checkpoint is {self.last_checkpoint} (step {self.last_step})" if self.last_checkpoint
                 else "no checkpoint was written yet")
         return f"{what} writing {self.file}; {last}; free space and --resume"
