@@ -44,7 +44,7 @@ from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
-from continual.io import AppendFile
+from continual.io import AppendFile, storage_cause
 from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.processes import stop_processes
 from continual.training.callbacks import Callback, SwitchEvent
@@ -436,8 +436,8 @@ class ContinualEvaluator(Callback):
                 session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
                                         if isinstance(v, (int, float))})
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
-            except Exception:  # noqa: BLE001
-                print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: metrics.json could not be written:{_why(e)}", file=sys.stderr)
         if args.plots:
             try:
                 paths = plots.plot_run(session.run_dir)
@@ -448,8 +448,14 @@ class ContinualEvaluator(Callback):
 
                     wandb_run.log({f"plots/{os.path.splitext(os.path.basename(p))[0]}": wandb.Image(p)
                                    for p in paths} | {"global_step": session.global_step})
-            except Exception:  # noqa: BLE001
-                print(f"warning: plots could not be written:\n{traceback.format_exc()}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: plots could not be written:{_why(e)}", file=sys.stderr)
+
+
+def _why(e: Exception) -> str:
+    """A full disk in one line (the run itself is finished and saved); anything else with its traceback."""
+    cause = storage_cause(e)
+    return f" {cause.strerror or cause}" if cause is not None else f"\n{traceback.format_exc()}"
 
 
 def attach(session, agent: torch.nn.Module, device: torch.device,
