@@ -337,7 +337,7 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
         if os.path.lexists(path):
             raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
                             f"--run_name")
-        check_creatable(path)
+        check_output_folders(args, path)
     return Plan(factory, total, regimes)
 
 
