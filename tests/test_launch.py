@@ -459,3 +459,22 @@ def test_sigterm_stops_the_runs_releases_claims_and_a_rerun_resumes(tmp_path):
     assert "stopped by the launcher" in open(q.log_path("000_seed=1")).read()
     assert subprocess.run(cmd, capture_output=True, env=env(), cwd=REPO, timeout=300).returncode == 0
     assert [x[1] for x in attempts(run_dir)] == ["fresh", "resume", "end"]
+
+
+def test_a_full_disk_writing_a_status_file_is_one_line_and_keeps_the_old_status(tmp_path, monkeypatch):
+    import errno
+
+    from continual.errors import StorageError
+
+    q = Queue(str(tmp_path))
+    q.create()
+    q.set_status("e", state="running")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", full)
+    with pytest.raises(StorageError, match=r"^no space left on device writing .*e\.status\.json; free space and run"):
+        q.set_status("e", state="done")
+    monkeypatch.undo()
+    assert q.status("e")["state"] == "running" and os.listdir(q.dir) == ["e.status.json"]
