@@ -54,11 +54,10 @@ class Args:
     """modification string used when no curriculum is configured (e.g. "all_green_cars reverse_car_speed_top")"""
     num_envs: int = 8
     """number of parallel environments"""
-    vector_env: Literal["auto", "async", "sync"] = "auto"
-    """vector env: async = one worker process per env; auto = async for Atari, sync otherwise"""
-    env_groups: int = 1
-    """PPO/PPO_CBP with async envs: step the envs in this many groups (it must divide num_envs) that take turns, so
-    the learner computes one group's actions while another group's workers step (1: all envs step together)"""
+    vector_env: Literal["auto", "async", "sync", "batched"] = "auto"
+    """vector env: async = one worker process per env; sync = one after another in the learner; batched = MinAtar's
+    games stepped in one loop below the wrappers (several times faster); auto = async for Atari, batched for MinAtar
+    (sync with videos, HER or task ids), sync otherwise"""
     frameskip: int = 4
     """Atari frames per agent step"""
     buffer_window_size: int = 4
