@@ -31,9 +31,11 @@ from continual.envs.backends import task_compat, task_env_ids, validate_env_id, 
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError, exit_on_user_error
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
-from continual.io import atomic_open, atomic_write_csv, atomic_write_json
+from continual.io import atomic_open, atomic_write_csv, atomic_write_json, storage_errors
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
+
+FREE_SPACE = "free space and run eval.py again"  # a full disk writing the results (exit 1, one line)
 
 
 @dataclasses.dataclass
@@ -207,8 +209,9 @@ def evaluate_checkpoint(args: EvalArgs) -> list[dict]:
             "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
-    atomic_write_csv(output + ".csv", list(rows[0]), rows)
-    atomic_write_json(output + ".json", {**meta, "results": rows})
+    with storage_errors(output + ".csv", hint=FREE_SPACE):
+        atomic_write_csv(output + ".csv", list(rows[0]), rows)
+        atomic_write_json(output + ".json", {**meta, "results": rows})
     print(f"wrote {output}.csv and {output}.json")
 
     if args.track:
@@ -252,14 +255,15 @@ def matrix(args: EvalArgs) -> list[dict]:
         rows += [{"checkpoint": label, "global_step": st["global_step"], **r} for r in evaluate_checkpoint(sub)]
     means = {(r["checkpoint"], r["modification"]): r["mean"] for r in rows}
     grid = [[means.get((lab, m), float("nan")) for m in modifs] for lab in labels]
-    with atomic_open(output + "_matrix.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
-        writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
-    atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
-    atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
-                                         "greedy": args.greedy, "seed": args.seed,
-                                         "eval_episodes": args.eval_episodes, "results": rows})
+    with storage_errors(output + ".csv", hint=FREE_SPACE):
+        with atomic_open(output + "_matrix.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
+            writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
+        atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
+        atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
+                                             "greedy": args.greedy, "seed": args.seed,
+                                             "eval_episodes": args.eval_episodes, "results": rows})
     import numpy as np
 
     from continual.evaluation.plots import heatmap, regime_label

@@ -69,6 +69,10 @@ class StorageError(TrainingError):
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
+# of these, the ones that are no property of the folder (a read-only one is bad input at the start of a run)
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
 def is_storage_error(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
 

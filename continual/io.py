@@ -43,8 +43,9 @@ def storage_cause(e: BaseException) -> Optional[OSError]:
 
 
 @contextlib.contextmanager
-def storage_errors(path: str) -> Iterator[None]:
-    """Turn a storage fault met in the block into a one-line `StorageError` naming `path` (other errors pass)."""
+def storage_errors(path: str, hint: Optional[str] = None) -> Iterator[None]:
+    """Turn a storage fault met in the block into a one-line `StorageError` naming `path` (other errors pass);
+    `hint`: what to do, for writers other than a training run (see StorageError)."""
     try:
         yield
     except StorageError:
@@ -53,7 +54,7 @@ def storage_errors(path: str) -> Iterator[None]:
         cause = storage_cause(e)
         if cause is None:
             raise
-        raise StorageError(path, cause) from None
+        raise StorageError(path, cause, hint=hint) from None
 
 
 @contextlib.contextmanager

@@ -245,6 +245,11 @@ def test_a_real_full_tmpfs_then_more_space_and_resume(tmp_path, tmpfs, reference
     state = load_checkpoint(m.group(2))
     assert state["global_step"] == int(m.group(3))
     read_jsonl(os.path.join(run_dir, "metrics.jsonl"))  # no torn line
+    # resumed on the still full disk: the same kind of stop (exit 1, one line), never "bad input" (exit 2)
+    proc = run_script(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and ERROR_LINE.match(errors[0]), proc.stderr[-3000:]
+    assert load_checkpoint(ERROR_LINE.match(errors[0]).group(2))
     subprocess.run(["mount", "-o", "remount,size=8m", tmpfs], check=True)  # space is back
     proc = run_script(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -281,3 +286,20 @@ def test_append_file_cuts_a_short_write_back_off(tmp_path, monkeypatch):
     f.write('{"d": 4}\n')
     f.close()
     assert open(path).read() == '{"a": 1}\n{"d": 4}\n'
+
+
+def test_a_full_disk_at_the_start_is_exit_1_not_bad_input(tmp_path, monkeypatch):
+    import tempfile
+
+    from continual.training import tracking
+    from continual.training.startup import check_creatable
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with pytest.raises(StorageError, match="no space left on device writing"):
+        check_creatable(str(tmp_path / "runs"))
+    monkeypatch.setattr(tracking, "open", full, raising=False)
+    with pytest.raises(StorageError):
+        tracking.check_writable(str(tmp_path))

@@ -31,7 +31,7 @@ from continual.envs.backends import (
     validate_modification,
 )
 from continual.envs.vector import EnvSettings, make_env
-from continual.errors import StorageError, UserError
+from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError
 from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
 from continual.training.session import RunSession
@@ -277,6 +277,8 @@ def check_creatable(folder: str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=parent))
     except OSError as e:
+        if e.errno in FULL_DISK_ERRNOS:  # not bad input: the run can start once space is back (exit 1)
+            raise StorageError(folder, e) from None
         raise UserError(f"output folder {folder!r} is not writable: {e.strerror or e} in {parent!r}") from None
 
 
@@ -329,7 +331,11 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
             factory.load_state_dict(resume_state["factory_state"])
         except FactoryConfigError as e:
             raise UserError(f"checkpoint does not match its curriculum: {e}") from None
-        check_output_folders(args, ckpt_lib.checkpoint_dir(ckpt_lib.run_dir_of(resume_state["path"])))
+        try:
+            check_output_folders(args, ckpt_lib.checkpoint_dir(ckpt_lib.run_dir_of(resume_state["path"])))
+        except StorageError as e:
+            e.last_checkpoint, e.last_step = resume_state["path"], resume_state["global_step"]
+            raise
     else:
         if args.run_name is None:
             args.run_name = default_run_name(args)

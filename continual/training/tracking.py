@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from continual.errors import UserError, one_line
+from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, one_line
 from continual.io import AppendFile, atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines, storage_errors
 from continual.training.checkpoint import checkpoint_dir
 
@@ -31,6 +31,8 @@ def check_writable(folder: str) -> None:
             f.write("ok")
         os.unlink(probe)
     except OSError as e:
+        if e.errno in FULL_DISK_ERRNOS:  # not bad input: the run can go on once space is back (exit 1)
+            raise StorageError(folder, e) from None
         raise UserError(f"output folder {folder!r} is not writable: {e.strerror or e}") from None
 
 
