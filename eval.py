@@ -29,13 +29,14 @@ from continual.config.loading import args_from_dict, cli
 from continual.errors import exit_on_user_error
 from continual.evaluation import checkpoints
 from continual.evaluation.checkpoints import (  # noqa: F401  (eval.X, as before the machinery moved)
+    FREE_SPACE,
     EvalArgs,
     check_training_flags,
     evaluate_checkpoint,
     print_table,
     regimes_to_evaluate,
 )
-from continual.io import atomic_open, atomic_write_csv, atomic_write_json
+from continual.io import atomic_open, atomic_write_csv, atomic_write_json, storage_errors
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
 
@@ -91,14 +92,15 @@ def matrix(args: EvalArgs) -> list[dict]:
         rows += [{"checkpoint": label, "global_step": st["global_step"], **r} for r in evaluate_checkpoint(sub, agent_module)]
     means = {(r["checkpoint"], r["modification"]): r["mean"] for r in rows}
     grid = [[means.get((lab, m), float("nan")) for m in modifs] for lab in labels]
-    with atomic_open(output + "_matrix.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
-        writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
-    atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
-    atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
-                                         "greedy": args.greedy, "seed": args.seed,
-                                         "eval_episodes": args.eval_episodes, "results": rows})
+    with storage_errors(output + ".csv", hint=FREE_SPACE):
+        with atomic_open(output + "_matrix.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["checkpoint", "global_step", *[m or "(none)" for m in modifs]])
+            writer.writerows([lab, st["global_step"], *g] for lab, st, g in zip(labels, states, grid))
+        atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
+        atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
+                                             "greedy": args.greedy, "seed": args.seed,
+                                             "eval_episodes": args.eval_episodes, "results": rows})
     import numpy as np
 
     from continual.evaluation.plots import heatmap, regime_label

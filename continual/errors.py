@@ -1,12 +1,14 @@
-"""The two kinds of error a run reports as one line. UserError: bad flags, configs, checkpoints or modification
+"""The kinds of error a run reports as one line. UserError: bad flags, configs, checkpoints or modification
 names, reported as one line (`error: ...`) with exit code 2, before any work starts, never as a traceback.
+TrainingError (StorageError among them): a fault during the run, one line, exit code 1.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -39,6 +41,40 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(1) from None
 
     return wrapper
+
+
+class StorageError(TrainingError):
+    """A file of the run could not be written (a full disk, an I/O error, a file system gone read-only). Checkpoint
+    writes are atomic, so the previous checkpoint is intact: the message names it, and `--resume` continues from it
+    once the disk is fixed. `last_checkpoint`/`last_step` are filled in by the run session, which knows them."""
+
+    def __init__(self, file: str, cause: OSError, last_checkpoint: Optional[str] = None,
+                 last_step: Optional[int] = None, hint: Optional[str] = None):
+        super().__init__(file)
+        self.file, self.cause, self.hint = file, cause, hint  # hint: what to do, for writers other than a run
+        self.last_checkpoint, self.last_step = last_checkpoint, last_step
+
+    def __str__(self) -> str:
+        what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "read-only file system", errno.EIO: "I/O error"}.get(
+            self.cause.errno or 0, self.cause.strerror or str(self.cause))
+        if self.hint:
+            return f"{what} writing {self.file}; {self.hint}"
+        last = (f"the last checkpoint is {self.last_checkpoint} (step {self.last_step})" if self.last_checkpoint
+                else "no checkpoint was written yet")
+        return f"{what} writing {self.file}; {last}; free space and --resume"
+
+
+# errors of the storage rather than of the program: reported as StorageError (exit 1, retried by the launcher)
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+# of these, the ones that are no property of the folder (a read-only one is bad input at the start of a run)
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
+def is_storage_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
 
 
 class EnvWorkerError(TrainingError):

@@ -4,6 +4,12 @@ Atomic write: a temporary file next to the target (`.tmp-<random>-<name>`), flus
 A crash leaves the previous file (or none) and at most a `.tmp-*` file; an exception removes the temporary file.
 The temporary file gets the usual permissions (umask), like a plain `open(path, "w")`.
 
+Append-only files (metrics.jsonl, the evaluation table): `AppendFile` writes each record with one `os.write` of the
+whole line, and cuts a short write (a disk that fills mid-line) back off, so a failed write never leaves a torn line.
+
+Storage faults (a full disk, an I/O error, a read-only file system) met by the training process's writes become a
+`StorageError` naming the file (`storage_errors`); the temporary file of an atomic write is removed first.
+
 JSONL rule: lines are read in order, blank lines skipped; the last line is dropped when it is not valid JSON (a write
 cut by a crash); any other line that is not valid JSON is an error (the file was damaged, not cut).
 """
@@ -12,27 +18,58 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import os
 import secrets
 from typing import IO, Any, Callable, Iterator, Optional
 
-from continual.errors import UserError
-from continual.testing.faults import inject
+from continual.errors import STORAGE_ERRNOS, StorageError, UserError
+from continual.testing.faults import inject, raise_storage_fault
 
 TMP_PREFIX = ".tmp-"
 
 
+def storage_cause(e: BaseException) -> Optional[OSError]:
+    """The storage fault (ENOSPC, EIO, EROFS, EDQUOT) behind `e`, following its cause and context: torch.save turns
+    the OSError of a full disk into a RuntimeError raised while handling it."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextlib.contextmanager
+def storage_errors(path: str, hint: Optional[str] = None) -> Iterator[None]:
+    """Turn a storage fault met in the block into a one-line `StorageError` naming `path` (other errors pass);
+    `hint`: what to do, for writers other than a training run (see StorageError)."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as e:
+        cause = storage_cause(e)
+        if cause is None:
+            raise
+        raise StorageError(path, cause, hint=hint) from None
+
+
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", *, newline: Optional[str] = None,
-                fault: Optional[str] = None) -> Iterator[IO]:
+                fault: Optional[str] = None, fail: Optional[str] = None) -> Iterator[IO]:
     """A file to write `path` through: renamed over `path` when the block ends cleanly. `mode`: "w" or "wb".
-    `fault`: the TEST HOOK point (continual.testing.faults) reached between fsync and rename."""
+    `fault`: the TEST HOOK point (continual.testing.faults) reached between fsync and rename (a SIGKILL);
+    `fail`: the TEST HOOK point where a planned full disk fails the write (OSError ENOSPC) before the flush."""
     folder = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(4)}-{os.path.basename(path)}")
     try:
         with open(tmp, mode.replace("w", "x"), newline=newline) as f:
             yield f
+            if fail is not None:
+                raise_storage_fault(fail, tmp)
             f.flush()
             os.fsync(f.fileno())
         if fault is not None:
@@ -69,6 +106,44 @@ def atomic_write_csv(path: str, fieldnames: list[str], rows: list[dict]) -> str:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+class AppendFile:
+    """An append-only file of whole lines: each `write` is one `os.write` of the whole text (O_APPEND), and a short
+    write is cut back off, so the file never ends in a torn line written by us (a crash can still cut one: readers
+    drop a cut last line). Storage faults raise `StorageError`. `fault`: the TEST HOOK point where a planned full
+    disk fails a write."""
+
+    def __init__(self, path: str, fault: Optional[str] = None):
+        self.path, self.fault = path, fault
+        with storage_errors(path):
+            self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+
+    def write(self, text: str) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        data = text.encode("utf-8")
+        with storage_errors(self.path):
+            if self.fault is not None:
+                raise_storage_fault(self.fault, self.path)
+            size = os.fstat(self._fd).st_size
+            try:
+                n = os.write(self._fd, data)
+            except OSError:
+                self._cut(size)
+                raise
+            if n != len(data):  # the disk filled in the middle of the line
+                self._cut(size)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+
+    def _cut(self, size: int) -> None:
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, size)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:

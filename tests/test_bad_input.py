@@ -404,6 +404,11 @@ def _runs_dir_is_a_file(ctx: Ctx) -> list[str]:
 
 
 case("output-runs-dir-under-a-file", "not writable", _runs_dir_is_a_file, runs_dir_flag=False)
+# permission bits pass /proc for root: the folder is probed by creating one, and that before the configuration printout
+flags("output-runs-dir-unwritable-for-root", ("not writable", "/proc/forbidden"), "--total_timesteps", "128",
+      "--runs_dir", "/proc/forbidden")
+flags("output-wandb-dir-unwritable", ("not writable", "/proc/forbidden/wandb"), "--total_timesteps", "128",
+      "--track", "--wandb_dir", "/proc/forbidden/wandb")
 
 
 def _run_name_exists(ctx: Ctx) -> list[str]:
@@ -606,7 +611,7 @@ CORE = {
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
     "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "compile-on-an-agent-without-it", "batched-for-gymnasium", "removed-key-env-groups",
     "cli-unknown-flag", "cli-literal-lists-choices",
-    "output-run-name-exists", "save-agent-wandb-without-track",
+    "output-run-name-exists", "output-runs-dir-unwritable-for-root", "save-agent-wandb-without-track",
     # --resume and eval.py
     "resume-impala-run-with-the-ppo-file", "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",
     "eval-unknown-modification", "eval-architecture-field-mismatch", "eval-missing-agent-path",

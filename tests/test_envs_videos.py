@@ -57,3 +57,16 @@ def test_training_default_is_the_capped_cubic_schedule():
     from continual.envs.vector import EnvSettings
 
     assert EnvSettings.from_args(Args(capture_video=True), video_dir="videos").video_every == 0
+
+
+def test_a_video_that_cannot_be_written_warns_once_and_the_env_goes_on(tmp_path, capfd):
+    folder = tmp_path / "videos"
+    env = RegimeVideo(gym.make("CartPole-v1", render_mode="rgb_array", max_episode_steps=3), str(folder), 1, "",
+                      start_step=0)
+    folder.rmdir()
+    folder.write_text("a file where the videos folder was")  # every video write now fails (not a directory)
+    play(env, 4)
+    env.close()
+    err = capfd.readouterr().err.splitlines()
+    assert len([ln for ln in err if ln.startswith("warning: video write failed")]) == 1, err  # 4 videos failed
+    assert "Traceback" not in "\n".join(err)

@@ -173,8 +173,8 @@ def test_a_stale_claim_is_taken_over_by_exactly_one(tmp_path):
 
 FAKE = r'''
 """Stand-in for continual_training_example.py: a run directory, a checkpoint, metrics; behaviour by seed from
-plan.json beside this file (one action per attempt: ok, fail, usage, wait)."""
-import json, os, sys, time
+plan.json beside this file (one action per attempt: ok, fail, usage, wait, storage, corrupt)."""
+import glob, json, os, sys, time
 argv = sys.argv[1:]
 opt = lambda k: argv[argv.index(k) + 1] if k in argv else None
 here = os.path.dirname(os.path.abspath(__file__))
@@ -189,9 +189,15 @@ else:
 with open(os.path.join(run_dir, "attempts"), "a") as f:
     f.write(f"{os.getpid()} {'resume' if opt('--resume') else 'fresh'} {time.time()}\n")
 n = len(open(os.path.join(run_dir, "attempts")).readlines())
+n += sum(len(open(os.path.join(p, "attempts")).readlines()) for p in glob.glob(run_dir + ".incomplete*"))
 plan = json.load(open(os.path.join(here, "plan.json"))).get(str(cfg.get("seed", 1)), ["ok"])
 action = plan[min(n, len(plan)) - 1]
-open(os.path.join(run_dir, "checkpoints", f"periodic__step{50 * n}.cleanrl_model"), "w").write("x")
+import zipfile
+ckpt = os.path.join(run_dir, "checkpoints", f"periodic__step{50 * n}.cleanrl_model")
+with zipfile.ZipFile(ckpt, "w") as z:  # a whole archive, as torch.save writes (the launcher checks for one)
+    z.writestr("archive/data.pkl", b"x")
+if action == "corrupt":  # a damaged newest checkpoint (a partial copy, bit rot), then a failure
+    open(ckpt, "wb").write(b"PK\x03\x04 cut")
 with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
     f.write(json.dumps({"kind": "iteration", "global_step": 50 * n, "charts/SPS": 7}) + "\n")
     f.write(json.dumps({"kind": "episode", "global_step": 50 * n, "return": 1.5}) + "\n")
@@ -200,6 +206,8 @@ while action == "wait" and not os.path.exists(os.path.join(here, "go")):
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0.2")))
 if action == "fail":
     sys.exit("RuntimeError: boom")
+if action in ("storage", "corrupt"):
+    sys.exit("error: no space left on device writing x; the last checkpoint is y (step 50); free space and --resume")
 if action == "usage":
     print("error: refused", file=sys.stderr)
     sys.exit(2)
@@ -258,6 +266,24 @@ def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(
     assert L.main(args + ["--resume-id", "2", "--retry_failed"]) == 0
     assert [a[1] for a in attempts(runs[3])][-2:] == ["resume", "end"] and q.status("002_seed=3")["state"] == "done"
     assert q.status("003_seed=4")["state"] == "failed" and len(attempts(runs[4])) == 1
+
+
+def test_damaged_files_are_retried_from_the_newest_whole_checkpoint(tmp_path, ray_shutdown):
+    """A full disk (exit 1) and a corrupt newest checkpoint are not bad input: retried with --resume while a whole
+    checkpoint is left; an entry whose checkpoints are all damaged starts again, its remains kept aside."""
+    script = fake_script(tmp_path / "s", {"1": ["storage", "ok"], "2": ["fail", "corrupt", "ok"],
+                                          "3": ["corrupt", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3]}, "max_retries": 2})
+    folder = str(tmp_path / "f")
+    assert L.main([exp, "--folder", folder, "--script", script, "--num_cpus", "2"]) == 0
+    q = Queue(folder)
+    runs = {s: q.run_dir(f"{s - 1:03d}_seed={s}") for s in (1, 2, 3)}
+    assert [a[1] for a in attempts(runs[1])] == ["fresh", "resume", "end"]
+    assert [a[1] for a in attempts(runs[2])] == ["fresh", "resume", "resume", "end"]
+    # seed 3: its only checkpoint was damaged: no --resume (it would be refused, exit 2), a fresh start instead
+    assert [a[1] for a in attempts(runs[3] + ".incomplete1")] == ["fresh"]
+    assert [a[1] for a in attempts(runs[3])] == ["fresh", "end"]
+    assert all(q.status(os.path.basename(d))["state"] == "done" for d in runs.values())
 
 
 @pytest.fixture
@@ -449,3 +475,22 @@ def test_shipped_experiment_files_validate(path, tmp_path):
     first_seed = experiment.entries[0].config.get("seed")
     variants = [e for e in experiment.entries if e.config.get("seed") == first_seed][:4]
     validate(dataclasses.replace(experiment, entries=variants), str(tmp_path / "runs"))
+
+
+def test_a_full_disk_writing_a_status_file_is_one_line_and_keeps_the_old_status(tmp_path, monkeypatch):
+    import errno
+
+    from continual.errors import StorageError
+
+    q = Queue(str(tmp_path))
+    q.create()
+    q.set_status("e", state="running")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", full)
+    with pytest.raises(StorageError, match=r"^no space left on device writing .*e\.status\.json; free space and run"):
+        q.set_status("e", state="done")
+    monkeypatch.undo()
+    assert q.status("e")["state"] == "running" and os.listdir(q.dir) == ["e.status.json"]

@@ -121,3 +121,26 @@ def test_wandb_group_tags_and_final_metrics_in_the_summary(tmp_path):
     final = json.load(open(os.path.join(run_dir, "metrics.json")))["summary"]
     assert final["final"] is not None and summary["final_metrics/final"] == pytest.approx(final["final"])
     assert summary["final_metrics/average"] == pytest.approx(final["average"])
+
+
+def test_a_failed_tensorboard_write_warns_once_and_the_metrics_go_on(tmp_path, capsys):
+    import errno
+
+    from continual.training.tracking import RunLogger, read_metrics
+
+    logger = RunLogger(str(tmp_path), {"a": 1})
+    calls = []
+
+    def full(*a, **k):
+        calls.append(a)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    logger.writer._target.add_scalar = full
+    for step in (1, 2, 3):
+        logger.scalars({"charts/x": 1.0}, step)
+        logger.record("iteration", step)
+    logger.close()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(calls) == 1  # not tried again: a failed writer's thread is dead
+    assert len(err) == 1 and err[0].startswith("warning: TensorBoard write failed") and "No space left" in err[0]
+    assert [r["global_step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [1, 2, 3]

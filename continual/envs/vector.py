@@ -25,6 +25,7 @@ import dataclasses
 import multiprocessing as mp
 import re
 import signal
+import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -175,6 +176,17 @@ class RegimeVideo(gym.wrappers.RecordVideo):
     def start_regime(self, modification: str, step: int) -> None:
         self.name_prefix = f"{regime_slug(modification)}__step{step}"
         self._regime = modification
+
+    def stop_recording(self) -> None:
+        # a video that cannot be written (full disk, ffmpeg failure) must not stop training: warn once, go on
+        try:
+            super().stop_recording()
+        except Exception as e:
+            self.recorded_frames, self.recording, self._video_name = [], False, None
+            if not getattr(self, "_video_failed", False):
+                self._video_failed = True
+                print(f"warning: video write failed in {self.video_folder} ({' '.join(str(e).split())[:200]}); "
+                      f"training goes on, later videos are tried again", file=sys.stderr)
 
 
 class FlattenBoxAction(gym.ActionWrapper):

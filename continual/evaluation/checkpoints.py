@@ -24,9 +24,11 @@ from continual.envs.backends import task_compat, task_env_ids, validate_env_id, 
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
-from continual.io import atomic_write_csv, atomic_write_json
+from continual.io import atomic_write_csv, atomic_write_json, storage_errors
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
+
+FREE_SPACE = "free space and run eval.py again"  # a full disk writing the results (exit 1, one line)
 
 AgentLookup = Callable[[str], Optional[ModuleType]]
 
@@ -189,8 +191,9 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
             "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
-    atomic_write_csv(output + ".csv", list(rows[0]), rows)
-    atomic_write_json(output + ".json", {**meta, "results": rows})
+    with storage_errors(output + ".csv", hint=FREE_SPACE):
+        atomic_write_csv(output + ".csv", list(rows[0]), rows)
+        atomic_write_json(output + ".json", {**meta, "results": rows})
     print(f"wrote {output}.csv and {output}.json")
 
     if args.track:

@@ -44,6 +44,7 @@ from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
+from continual.io import AppendFile, storage_cause
 from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.processes import stop_processes
 from continual.training.callbacks import Callback, SwitchEvent
@@ -295,24 +296,33 @@ class ContinualEvaluator(Callback):
         new = not os.path.exists(self.table_path)
         logger = self.session.logger
         scalars: dict[str, float] = {}
-        with open(self.table_path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            if new:
-                writer.writeheader()
-            for row, secs in rows:
-                m = row["modification"]
-                split = "curriculum" if m in self.curriculum else "heldout"
-                writer.writerow({"step": step, "modification": m, "slug": regime_slug(m), "split": split,
-                                 "episodes": row["episodes"], "mean": row["mean"], "std": row["std"],
-                                 "min": row["min"], "max": row["max"], "mean_length": row["mean_length"],
-                                 "seconds": round(secs, 3), "greedy": self.args.eval_greedy,
-                                 "success_rate": row.get("success_rate", "")})
-                her = {"success_rate": row["success_rate"]} if "success_rate" in row else {}
-                logger.record("eval", step, modification=m, split=split, mean=row["mean"], std=row["std"],
-                              episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3), **her)
-                scalars[f"eval/{regime_slug(m)}"] = row["mean"]
-                if her:
-                    scalars[f"eval/success_rate/{regime_slug(m)}"] = row["success_rate"]
+        buf = io.StringIO(newline="")
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        for row, secs in rows:
+            m = row["modification"]
+            writer.writerow({"step": step, "modification": m, "slug": regime_slug(m),
+                             "split": "curriculum" if m in self.curriculum else "heldout",
+                             "episodes": row["episodes"], "mean": row["mean"], "std": row["std"],
+                             "min": row["min"], "max": row["max"], "mean_length": row["mean_length"],
+                             "seconds": round(secs, 3), "greedy": self.args.eval_greedy,
+                             "success_rate": row.get("success_rate", "")})
+        # the step's rows in one write: a full disk leaves the table as it was, never a torn row (StorageError)
+        table = AppendFile(self.table_path, fault="write_eval_table")
+        try:
+            table.write(buf.getvalue())
+        finally:
+            table.close()
+        for row, secs in rows:
+            m = row["modification"]
+            split = "curriculum" if m in self.curriculum else "heldout"
+            her = {"success_rate": row["success_rate"]} if "success_rate" in row else {}
+            logger.record("eval", step, modification=m, split=split, mean=row["mean"], std=row["std"],
+                          episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3), **her)
+            scalars[f"eval/{regime_slug(m)}"] = row["mean"]
+            if her:
+                scalars[f"eval/success_rate/{regime_slug(m)}"] = row["success_rate"]
         cur = [r["mean"] for r, _ in rows if r["modification"] in self.curriculum]
         held = [r["mean"] for r, _ in rows if r["modification"] not in self.curriculum]
         if cur:
@@ -426,8 +436,8 @@ class ContinualEvaluator(Callback):
                 session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
                                         if isinstance(v, (int, float))})
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
-            except Exception:  # noqa: BLE001
-                print(f"warning: metrics.json could not be written:\n{traceback.format_exc()}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: metrics.json could not be written:{_why(e)}", file=sys.stderr)
         if args.plots:
             try:
                 paths = plots.plot_run(session.run_dir)
@@ -438,8 +448,14 @@ class ContinualEvaluator(Callback):
 
                     wandb_run.log({f"plots/{os.path.splitext(os.path.basename(p))[0]}": wandb.Image(p)
                                    for p in paths} | {"global_step": session.global_step})
-            except Exception:  # noqa: BLE001
-                print(f"warning: plots could not be written:\n{traceback.format_exc()}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: plots could not be written:{_why(e)}", file=sys.stderr)
+
+
+def _why(e: Exception) -> str:
+    """A full disk in one line (the run itself is finished and saved); anything else with its traceback."""
+    cause = storage_cause(e)
+    return f" {cause.strerror or cause}" if cause is not None else f"\n{traceback.format_exc()}"
 
 
 def attach(session, agent: torch.nn.Module, device: torch.device,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from typing import Optional
 
-from continual.io import atomic_write_csv
+from continual.io import atomic_write_csv, storage_errors
 
 EVAL_TABLE = "eval_table.csv"
 COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
@@ -38,5 +38,6 @@ def keep_rows_until(path: str, step: Optional[int]) -> set[int]:
     rows = read_rows(path)
     if step is not None:
         rows = [r for r in rows if int(r["step"]) <= step]
-    atomic_write_csv(path, COLUMNS, rows)
+    with storage_errors(path):
+        atomic_write_csv(path, COLUMNS, rows)
     return {int(r["step"]) for r in rows}

@@ -6,7 +6,9 @@ Every entry is the ordinary training CLI (`continual_training_example.py`) in a 
 own run directory under the experiment folder (see `continual.launch.queue` for the layout). Re-running the same
 command continues the experiment: finished entries are skipped, unfinished ones resume from their newest
 checkpoint. A run that exits non-zero is retried from its checkpoint up to --max_retries times, then reported as
-failed (a run refused with exit code 2, bad input, is not retried). A run lost with its Ray node is resumed
+failed (a run refused with exit code 2, bad input, is not retried). Damaged files are not bad input: a run stopped by
+a full disk (exit 1) is retried, and every retry resumes from the newest checkpoint that reads (corrupt newer ones are
+skipped; a run with none whole starts again, its remains kept as `<entry>.incomplete<k>`). A run lost with its Ray node is resumed
 elsewhere without counting as a failure. Several launchers may share one experiment folder (also from several
 machines, the folder on shared storage): each entry is run by one of them.
 """
@@ -34,7 +36,7 @@ from continual.evaluation import metrics, plots
 from continual.launch import ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Queue
-from continual.training.checkpoint import SUFFIX
+from continual.training.checkpoint import SUFFIX, looks_complete
 
 SCRIPT = "continual_training_example.py"
 LOST_LIMIT = 5  # runs lost with their node, per entry and launcher, before it counts as failed
@@ -166,9 +168,11 @@ class Launcher:
     # --- one entry ---------------------------------------------------------------------------------------------
     def argv(self, entry: Entry) -> list[str]:
         run_dir = self.queue.run_dir(entry.name)
-        if glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX)):
+        # damaged files (a full disk, a partial copy) are not bad input: resume from the newest whole checkpoint (the
+        # run skips newer corrupt ones itself); with none whole, start again as below
+        if any(looks_complete(f) for f in glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX))):
             return [self.script, "--resume", run_dir]
-        if os.path.lexists(run_dir):  # started, but lost before its first checkpoint: start again, keep the remains
+        if os.path.lexists(run_dir):  # started, but lost before its first whole checkpoint: start again, keep the remains
             k = 1
             while os.path.lexists(f"{run_dir}.incomplete{k}"):
                 k += 1

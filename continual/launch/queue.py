@@ -20,6 +20,7 @@ A status file is written (atomically, write + rename) only by the entry's owner.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -27,6 +28,8 @@ import re
 import socket
 import time
 from typing import Optional
+
+from continual.errors import StorageError, is_storage_error
 
 HOST = socket.gethostname()
 DONE, FAILED = "done", "failed"
@@ -104,9 +107,16 @@ class Queue:
         data = {**self.status(entry), **fields, "updated": time.time(), "host": HOST, "pid": os.getpid()}
         path = os.path.join(self.dir, entry + ".status.json")
         tmp = f"{path}.{HOST}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=2)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if is_storage_error(e):  # the previous status stays: the same command continues once space is back
+                raise StorageError(path, e, hint="free space and run the same command again") from None
+            raise
         return data
 
     # --- claims ------------------------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ Points where the process that reaches them SIGKILLs itself:
   `env_reset`, `env_switch` (setting the modifications of a switch).
 Points where the IMPALA learner SIGKILLs actor `who` (default: the last) and waits for its death (`kill_at`):
 `publish` (in the middle of publishing the weights), `broadcast_switch` (in the middle of sending a switch).
+Points where a write fails as on a full disk (OSError ENOSPC, `raise_storage_fault`), in the trainer:
+`write_checkpoint` (a checkpoint's temporary file, before its flush), `write_metrics` (a metrics.jsonl record),
+`write_eval_table` (the continual-evaluation table's rows), `write_final_model` (the final policy file).
 Other points: `nan_loss` (the PPO loss becomes NaN in that update).
 With `CONTINUAL_FAULT_LOG=<file>`, every kill appends `<unix time> <point> <pid of the killed process>` to the file
 first, so that a test knows when the fault happened.
@@ -20,6 +23,7 @@ first, so that a test knows when the fault happened.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -55,6 +59,12 @@ def inject(point: str, who: Optional[int] = None) -> bool:
     if point in _SELF_KILL:
         _kill(point, os.getpid())
     return True
+
+
+def raise_storage_fault(point: str, path: str) -> None:
+    """TEST HOOK: when the planned fault at `point` fires, fail like a write on a full disk."""
+    if inject(point):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
 
 def _kill(point: str, pid: int) -> None:

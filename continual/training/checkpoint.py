@@ -2,6 +2,11 @@
 
 A checkpoint is a dict of tensors and plain Python values, written atomically (temporary file, fsync, rename) and
 read with `torch.load(..., weights_only=True)`, so loading never runs pickled code.
+
+A run directory given for a checkpoint (`--resume RUN_DIR`, `eval.py RUN_DIR`) means its newest *valid* checkpoint:
+newer ones that are corrupt or truncated (a partial copy between machines, bit rot) are skipped with one warning line
+(`--resume` also renames them to `<name>.corrupt`, out of the way of the resumed run). A corrupt file named
+explicitly, or a run whose checkpoints are all corrupt, is a UserError (exit 2).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import pickle
 import random
 import re
+import sys
 import zipfile
 from typing import Any, Optional
 
@@ -20,8 +26,9 @@ import torch
 from continual.config.args import field_names
 from continual.config.loading import load_json_file
 from continual.errors import TrainingError, UserError
-from continual.io import TMP_PREFIX, atomic_open
+from continual.io import TMP_PREFIX, atomic_open, storage_errors
 
+CORRUPT_SUFFIX = ".corrupt"  # a skipped corrupt checkpoint, renamed by --resume
 FORMAT_VERSION = 1
 LIBRARY_VERSION = "0.1.0"
 SUFFIX = ".cleanrl_model"
@@ -56,19 +63,28 @@ def _to_tuple(x: Any) -> Any:
 def save_checkpoint(path: str, payload: dict) -> str:
     """Write atomically: a crash mid-write leaves the previous file (or none), never a truncated one."""
     payload = {"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with atomic_open(path, "wb", fault="checkpoint_write") as f:
-            torch.save(payload, f)
+        with storage_errors(path):  # a full disk: StorageError (the temporary file is gone, the previous one intact)
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with atomic_open(path, "wb", fault="checkpoint_write", fail="write_checkpoint") as f:
+                torch.save(payload, f)
     except OSError as e:
         raise TrainingError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
     return path
 
 
+class CorruptCheckpoint(UserError):
+    """The file is not a readable checkpoint: empty, truncated, damaged or another kind of file."""
+
+
 def load_checkpoint(path: str, expect_architecture: Optional[str] = None) -> dict:
-    """Load with weights_only=True; every failure is a one-line UserError."""
+    """Load with weights_only=True; every failure is a one-line UserError. A run directory: its newest valid
+    checkpoint (see the module docstring); the newer corrupt ones it skipped are listed under "skipped_corrupt"."""
     if os.path.isdir(path):
-        path = latest_checkpoint(path)
+        path, data, skipped = newest_valid(path)
+        data = _check(data, path, expect_architecture)
+        data["skipped_corrupt"] = skipped
+        return data
     return _check(_read(path), path, expect_architecture)
 
 
@@ -76,9 +92,10 @@ def _read(path: str) -> Any:
     if not os.path.exists(path):
         raise UserError(f"checkpoint {path!r} does not exist")
     if os.path.getsize(path) == 0:
-        raise UserError(f"checkpoint {path!r} is empty")
+        raise CorruptCheckpoint(f"checkpoint {path!r} is empty")
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not ours
-        raise UserError(f"checkpoint {path!r} is not a PyTorch checkpoint (corrupt, truncated or another kind of file)")
+        raise CorruptCheckpoint(f"checkpoint {path!r} is not a PyTorch checkpoint (corrupt, truncated or another kind "
+                                f"of file)")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -86,8 +103,48 @@ def _read(path: str) -> Any:
                         f"could run code when loaded") from None
     except Exception as e:  # a damaged archive surfaces as many exception types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"checkpoint {path!r} is corrupt or truncated ({first})") from None
+        raise CorruptCheckpoint(f"checkpoint {path!r} is corrupt or truncated ({first})") from None
     return data
+
+
+def newest_valid(run_dir: str) -> tuple[str, Any, list[str]]:
+    """(path, contents, skipped) for the newest checkpoint of `run_dir` that reads; the newer corrupt ones (`skipped`)
+    are named in one warning line on stderr. None reads: a UserError."""
+    files = checkpoints_newest_first(run_dir)
+    if not files:
+        raise UserError(f"run directory {run_dir!r} has no checkpoints")
+    bad: list[str] = []
+    for f in files:
+        try:
+            data = _read(f)
+        except CorruptCheckpoint:
+            bad.append(f)
+            continue
+        if bad:
+            step = data.get("global_step") if isinstance(data, dict) else None
+            print(f"warning: skipped corrupt or truncated checkpoint{'s' if len(bad) > 1 else ''} "
+                  f"{', '.join(map(os.path.basename, bad))}; using {f}" + (f" (step {step})" if step is not None
+                                                                           else ""), file=sys.stderr)
+        return f, data, bad
+    raise UserError(f"run directory {run_dir!r}: all {len(bad)} checkpoints are corrupt or truncated "
+                    f"({', '.join(map(os.path.basename, bad))})")
+
+
+def set_aside_corrupt(paths: list[str]) -> None:
+    """Rename skipped corrupt checkpoints to `<name>.corrupt` (kept for inspection, out of the resumed run's way)."""
+    for p in paths:
+        if os.path.exists(p):
+            os.replace(p, p + CORRUPT_SUFFIX)
+
+
+def looks_complete(path: str) -> bool:
+    """A cheap check (no tensor is read) that a checkpoint file is a whole zip archive: false for an empty,
+    truncated or foreign file. A file that passes may still fail to load (damage inside the archive)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("data.pkl") for n in z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
 
 
 def _check(data: Any, path: str, expect_architecture: Optional[str]) -> dict:
@@ -132,7 +189,7 @@ def final_policy_path(run_dir: str, args: Any) -> str:
 
 def save_state_dict(path: str, state_dict: dict) -> str:
     """The policy alone (a plain state_dict, loadable with `agent.load_state_dict(torch.load(path))`), atomically."""
-    with atomic_open(path, "wb") as f:
+    with storage_errors(path), atomic_open(path, "wb", fail="write_final_model") as f:
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
     return path
 
@@ -141,8 +198,9 @@ def load_policy_file(path: str) -> dict:
     """A checkpoint, a run directory (its newest checkpoint) or a final policy file (a plain state_dict); the
     latter gets architecture, args and regimes from the run's config.json next to it."""
     if os.path.isdir(path):
-        path = latest_checkpoint(path)
-    data = _read(path)
+        path, data, _ = newest_valid(path)
+    else:
+        data = _read(path)
     if not (isinstance(data, dict) and data and "format_version" not in data
             and all(isinstance(v, torch.Tensor) for v in data.values())):
         return _check(data, path, None)
@@ -163,12 +221,18 @@ def load_policy_file(path: str) -> dict:
             "path": path, "run_dir": run_dir}
 
 
-def latest_checkpoint(run_dir: str) -> str:
-    """The newest checkpoint of a run directory (by global step, then modification time)."""
+def checkpoints_newest_first(run_dir: str) -> list[str]:
+    """The checkpoints of a run directory, newest first (by global step, then modification time)."""
     files = glob.glob(os.path.join(checkpoint_dir(run_dir), "*" + SUFFIX))
+    return sorted(files, key=lambda f: (_step_of(f), os.path.getmtime(f)), reverse=True)
+
+
+def latest_checkpoint(run_dir: str) -> str:
+    """The newest checkpoint file of a run directory (valid or not; see `newest_valid`)."""
+    files = checkpoints_newest_first(run_dir)
     if not files:
         raise UserError(f"run directory {run_dir!r} has no checkpoints")
-    return max(files, key=lambda f: (_step_of(f), os.path.getmtime(f)))
+    return files[0]
 
 
 def _step_of(path: str) -> int:

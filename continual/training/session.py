@@ -20,7 +20,7 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum, args_to_dict
 from continual.curricula import ModificationFactory
 from continual.envs.vector import regime_slug, switch_seed
-from continual.errors import TrainingError
+from continual.errors import StorageError, TrainingError
 from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
 from continual.training.callbacks import (
@@ -58,6 +58,9 @@ class RunSession:
         self._checkpoint_requests: list[str] = []
         self.save_fn: Optional[Callable[[], dict]] = None
         self.last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
+        # the newest checkpoint on disk (path, step): what a storage fault's message points --resume at
+        self.last_checkpoint: Optional[tuple[str, int]] = (
+            (resume_state["path"], resume_state["global_step"]) if resume_state else None)
         self.callbacks: list[Callback] = []
         # stays last (add_callback inserts before it): its wall-time clock counts the iteration's other callbacks
         self._periodic = CheckpointCallback(args.checkpoint_every, args.checkpoint_minutes)
@@ -100,10 +103,19 @@ class RunSession:
 
     def failure(self, error: Exception) -> TrainingError:
         """The error to raise after a run-stopping fault, once the last good state is saved (unless the weights
-        themselves are broken)."""
+        themselves are broken). A storage fault saves nothing more (the disk is the problem): its message names the
+        newest checkpoint, which is intact (checkpoints are written atomically)."""
+        if isinstance(error, StorageError):
+            return self.storage_failure(error)
         saved = self.save_after_failure() if getattr(error, "weights_ok", True) else None
         where = f"saved {saved}" if saved else f"the newest checkpoint in {self.checkpoint_dir} is the last good one"
         return TrainingError(f"{error}; {where}")
+
+    def storage_failure(self, error: StorageError) -> StorageError:
+        """`error` with the newest checkpoint filled in."""
+        if error.last_checkpoint is None and self.last_checkpoint is not None:
+            error.last_checkpoint, error.last_step = self.last_checkpoint
+        return error
 
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
@@ -205,6 +217,7 @@ class RunSession:
             **self.save_fn(),
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
+        self.last_checkpoint = (path, self.global_step)
         self.last_save_time = time.monotonic()
         self._last_payload = payload
         if name.startswith("periodic__"):

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import sys
+import tempfile
 import time
 from typing import Optional, Sequence
 
@@ -30,7 +31,7 @@ from continual.envs.backends import (
     validate_modification,
 )
 from continual.envs.vector import EnvSettings, make_env
-from continual.errors import UserError
+from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError
 from continual.modstrings import parse_eval_modifs
 from continual.training import checkpoint as ckpt_lib
 from continual.training.session import RunSession
@@ -266,15 +267,27 @@ def check_replay_disk(args: Args, regimes: Sequence[str], run_dir: str) -> None:
 
 
 def check_creatable(folder: str) -> None:
-    """Fail when `folder` could not be created, creating nothing: its nearest existing parent must be a writable
-    folder (create_run_dir then really writes)."""
+    """Fail when `folder` could not be created or written, creating nothing: a probe folder is made and removed in
+    its nearest existing parent (permission bits alone would pass /proc or a read-only mount for root)."""
     parent = os.path.abspath(folder)
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UserError(f"output folder {folder!r} is not writable: {parent!r} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"output folder {folder!r} is not writable: permission denied on {parent!r}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=parent))
+    except OSError as e:
+        if e.errno in FULL_DISK_ERRNOS:  # not bad input: the run can start once space is back (exit 1)
+            raise StorageError(folder, e) from None
+        raise UserError(f"output folder {folder!r} is not writable: {e.strerror or e} in {parent!r}") from None
+
+
+def check_output_folders(args: Args, run_dir: str) -> None:
+    """Every folder the run will write: the run directory (checkpoints, videos and W&B files by default go below
+    it) and --wandb_dir; checked before the configuration is printed."""
+    check_creatable(run_dir)
+    if args.track and args.wandb_dir:
+        check_creatable(args.wandb_dir)
 
 
 def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
@@ -318,7 +331,11 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
             factory.load_state_dict(resume_state["factory_state"])
         except FactoryConfigError as e:
             raise UserError(f"checkpoint does not match its curriculum: {e}") from None
-        check_creatable(ckpt_lib.checkpoint_dir(ckpt_lib.run_dir_of(resume_state["path"])))
+        try:
+            check_output_folders(args, ckpt_lib.checkpoint_dir(ckpt_lib.run_dir_of(resume_state["path"])))
+        except StorageError as e:
+            e.last_checkpoint, e.last_step = resume_state["path"], resume_state["global_step"]
+            raise
     else:
         if args.run_name is None:
             args.run_name = default_run_name(args)
@@ -326,13 +343,22 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
         if os.path.lexists(path):
             raise UserError(f"run directory {path!r} already exists; pass --resume {path} to continue it, or another "
                             f"--run_name")
-        check_creatable(path)
+        check_output_folders(args, path)
     return Plan(factory, total, regimes)
 
 
 def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int
               ) -> RunSession:
     """Everything before the first env: validate, create or reopen the run directory, seed, open the logger."""
+    try:
+        return _start_run(args, curriculum, resume_state, granularity)
+    except StorageError as e:  # a full disk already: the checkpoint being resumed is the last one
+        if resume_state is not None and e.last_checkpoint is None:
+            e.last_checkpoint, e.last_step = resume_state["path"], resume_state["global_step"]
+        raise
+
+
+def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], granularity: int) -> RunSession:
     plan = preflight(args, curriculum, resume_state, granularity)
     factory, total, regimes = plan.factory, plan.total, plan.regimes
     retain_freed_memory()
@@ -340,6 +366,7 @@ def start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict], 
         run_dir = ckpt_lib.run_dir_of(resume_state["path"])
         check_writable(run_dir)
         ckpt_lib.remove_partial_writes(ckpt_lib.checkpoint_dir(run_dir))
+        ckpt_lib.set_aside_corrupt(resume_state.get("skipped_corrupt", []))
     else:
         run_dir = create_run_dir(args.runs_dir, args.run_name)
     config = {**args_to_dict(args), "modification_factory": curriculum.factory,

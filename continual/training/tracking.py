@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from typing import Any, Optional, Sequence
 
-from continual.errors import UserError
-from continual.io import atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines
+from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, one_line
+from continual.io import AppendFile, atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines, storage_errors
 from continual.training.checkpoint import checkpoint_dir
 
 
@@ -30,6 +31,8 @@ def check_writable(folder: str) -> None:
             f.write("ok")
         os.unlink(probe)
     except OSError as e:
+        if e.errno in FULL_DISK_ERRNOS:  # not bad input: the run can go on once space is back (exit 1)
+            raise StorageError(folder, e) from None
         raise UserError(f"output folder {folder!r} is not writable: {e.strerror or e}") from None
 
 
@@ -44,7 +47,35 @@ def create_run_dir(runs_dir: str, run_name: str) -> str:
 
 
 def write_json(path: str, data: Any) -> None:
-    atomic_write_json(path, data, sort_keys=True)
+    with storage_errors(path):
+        atomic_write_json(path, data, sort_keys=True)
+
+
+class WarnOnce:
+    """`target` (a TensorBoard writer, a W&B run) whose method calls never stop the run: the first failure prints one
+    warning line, and every later call does nothing (a failed TensorBoard writer's thread is dead: closing it could
+    block)."""
+
+    def __init__(self, target: Any, what: str):
+        self._target, self._what, self._failed = target, what, False
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._failed:
+                return None
+            try:
+                return attr(*args, **kwargs)
+            except Exception as e:
+                self._failed = True
+                print(f"warning: {self._what} write failed ({one_line(str(e) or type(e).__name__)[:200]}); the run "
+                      f"goes on without {self._what}", file=sys.stderr)
+                return None
+
+        return call
 
 
 def _clean(v: Any) -> Any:
@@ -68,8 +99,9 @@ class RunLogger:
         if resume_step is not None:
             truncate_metrics(self.metrics_path, resume_step, resume_modification)
         # purge_step hides TensorBoard events past the checkpoint, so a resumed run has no duplicated steps
-        self.writer = SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1)
-        self._metrics = open(self.metrics_path, "a", buffering=1)
+        self.writer = WarnOnce(SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1),
+                               "TensorBoard")
+        self._metrics = AppendFile(self.metrics_path, fault="write_metrics")
         if resume_step is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in sorted(config.items()) if not isinstance(v, dict)))
@@ -82,6 +114,7 @@ class RunLogger:
                 dir=wandb_dir or run_dir, id=wandb_id, resume="allow", job_type="training", group=wandb_group,
                 tags=list(wandb_tags) or None,
             )
+            self.wandb_run = WarnOnce(self.wandb_run, "W&B")
             self.wandb_run.define_metric("global_step")
             self.wandb_run.define_metric("*", step_metric="global_step")
         self._logged_videos: set[str] = set()
@@ -148,7 +181,8 @@ def truncate_metrics(path: str, step: int, modification: Optional[str] = None) -
         redo_switch = rec.get("kind") == "switch" and rec["global_step"] == step and rec.get("modification") != modification
         if rec.get("global_step", 0) <= step and not redo_switch:
             keep.append(line if line.endswith("\n") else line + "\n")
-    atomic_write_text(path, "".join(keep))
+    with storage_errors(path):
+        atomic_write_text(path, "".join(keep))
 
 
 def read_metrics(path: str) -> list[dict]:
