@@ -318,7 +318,7 @@ def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
         repeat_action_probability=settings.repeat_action_probability,
         max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
         need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
-        full_action_space=settings.compat.full_action_space,
+        full_action_space=settings.compat.full_action_space, actions=settings.compat.actions,
     )
     if settings.compat.obs_shape is not None or settings.compat.num_actions is not None:
         env = PadTask(env, settings.compat.obs_shape, settings.compat.num_actions)
