@@ -15,8 +15,8 @@ Observations (`--obs_mode`):
   monster, pet, object, corpse, statue, ...; see `GLYPH_CLASSES`), for fast MLP/CNN agents (the small grid CNN).
 
 Actions: each task's own MiniHack action set; when a run's tasks name several env ids (a task sequence, held-out
-evaluation tasks), every env is made with the union of their action sets (`union_actions`, in order of first
-appearance over the sorted ids), so the same index is the same NetHack command in every task.
+evaluation tasks), every env is made with the union of their action sets (`union_actions`, in NLE's order of
+all actions; held-out `--eval_modifs` tasks included), so the same index is the same NetHack command in every task.
 
 Modifications: none besides the `env=<id>` token of task sequences (`continual.envs.backends.split_task`); a task
 switch swaps the worker's env stack for the other id's, in the same process, as for MinAtar games.
@@ -128,12 +128,12 @@ def task_actions(env_id: str) -> tuple[int, ...]:
 
 
 def union_actions(env_ids: Sequence[str]) -> tuple[int, ...]:
-    """The action set every task of a run gets: the union of theirs, in order of first appearance over the sorted
-    ids (MiniHack's 8 compass moves come first in every navigation task)."""
-    out: list[int] = []
-    for env_id in sorted(env_ids):
-        out += [a for a in task_actions(env_id) if a not in out]
-    return tuple(out)
+    """The action set every task of a run gets: the union of theirs, in NLE's order of all actions (the 8 compass
+    moves first), so that the same set is always the same order, whichever tasks it came from."""
+    from nle import nethack
+
+    order = {int(a): i for i, a in enumerate(nethack.ACTIONS)}
+    return tuple(sorted({a for env_id in env_ids for a in task_actions(env_id)}, key=order.__getitem__))
 
 
 @functools.lru_cache(maxsize=None)
