@@ -250,7 +250,7 @@ def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path):
         (128, corridor), (256, room), (384, corridor)]
     episodes = records(run_dir, "episode")
     assert {r["modification"] for r in episodes} == {room, corridor}
-    # CORA's rewards: 1 for a win minus nothing, -0.001 a step otherwise (a clip would give whole numbers)
+    # CORA's rewards: 1 for a win, -0.001 a step that does not advance the clock (a clip would give whole numbers)
     assert any(0 < r["return"] < 1 or -1 < r["return"] < 0 for r in episodes)
     with open(os.path.join(run_dir, "config.json")) as f:
         config_saved = json.load(f)

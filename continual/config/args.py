@@ -73,7 +73,7 @@ class Args:
     """do not end training episodes at a life loss (episode statistics are always whole games)"""
     reward_scaling: Optional[Literal["clip", "normalize", "none"]] = None
     """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return;
-    default: clip, none for MiniHack (a -0.001 step penalty clipped would cost as much as a win)"""
+    default: clip, none for MiniHack (its -0.001 step penalty clipped would cost as much as a win)"""
     norm_obs: bool = False
     """standardise observations by running statistics saved with the weights (CleanRL's continuous-action PPO)"""
     max_episode_steps: Optional[int] = None

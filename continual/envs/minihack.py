@@ -1,8 +1,9 @@
 """The MiniHack backend (nle 1.3.0, minihack 1.0.2): NetHack-based tasks as CORA runs them.
 
 `--backend MiniHack --env_id MiniHack-Room-Random-5x5-v0` (any registered `MiniHack-*` id). Every env is made with
-CORA's settings (`continual_rl/experiments/tasks/make_minihack_task.py`): reward 1 for a win, 0 for a loss, -0.001 per
-step (`penalty_mode="constant"`, no time penalty), the character `mon-hum-neu-mal`, each task's own episode limit,
+CORA's settings (`continual_rl/experiments/tasks/make_minihack_task.py`): reward 1 for a win, 0 for a loss, -0.001 for
+every step that does not advance the game clock (MiniHack's "frozen" steps, such as walking into a wall:
+`penalty_mode="constant"`), no time penalty, the character `mon-hum-neu-mal`, each task's own episode limit,
 and no ttyrec recordings (`savedir=None`): NLE writes nothing but its per-env temporary folder, which `close()`
 removes.
 
