@@ -181,8 +181,8 @@ def make_agent(obs_space, n_actions: int, args: Args) -> ppo.Agent:
 def logits_and_values(agent: ppo.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if hasattr(agent, "logits_and_values"):  # a variant's model (agents/pnc.py: the active column acts and learns)
         return agent.logits_and_values(obs)
-    hidden = agent.features(obs)
-    return agent.actor(hidden), agent.critic(hidden).squeeze(-1)
+    hidden, critic_hidden = agent.torsos(obs)
+    return agent.actor(hidden), agent.critic(critic_hidden).squeeze(-1)
 
 
 # --------------------------------------------------------------------------------------------------------------------

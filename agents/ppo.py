@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-from torch.distributions.categorical import Categorical
 from torch.distributions.normal import Normal
 
 from continual.config.args import Args
@@ -52,6 +51,34 @@ from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+
+
+def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False):
+    """(action, log-prob, entropy) of a categorical policy: torch's `Categorical(logits=logits)` sample, log_prob and
+    entropy written out in the same operations (the same numbers, gradients and random draws bit for bit; tested),
+    without its per-call argument validation, which costs more than the math for small batches."""
+    # the operations in Categorical's order (gradients accumulate in creation order: same order, same bits)
+    log_p = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = None
+    if action is None:
+        if greedy:
+            action = logits.argmax(-1)
+        else:
+            probs = torch.softmax(log_p, dim=-1)
+            action = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+    index, log_pmf = torch.broadcast_tensors(action.long().unsqueeze(-1), log_p)
+    logprob = log_pmf.gather(-1, index[..., :1]).squeeze(-1)
+    probs = torch.softmax(log_p, dim=-1) if probs is None else probs
+    entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
+    return action, logprob, entropy
+
+
+class ContiguousReLU(nn.ReLU):
+    """ReLU whose output is contiguous: a channels-last convolution's features flatten (Flatten before the linear
+    layer) without a strided copy in the forward and backward passes; the same values."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).contiguous()
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -74,9 +101,11 @@ class Agent(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0, goal_dim: int = 0,
-                 continuous: bool = False, norm_obs: bool = False):
+                 continuous: bool = False, norm_obs: bool = False, network: str = "default", hidden_size: int = 64,
+                 mlp_activation: str = "relu"):
         super().__init__()
         self.obs_shape, self.n_actions = tuple(obs_shape), n_actions
+        self.separate_critic = network == "mlp"
         self.obs_scale = obs_scale
         self.goal_dim = goal_dim
         self.continuous, self.norm_obs = continuous, norm_obs
@@ -84,10 +113,19 @@ class Agent(nn.Module):
             self.register_buffer("obs_mean", torch.zeros(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_var", torch.ones(self.obs_shape, dtype=torch.float64))
             self.register_buffer("obs_count", torch.tensor(1e-4, dtype=torch.float64))
-        if len(obs_shape) == 3 and obs_shape[1] < 36:
+        if network == "mlp":
+            # PureJaxRL's ActorCritic: separate actor and critic MLPs on the flattened observation
+            def torso() -> nn.Sequential:
+                act = nn.ReLU if mlp_activation == "relu" else nn.Tanh
+                return nn.Sequential(nn.Flatten(), layer_init(nn.Linear(int(np.prod(obs_shape)), hidden_size)), act(),
+                                     layer_init(nn.Linear(hidden_size, hidden_size)), act())
+
+            self.network, self.critic_network = torso(), torso()
+            hidden = hidden_size
+        elif len(obs_shape) == 3 and obs_shape[1] < 36:
             # small grids (MinAtar's 10x10): the MinAtar paper's network, one 3x3 convolution and 128 units
             self.network = nn.Sequential(
-                layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), nn.ReLU(),
+                layer_init(nn.Conv2d(obs_shape[0], 16, 3, stride=1)), ContiguousReLU(),
                 nn.Flatten(),
                 layer_init(nn.Linear(16 * (obs_shape[1] - 2) * (obs_shape[2] - 2), 128)), nn.ReLU(),
             )
@@ -96,7 +134,7 @@ class Agent(nn.Module):
             self.network = nn.Sequential(
                 layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), ContiguousReLU(),
                 nn.Flatten(),
                 layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
             )
@@ -118,23 +156,31 @@ class Agent(nn.Module):
             self.goal_embed = nn.Linear(goal_dim, hidden, bias=False)
             torch.nn.init.orthogonal_(self.goal_embed.weight, np.sqrt(2))
             self.goal_act = nn.ReLU()
-        if len(obs_shape) == 3:
+        if len(obs_shape) == 3 and network != "mlp":
             # channels-last convolution weights: ~25% faster updates on CPU (oneDNN), same results to float rounding
             self.to(memory_format=torch.channels_last)
 
     def scaled_input(self, x: torch.Tensor) -> torch.Tensor:
-        """Observations as the network's float input (a new tensor). Pixels go to float32 in one pass, straight into
-        the convolutions' channels-last layout: the same values bit for bit as `x.float() * obs_scale`, and faster
-        Nature-CNN updates on CPU (1.13x in whole runs: the convolutions no longer reorder their input)."""
-        if len(self.obs_shape) != 3:
+        """Observations as the network's float input (a new tensor, or `x` itself when it is float32 at scale 1: no
+        layer writes its input). Pixels go to float32 in one pass, straight into the convolutions' channels-last
+        layout: the same values bit for bit as `x.float() * obs_scale`, and faster Nature-CNN updates on CPU (1.13x
+        in whole runs: the convolutions no longer reorder their input)."""
+        if len(self.obs_shape) != 3 or self.separate_critic:
+            if self.obs_scale == 1.0 and x.dtype == torch.float32:
+                return x
             return x.float() * self.obs_scale
         x = x.to(dtype=torch.float32, memory_format=torch.channels_last, copy=True)
         return x.mul_(self.obs_scale) if self.obs_scale != 1.0 else x
 
-    def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def network_input(self, x: torch.Tensor) -> torch.Tensor:
         x = self.scaled_input(x)
         if self.norm_obs:
             x = ((x - self.obs_mean.float()) / torch.sqrt(self.obs_var.float() + 1e-8)).clamp(-10.0, 10.0)
+        return x
+
+    def features(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The actor's hidden features (the shared torso's, or with --network mlp the actor MLP's)."""
+        x = self.network_input(x)
         if not self.goal_dim:
             if goal is not None:
                 raise ValueError("this agent is not goal-conditioned (trained without --her); pass no goal")
@@ -145,24 +191,32 @@ class Agent(nn.Module):
             return self.goal_act(self.goal_fusion(self.network(x)) + self.goal_embed(goal))
         return self.network(torch.cat([x.flatten(1), goal], dim=1))
 
+    def torsos(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actor features, critic features): the same tensor for a shared torso."""
+        if not self.separate_critic:
+            hidden = self.features(x, goal)
+            return hidden, hidden
+        x = self.network_input(x)
+        return self.network(x), self.critic_network(x)
+
     def get_value(self, x: torch.Tensor, goal: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.separate_critic:
+            return self.critic(self.critic_network(self.network_input(x)))
         return self.critic(self.features(x, goal))
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
                              goal: Optional[torch.Tensor] = None):
-        hidden = self.features(x, goal)
+        hidden, critic_hidden = self.torsos(x, goal)
         if self.continuous:
             action_mean = self.actor(hidden).float()
             probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp())
             if action is None:
                 action = action_mean if greedy else probs.sample()
             # independent dimensions: the joint log-density and entropy are sums
-            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden).float()
+            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(critic_hidden).float()
         logits = self.actor(hidden).float()  # --bf16: the distribution and the losses stay float32
-        probs = Categorical(logits=logits)
-        if action is None:
-            action = logits.argmax(-1) if greedy else probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
+        action, logprob, entropy = categorical(logits, action, greedy)
+        return action, logprob, entropy, self.critic(critic_hidden).float()
 
     @torch.no_grad()
     def update_obs_stats(self, obs: torch.Tensor) -> None:
@@ -176,7 +230,8 @@ class Agent(nn.Module):
         self.obs_count.copy_(total)
 
     def make_optimizer(self, lr: float) -> optim.Optimizer:
-        return optim.Adam(self.parameters(), lr=lr, eps=1e-5)
+        # foreach: one fused update over all parameters (the default on GPUs, not on CPUs); the same numbers
+        return optim.Adam(self.parameters(), lr=lr, eps=1e-5, foreach=True)
 
     # hooks around the update, for subclasses (PPO_CBP maintains its hidden units here)
     def before_update(self) -> None:
@@ -232,7 +287,8 @@ def make_agent(obs_space, action_space, args: Args) -> Agent:
     obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
     n_actions, continuous = action_dims(action_space)
     agent = Agent(obs_space.shape, n_actions, obs_scale=obs_scale(obs_space, args), goal_dim=goal_dim,
-                  continuous=continuous, norm_obs=getattr(args, "norm_obs", False))
+                  continuous=continuous, norm_obs=getattr(args, "norm_obs", False), network=args.network,
+                  hidden_size=args.hidden_size, mlp_activation=args.mlp_activation)
     return apply_network_options(agent, args)  # --layer_norm, --activation
 
 
@@ -248,7 +304,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     # env setup
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
                                      start_step=session.global_step)
-    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env, args.env_groups)
+    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
     try:
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
@@ -319,53 +375,30 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
             t_rollout = time.time()
             env_time = 0.0
-            # --env_groups G: the envs step in G groups (group g: columns `envs.groups[g]` of the storage) that take
-            # turns: tick k acts for group k % G of step k // G and starts its envs, then takes the result of the
-            # step started G-1 ticks before, so the forward pass for one group overlaps the other groups' env steps.
-            # A step's rewards, episodes and bootstraps are processed once all its groups are back. G = 1: act, step.
-            groups, pieces = envs.groups, []
-            rollout_start = global_step
-            for tick in range(args.num_steps * len(groups) + len(groups) - 1):
-                if tick < args.num_steps * len(groups):
-                    step, g = divmod(tick, len(groups))
-                    cols = groups[g]
-                    if g == 0:
-                        global_step = rollout_start + (step + 1) * args.num_envs
-                        session.global_step = global_step
-                    obs[step, cols] = next_obs[cols]
-                    dones[step, cols] = next_done[cols]
-                    if her:  # HER
-                        her.goals[step, cols] = her.next_goal[cols]
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                session.global_step = global_step
+                obs[step] = next_obs
+                dones[step] = next_done
+                if her:  # HER
+                    her.goals[step] = her.next_goal
 
-                    # ALGO LOGIC: action logic
-                    with torch.no_grad():
-                        action, logprob, _, value = agent.get_action_and_value(
-                            next_obs[cols], goal=her.next_goal[cols] if her else None)  # HER: the episode's goal
-                        values[step, cols] = value.flatten()
-                    actions[step, cols] = action
-                    logprobs[step, cols] = logprob
-                    envs.step_async(action.cpu().numpy(), group=g)
-                if tick < len(groups) - 1:
-                    continue
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(
+                        next_obs, goal=her.next_goal if her else None)  # HER: the episode's goal
+                    values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
 
                 # TRY NOT TO MODIFY: execute the game and log data.
-                step, g = divmod(tick - (len(groups) - 1), len(groups))
-                cols = groups[g]
                 t_env = time.time()
-                pieces.append(envs.step_wait(group=g))
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
                 env_time += time.time() - t_env
-                group_obs, _, group_terminations, group_truncations, _ = pieces[-1]
-                if her:  # HER: the goal part of the observation goes to `her.next_goal`
-                    her.next_goal[cols] = torch.as_tensor(np.asarray(group_obs["goal"], np.float32), device=device)
-                    group_obs = group_obs["obs"]
-                next_obs[cols] = torch.as_tensor(group_obs, device=device)
-                next_done[cols] = torch.as_tensor(np.logical_or(group_terminations, group_truncations),
-                                                  dtype=torch.float32, device=device)
-                if g < len(groups) - 1:
-                    continue
-                next_obs_np, reward, terminations, truncations, infos = envs.concat_steps(pieces)  # all envs
-                pieces = []
                 done = np.logical_or(terminations, truncations)
+                # HER: the goal part of the observation goes to `her.next_goal`
+                next_obs = torch.as_tensor(her.take_goals(next_obs_np) if her else next_obs_np, device=device)
+                next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
                 scaled = reward_scaler(reward, done)
                 if her:  # HER: + the goal reward of this step's achieved goal; keeps what relabelling needs
                     scaled = her.step_rewards(step, scaled, next_obs_np, terminations, truncations, infos)
@@ -380,7 +413,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         scaled[cut] += args.gamma * agent.get_value(final, goal=final_goal).flatten().cpu().numpy()
                 rewards[step] = torch.as_tensor(scaled, device=device)
                 for i, ep_return, ep_length in episode_stats(infos):
-                    session.episode(ep_return, ep_length, rollout_start + (step + 1) * args.num_envs, env=i)
+                    session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
             monitor.observe(obs)
 

@@ -6,9 +6,7 @@
     no switches, same budget;
 (c) where the time goes: per-iteration env / act / learn seconds (ours: from metrics.jsonl; SB3: a timing callback
     and a timing VecEnv wrapper).
-(d) (issue 18, `--kinds ours ours_g2 ...`) our PPO with `--env_groups 2` (acting for one half of the envs while the
-    other half steps), with and without --bf16, and with torch threads 1 (`*_t1`); env s is then the time spent
-    waiting for a group.
+(d) (`--kinds ours ours_t1`) our PPO with torch threads 1 (the env workers get the other core).
 (e) (issue 18, `--kinds ours ours_compile ours_bf16 ours_compile_bf16 sb3`) our PPO with `--compile`.
 
 Every training run is a fresh subprocess; the three kinds run round-robin (the order rotates every repeat).
@@ -35,21 +33,18 @@ KINDS = ("ours", "sb3", "ours_switch")
 # diagnostic kinds (not run by default): the same runs with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads sleep
 # instead of spinning when idle)
 EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
-# --env_groups 2 (issue 18): the envs in 2 groups that take turns, acting for one while the other steps; *_t1: torch
-# threads 1 in our process (the env workers get the other core), whatever --torch-threads says
-GROUP_KINDS = ("ours_g2", "ours_g2_bf16", "ours_g2_t1", "ours_t1")
+# *_t1: torch threads 1 in our process (the env workers get the other core), whatever --torch-threads says
+GROUP_KINDS = ("ours_t1",)
 # --compile (issue 18): the update's forward and backward compiled by torch.compile (compiled in the first update,
 # inside the warmup iterations; its cost shows in "median wall s (incl. startup)")
 COMPILE_KINDS = ("ours_compile", "ours_compile_bf16")
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
           "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
           "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)",
-          "ours_g2": "ours --env_groups 2", "ours_g2_bf16": "ours --env_groups 2 --bf16",
-          "ours_g2_t1": "ours --env_groups 2, 1 thread", "ours_t1": "ours, 1 thread",
+          "ours_t1": "ours, 1 thread",
           "ours_compile": "ours --compile", "ours_compile_bf16": "ours --compile --bf16"}
 # our worker's flags per kind
-OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_g2": ["--env_groups", "2"],
-              "ours_g2_bf16": ["--env_groups", "2", "--bf16"], "ours_g2_t1": ["--env_groups", "2"], "ours_t1": [],
+OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_t1": [],
               "ours_compile": ["--compile"], "ours_compile_bf16": ["--compile", "--bf16"]}
 
 
@@ -68,7 +63,7 @@ def worker_ours(args: argparse.Namespace, switching: bool, flags: list[str]) -> 
             "--num_steps", str(args.num_steps), "--total_timesteps", str(total), "--runs_dir", args.tmp,
             "--run_name", args.run_name, "--no-progress-bar", "--reward_scaling", "clip", "--seed", str(args.seed)]
     argv += flags
-    if args.backend != "HackAtari":  # MinAtar/Gymnasium default to the sync vector env; --env_groups needs workers
+    if args.backend != "HackAtari":  # MinAtar/Gymnasium default to the sync vector env
         argv += ["--vector_env", "async"]
     threads = 1 if args.worker.endswith("_t1") else args.torch_threads
     if threads:
@@ -337,9 +332,7 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
         out["switch_vs_noswitch"]["other_s_switch_iterations_median"] = common.median(sw_other)
         out["switch_vs_noswitch"]["other_s_plain_iterations_median"] = common.median(plain_other)
     pairs = [("ours_passive", "ours"), ("sb3_passive", "sb3"), ("ours_passive", "sb3_passive"),
-             ("ours_switch_passive", "ours_passive"), ("ours_g2", "ours"), ("ours_g2", "sb3"),
-             ("ours_g2_bf16", "ours_bf16"), ("ours_g2_bf16", "sb3"), ("ours_g2_t1", "ours_g2"), ("ours_t1", "ours"),
-             ("ours_g2_t1", "ours_t1"), ("ours_compile", "ours"), ("ours_compile", "sb3"),
+             ("ours_switch_passive", "ours_passive"), ("ours_t1", "ours"), ("ours_compile", "ours"), ("ours_compile", "sb3"),
              ("ours_compile_bf16", "ours_bf16"), ("ours_compile_bf16", "sb3")]
     out["diagnostic_ratios"] = {f"{a} / {b}": {"ratio_of_medians": common.ratio(med[a], med[b]),
                                                "median_paired_ratio": paired(a, b)}

@@ -378,6 +378,15 @@ flags("env-unknown-gym-id", ("env_id", "NotAnEnv-v0"), "--env_id", "NotAnEnv-v0"
 flags("env-box-actions-for-impala", ("Pendulum-v1", "Box", "IMPALA"), "--env_id", "Pendulum-v1", "--architecture",
       "IMPALA", "--total_timesteps", "640")
 flags("flag-norm-obs-for-impala", ("norm_obs", "IMPALA"), "--architecture", "IMPALA", "--norm_obs")
+flags("batched-for-gymnasium", ("vector_env", "MinAtar"), "--vector_env", "batched")
+flags("batched-with-video", ("vector_env", "capture_video"), "--backend", "MinAtar", "--env_id", "MinAtar/Breakout",
+      "--vector_env", "batched", "--capture_video")
+flags("minatar-unknown-version", ("MinAtar/Breakout-v2", "-v1"), "--backend", "MinAtar", "--env_id",
+      "MinAtar/Breakout-v2")
+cartpole("removed-key-env-groups", ("env_groups", "removed"), {"env_groups": 2})
+flags("mlp-for-dqn", ("network", "DQN"), "--architecture", "DQN", "--network", "mlp")
+flags("mlp-hidden-size-zero", "hidden_size", "--network", "mlp", "--hidden_size", "0")
+flags("mlp-with-layer-norm", ("network", "layer_norm"), "--network", "mlp", "--layer_norm")
 flags("env-ori-observations-for-training", ("obs_mode", "ori"), "--env_id", "ALE/Freeway-v5", "--obs_mode", "ori",
       "--num_envs", "1", "--num_steps", "32", "--total_timesteps", "64", base=())
 
@@ -595,7 +604,8 @@ CORE = {
     # modification names, ranges, environments, command line
     "hackatari-unknown-modification", "hackatari-typo-in-nested-combined-phase", "gym-bad-value",
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
-    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "compile-on-an-agent-without-it", "cli-unknown-flag", "cli-literal-lists-choices",
+    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "compile-on-an-agent-without-it", "batched-for-gymnasium", "removed-key-env-groups",
+    "cli-unknown-flag", "cli-literal-lists-choices",
     "output-run-name-exists", "save-agent-wandb-without-track",
     # --resume and eval.py
     "resume-impala-run-with-the-ppo-file", "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",

@@ -11,7 +11,7 @@ from conftest import run_script
 from continual.config.args import Args, grouped_class
 from continual.config.loading import parse_args
 
-PANELS = ["run", "environment", "PPO", "tracking", "CBP", "plasticity", "methods", "EWC", "IMPALA", "CLEAR", "PNC", "DQN", "HER",
+PANELS = ["run", "environment", "PPO", "network", "tracking", "CBP", "plasticity", "methods", "EWC", "IMPALA", "CLEAR", "PNC", "DQN", "HER",
           "evaluation"]
 
 

@@ -699,3 +699,15 @@ def test_resume_keeps_the_granularity_the_run_started_with(tmp_path):
     resumed.load_state_dict(old.state_dict())
     assert resumed.schedule() == old.schedule()
     assert build_factory(args, curriculum, 64).granularity == 1
+
+
+def test_removed_keys_load_at_their_neutral_value_and_refuse_any_other():
+    """env_groups went in issue 27: a saved run's config with env_groups=1 still loads (resume, eval.py); any other
+    value is one UserError naming the key, never a silent change of what the run did."""
+    from continual.config.loading import args_from_dict
+
+    fields, _ = split_config({"env_groups": 1, "num_envs": 4}, "test")
+    assert fields == {"num_envs": 4}
+    assert args_from_dict({**dataclasses.asdict(Args()), "env_groups": 1}).num_envs == Args().num_envs
+    with pytest.raises(UserError, match=r"env_groups was removed .*only env_groups=1"):
+        split_config({"env_groups": 2}, "test")

@@ -263,11 +263,11 @@ def test_dead_env_worker_ends_the_run_cleanly(tmp_path):
 WORKER_KILLS = {"env_step": 300, "env_reset": 12, "env_switch": 3}  # point -> n drawn from 1..max
 
 
-def kill_worker_and_check(tmp_path, moment: str, seed: int, env_groups: int = 1) -> None:
-    rng = random.Random(f"{moment}-{seed}" + (f"-g{env_groups}" if env_groups > 1 else ""))
+def kill_worker_and_check(tmp_path, moment: str, seed: int) -> None:
+    rng = random.Random(f"{moment}-{seed}")
     n, who = rng.randint(1, WORKER_KILLS[moment]), rng.randint(0, 1)
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**CURRICULUM, "vector_env": "async", "checkpoint_every": 0, "env_groups": env_groups}))
+    cfg.write_text(json.dumps({**CURRICULUM, "vector_env": "async", "checkpoint_every": 0}))
     runs = str(tmp_path / "runs")
     fault = f"{moment}:{n}@{who}"
     run = run_killed(["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "w",
@@ -290,13 +290,6 @@ def kill_worker_and_check(tmp_path, moment: str, seed: int, env_groups: int = 1)
 @pytest.mark.parametrize("moment", list(WORKER_KILLS))
 def test_env_worker_killed_during_step_reset_or_switch(tmp_path, moment, seed):
     kill_worker_and_check(tmp_path, moment, seed)
-
-
-@pytest.mark.parametrize("seed", range(2))
-@pytest.mark.parametrize("moment", list(WORKER_KILLS))
-def test_env_worker_killed_with_env_groups(tmp_path, moment, seed):
-    """--env_groups 2 (one env per group, the other group's step in flight when a worker dies): the same clean end."""
-    kill_worker_and_check(tmp_path, moment, seed, env_groups=2)
 
 
 @pytest.mark.slow

@@ -56,11 +56,10 @@ class Args:
     """modification string used when no curriculum is configured (e.g. "all_green_cars reverse_car_speed_top")"""
     num_envs: int = 8
     """number of parallel environments"""
-    vector_env: Literal["auto", "async", "sync"] = "auto"
-    """vector env: async = one worker process per env; auto = async for Atari, sync otherwise"""
-    env_groups: int = 1
-    """PPO/PPO_CBP with async envs: step the envs in this many groups (it must divide num_envs) that take turns, so
-    the learner computes one group's actions while another group's workers step (1: all envs step together)"""
+    vector_env: Literal["auto", "async", "sync", "batched"] = "auto"
+    """vector env: async = one worker process per env; sync = one after another in the learner; batched = MinAtar's
+    games stepped in one loop below the wrappers (several times faster); auto = async for Atari, batched for MinAtar
+    (sync with videos, HER or task ids), sync otherwise"""
     frameskip: int = 4
     """Atari frames per agent step"""
     buffer_window_size: int = 4
@@ -120,6 +119,16 @@ class Args:
     results to float rounding. No faster than eager on the 2-core CPU of bench/RESULTS.md since the eager update
     keeps its memory (0.97x; it was 1.2x before); untested on GPUs. Costs ~13 s of compiling in the first update
     (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on CPU; acting stays eager"""
+
+    # --- network ---------------------------------------------------------------------------------------------------
+    network: Literal["default", "mlp"] = "default"
+    """default: the observation's network (Nature CNN for frames, MinAtar's CNN for grids, a tanh MLP for vectors),
+    one torso shared by actor and critic; mlp: PureJaxRL's separate actor and critic MLPs (2 hidden layers of
+    --hidden_size units) on the flattened observation (PPO, A2C, IMPALA, CLEAR)"""
+    hidden_size: int = 64
+    """--network mlp: units per hidden layer"""
+    mlp_activation: Literal["relu", "tanh"] = "relu"
+    """--network mlp: hidden activation (PureJaxRL's MinAtar config: relu)"""
 
     # --- tracking and outputs -----------------------------------------------------------------------------------
     track: bool = False

@@ -137,6 +137,10 @@ def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
             raise UserError(f"{key}: cannot be set inside a config file")
         elif key in names:
             fields[key] = _check_value(key, value, hints[key])
+        elif key in REMOVED_KEYS:  # saved configs of older runs still load when the key's value changes nothing
+            neutral, why = REMOVED_KEYS[key]
+            if value != neutral:
+                raise UserError(f"{source}: {key} was removed ({why}); only {key}={json.dumps(neutral)} is accepted")
         else:
             close = difflib.get_close_matches(key, sorted(names) + list(CURRICULUM_KEYS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -144,6 +148,12 @@ def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
     if curriculum.kwargs and curriculum.factory is None:
         raise UserError("modification_factory: missing (modification_factory_kwargs is given)")
     return fields, curriculum
+
+
+# keys of earlier versions: (the value that behaves as today, why the key went)
+REMOVED_KEYS = {
+    "env_groups": (1, "stepping envs in groups did not pay on any machine measured; see bench/RESULTS.md"),
+}
 
 
 def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:

@@ -9,10 +9,10 @@ import shutil
 import torch
 
 from continual.config.args import Args
-from continual.envs.backends import is_atari, validate_action_space
+from continual.envs.backends import validate_action_space
 from continual.envs.goals import make_goal_space
 from continual.envs.minihack import validate_obs_mode
-from continual.envs.vector import uses_async
+from continual.envs.vector import batched_blocker
 from continual.errors import UserError
 
 
@@ -94,6 +94,11 @@ def validate_args(args: Args) -> None:
         if getattr(args, name) is not None:
             positive(name)
     validate_dqn_args(args)
+    validate_network_args(args)
+    if args.vector_env == "batched":
+        blocked = batched_blocker(args.backend, args.capture_video, args.her, args.task_id_input)
+        if blocked:
+            raise UserError(f"vector_env: {blocked}")
     if args.bf16 and args.architecture not in ("PPO", "PPO_CBP"):
         raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
     if args.compile and args.architecture != "PPO":  # PPO_CBP: its unit tracking hooks modules a graph would skip
@@ -101,7 +106,6 @@ def validate_args(args: Args) -> None:
     on_cpu = not (args.cuda and torch.cuda.is_available())
     if args.compile and on_cpu and not (shutil.which("c++") or shutil.which("g++")):
         raise UserError("compile: torch.compile on a CPU needs a C++ compiler (c++ or g++ on PATH); none found")
-    validate_env_groups(args)
     validate_her_args(args)
     validate_ewc_args(args)
     validate_plasticity_args(args)
@@ -111,20 +115,20 @@ def validate_args(args: Args) -> None:
     validate_action_space(args.architecture, args.backend, args.env_id, args.her)
 
 
-def validate_env_groups(args: Args) -> None:
-    """--env_groups: PPO's rollout with worker processes, in groups of equal size."""
-    if args.env_groups <= 0:
-        raise UserError(f"env_groups: must be positive, got {args.env_groups}")
-    if args.env_groups == 1:
+def validate_network_args(args: Args) -> None:
+    """--network mlp: its own actor and critic torsos, which the methods that rewrite one shared torso do not know."""
+    if args.hidden_size <= 0:
+        raise UserError(f"hidden_size: must be positive, got {args.hidden_size}")
+    if args.network == "default":
         return
-    if args.architecture not in ("PPO", "PPO_CBP"):
-        raise UserError(f"env_groups: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
-    if args.num_envs % args.env_groups:
-        raise UserError(f"env_groups: {args.env_groups} does not divide num_envs={args.num_envs}")
-    atari = args.backend in ("HackAtari", "OCAtari") or is_atari(args.env_id)
-    if not uses_async(atari, args.num_envs, args.vector_env):
-        raise UserError(f"env_groups: needs worker processes (--vector_env async), not the {args.vector_env} "
-                        f"vector env{' (sync for this env)' if args.vector_env == 'auto' else ''}")
+    if args.architecture not in ("PPO", "A2C", "IMPALA", "CLEAR"):
+        raise UserError(f"network: mlp is for PPO, A2C, IMPALA and CLEAR, not {args.architecture}")
+    torso = [f for f, on in (("her", args.her), ("redo", args.redo), ("reset_layers", args.reset_layers),
+                             ("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
+                             ("nap", args.nap), ("parseval", args.parseval)) if on]
+    if torso:
+        raise UserError(f"network: mlp has separate actor and critic torsos; --{torso[0]} works on one shared torso "
+                        f"(use --network default)")
 
 
 def validate_dqn_args(args: Args) -> None:

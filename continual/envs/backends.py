@@ -173,7 +173,7 @@ def validate_env_id(backend: str, env_id: str) -> None:
     if backend not in BACKENDS:
         raise UserError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "MinAtar":
-        minatar_module(env_id)
+        minatar_actions(env_id)  # the game and the version
         return
     if backend == "MiniHack":
         minihack.validate_env_id(env_id)
@@ -313,6 +313,19 @@ def minatar_module(env_id: str) -> str:
     return MINATAR_GAMES[game]
 
 
+@functools.lru_cache(maxsize=None)
+def minatar_actions(env_id: str) -> tuple[int, ...]:
+    """The MinAtar actions an env id's action indices stand for: all 6, or the game's minimal set for a `-v1` id."""
+    version = env_id.partition("/")[2].partition("-")[2]
+    if version in ("", "v0"):
+        return tuple(range(MINATAR_NUM_ACTIONS))
+    if version != "v1":
+        raise UserError(f"env_id {env_id!r}: MinAtar ids are MinAtar/<Game> or -v0 (all 6 actions) or -v1 (the "
+                        f"game's minimal action set)")
+    env = importlib.import_module(f"minatar.environments.{minatar_module(env_id)}").Env(ramping=True)
+    return tuple(int(a) for a in env.minimal_action_set())
+
+
 def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
     """MinAtar `name=value` tokens over MINATAR_DEFAULTS (names not given keep their defaults)."""
     minatar_module(env_id)
@@ -342,7 +355,9 @@ class MinAtarEnv(gym.Env):
     """A MinAtar game as a gymnasium env with switchable parameters (applied at the next reset).
 
     Observation: the (10, 10, C) bool grid as float32 (C, 10, 10). Actions: MinAtar's 6 (n, l, u, r, d, f) in every
-    game. Seeded resets seed MinAtar's own RandomState (sticky actions and the game's randomness)."""
+    game, or with a `-v1` id (`MinAtar/Breakout-v1`, as MinAtar's own gymnasium registration and gymnax) the game's
+    minimal action set (Breakout: n, l, r). Seeded resets seed MinAtar's own RandomState (sticky actions and the
+    game's randomness)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
 
@@ -357,7 +372,8 @@ class MinAtarEnv(gym.Env):
                                 difficulty_ramping=bool(self._params["difficulty_ramping"]))
         h, w, c = self.game.state_shape()
         self.observation_space = gym.spaces.Box(0.0, 1.0, (c, h, w), np.float32)
-        self.action_space = gym.spaces.Discrete(MINATAR_NUM_ACTIONS)
+        self.actions = minatar_actions(env_id)
+        self.action_space = gym.spaces.Discrete(len(self.actions))
         self.modification = normalize_modification(modification)
         self._pending: Optional[dict[str, float]] = None
 
@@ -387,8 +403,17 @@ class MinAtarEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        reward, done = self.game.act(int(action))
-        return self._obs(), float(reward), bool(done), False, {}
+        reward, done = self.act(int(action))
+        return self._obs(), reward, done, False, {}
+
+    def act(self, action: int) -> tuple[float, bool]:
+        """(reward, terminated) of one step (`continual.envs.batched` steps the game through this, not `step`)."""
+        reward, done = self.game.act(self.actions[action])
+        return float(reward), bool(done)
+
+    def write_obs(self, out: np.ndarray) -> None:
+        """The observation into `out`'s first C channels (a padded row of a batch keeps its zero channels)."""
+        out[:self.observation_space.shape[0]] = self.game.state().transpose(2, 0, 1)
 
     def _obs(self) -> np.ndarray:
         return np.ascontiguousarray(self.game.state().transpose(2, 0, 1), dtype=np.float32)
@@ -443,7 +468,8 @@ def task_compat(backend: str, env_ids: tuple[str, ...], obs_mode: str = "dqn") -
         return TaskCompat(actions=minihack.union_actions(env_ids))
     if backend == "MinAtar":
         shapes = [MinAtarEnv(e).observation_space.shape for e in env_ids]
-        return TaskCompat(obs_shape=(max(s[0] for s in shapes), *shapes[0][1:]), num_actions=MINATAR_NUM_ACTIONS)
+        return TaskCompat(obs_shape=(max(s[0] for s in shapes), *shapes[0][1:]),
+                          num_actions=max(len(minatar_actions(e)) for e in env_ids))
     spaces = []
     for e in env_ids:
         env = gym.make(e)

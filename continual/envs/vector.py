@@ -16,9 +16,6 @@ backend env (`continual.envs.backends`) -> [Box actions: ClipAction (+ FlattenBo
 NoopReset -> EpisodicLife -> FireReset -> [--her: GoalEnvWrapper (Dict observations, `continual.envs.goals`)] ->
 SwitchHandle. Reward clipping/normalisation happens in the learner.
 
-`--env_groups G` (`GroupedVectorEnv`): the async envs split into G vector envs of num_envs/G (env i in group
-i // (num_envs/G), seeded and fault-tagged by its index i as before), which a learner can step one group at a time
-(`ContinualVectorEnv.step_async/step_wait(group=g)`): it acts for one group while another group's workers step.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
 from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
 
 import continual.envs.goal_grid  # noqa: F401  (registers continual/GoalGrid-v0, the HER goal env)
@@ -49,6 +45,7 @@ from continual.envs.backends import (
     task_env_id,
     task_env_ids,
 )
+from continual.envs.batched import MinAtarVectorEnv
 from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
 from continual.modstrings import normalize_modification, parse_eval_modifs
@@ -356,100 +353,6 @@ def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
     return env
 
 
-def _concat(pieces: Sequence[Any]) -> Any:
-    """Batched observations of consecutive groups, in env order (Dict/Tuple observations key by key)."""
-    if isinstance(pieces[0], dict):
-        return {k: _concat([p[k] for p in pieces]) for k in pieces[0]}
-    if isinstance(pieces[0], tuple):
-        return tuple(_concat(list(p)) for p in zip(*pieces))
-    return np.concatenate(pieces)
-
-
-def _merge_infos(infos: Sequence[dict], sizes: Sequence[int]) -> dict:
-    """The infos of consecutive groups as one vector env's: every key's array covers all envs; a group without the key
-    fills its rows as gymnasium does for an env without it (0/False, None for objects)."""
-    merged: dict = {}
-    offsets = np.cumsum([0, *sizes])
-    for key in dict.fromkeys(k for info in infos for k in info):
-        present = [(i, info[key]) for i, info in enumerate(infos) if key in info]
-        if isinstance(present[0][1], dict):
-            merged[key] = _merge_infos([info.get(key, {}) for info in infos], sizes)
-            continue
-        first = np.asarray(present[0][1])
-        if first.dtype == object:
-            array = np.full((offsets[-1],) + first.shape[1:], None, dtype=object)
-        else:
-            array = np.zeros((offsets[-1],) + first.shape[1:], dtype=first.dtype)
-        for i, value in present:
-            array[offsets[i]:offsets[i + 1]] = value
-        merged[key] = array
-    return merged
-
-
-def concat_steps(pieces: Sequence[tuple], sizes: Sequence[int]) -> tuple:
-    """(obs, rewards, terminations, truncations, infos) of the groups of one vector step, as one vector env's step.
-    One piece is returned as it is."""
-    if len(pieces) == 1:
-        return pieces[0]
-    obs, rewards, terminations, truncations, infos = zip(*pieces)
-    return (_concat(obs), np.concatenate(rewards), np.concatenate(terminations), np.concatenate(truncations),
-            _merge_infos(infos, sizes))
-
-
-class GroupedVectorEnv(gym.vector.VectorEnv):
-    """--env_groups: consecutive groups of envs, each its own vector env (`vector_envs[g]`, its envs `slices[g]`).
-    step/reset/call act on every group at once and return results in env order, as one vector env would; a reset
-    seed s seeds env i with s + i as before."""
-
-    def __init__(self, vector_envs: Sequence[gym.vector.VectorEnv]):
-        self.vector_envs = list(vector_envs)
-        first = self.vector_envs[0]
-        self.sizes = [e.num_envs for e in self.vector_envs]
-        offsets = np.cumsum([0, *self.sizes])
-        self.slices = [slice(int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:])]
-        self.num_envs = int(offsets[-1])
-        self.metadata, self.render_mode, self.spec = first.metadata, first.render_mode, first.spec
-        self.single_observation_space = first.single_observation_space
-        self.single_action_space = first.single_action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-
-    @property
-    def processes(self) -> list:
-        return [p for e in self.vector_envs for p in getattr(e, "processes", [])]
-
-    @property
-    def parent_pipes(self) -> list:
-        return [p for e in self.vector_envs for p in getattr(e, "parent_pipes", [])]
-
-    def reset(self, *, seed=None, options=None):
-        for env, part in zip(self.vector_envs, self.slices):
-            if seed is None or isinstance(seed, (int, np.integer)):
-                group_seed = seed if seed is None else int(seed) + part.start
-            else:
-                group_seed = list(seed)[part]
-            env.reset_async(seed=group_seed, options=options)
-        obs, infos = zip(*[env.reset_wait() for env in self.vector_envs])
-        return _concat(obs), _merge_infos(infos, self.sizes)
-
-    def step(self, actions):
-        for env, part in zip(self.vector_envs, self.slices):
-            env.step_async(actions[part])
-        return concat_steps([env.step_wait() for env in self.vector_envs], self.sizes)
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
-        for env in self.vector_envs:
-            env.call_async(name, *args, **kwargs)
-        return tuple(r for env in self.vector_envs for r in env.call_wait())
-
-    def get_attr(self, name: str) -> tuple:
-        return tuple(r for env in self.vector_envs for r in env.get_attr(name))
-
-    def close_extras(self, **kwargs: Any) -> None:
-        for env in self.vector_envs:
-            env.close(**kwargs)
-
-
 class ContinualVectorEnv(gym.vector.VectorWrapper):
     """A vector env plus the current modification string and an in-place `switch`."""
 
@@ -470,33 +373,6 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
     def step(self, actions):
         with self._worker_faults():
             return self.env.step(actions)
-
-    @property
-    def groups(self) -> list[slice]:
-        """The envs of each group (--env_groups; one group of all envs without)."""
-        return list(getattr(self.env, "slices", [slice(0, self.num_envs)]))
-
-    def step_async(self, actions, group: int = 0) -> None:
-        """Start a step of one group's envs (`actions`: that group's)."""
-        env = self.env.vector_envs[group] if isinstance(self.env, GroupedVectorEnv) else self.env
-        if not hasattr(env, "step_async"):  # SyncVectorEnv: steps at step_wait
-            self._sync_actions = actions
-            return
-        with self._worker_faults():
-            env.step_async(actions)
-
-    def step_wait(self, group: int = 0) -> tuple:
-        """The result of the step started by step_async(group=group): that group's arrays (its envs' rows only)."""
-        env = self.env.vector_envs[group] if isinstance(self.env, GroupedVectorEnv) else self.env
-        with self._worker_faults():
-            if not hasattr(env, "step_wait"):
-                actions, self._sync_actions = self._sync_actions, None
-                return env.step(actions)
-            return env.step_wait()
-
-    def concat_steps(self, pieces: Sequence[tuple]) -> tuple:
-        """The step_wait results of every group (in group order) as one step of all envs."""
-        return concat_steps(pieces, getattr(self.env, "sizes", [self.num_envs]))
 
     def reset(self, **kwargs):
         with self._worker_faults():
@@ -535,8 +411,6 @@ class ContinualVectorEnv(gym.vector.VectorWrapper):
             stop_processes(processes)
             for pipe in getattr(base, "parent_pipes", []):
                 pipe.close()
-            for env in getattr(base, "vector_envs", ()):  # --env_groups: each group's own vector env
-                env.closed = True
             base.closed = True
 
 
@@ -545,28 +419,31 @@ def uses_async(atari: bool, num_envs: int, vector_env: str) -> bool:
     return vector_env == "async" or (vector_env == "auto" and atari and num_envs > 1)
 
 
-def make_vector_env(settings: EnvSettings, num_envs: int, modification: str, vector_env: str = "auto",
-                    env_groups: int = 1) -> ContinualVectorEnv:
-    """`env_groups` > 1 (async only): the envs in that many groups of consecutive envs (`GroupedVectorEnv`)."""
+def batched_blocker(backend: str, video: bool, her: bool, task_id_input: bool) -> Optional[str]:
+    """Why the batched MinAtar vector env cannot run these settings (None: it can): it steps the games below the
+    wrappers, so nothing that acts at every step (videos, HER goals, task ids) may be in the stack."""
+    if backend != "MinAtar":
+        return f"the batched vector env is MinAtar's, not the {backend} backend's"
+    for flag, on in (("capture_video", video), ("her", her), ("task_id_input", task_id_input)):
+        if on:
+            return f"--{flag} needs the sync or async vector env"
+    return None
+
+
+def uses_batched(settings: EnvSettings, vector_env: str) -> bool:
+    """--vector_env batched, and auto for MinAtar without videos, HER or task ids (`continual.envs.batched`)."""
+    blocked = batched_blocker(settings.backend, settings.video_dir is not None, settings.her, bool(settings.task_ids))
+    return vector_env == "batched" or (vector_env == "auto" and blocked is None)
+
+
+def make_vector_env(settings: EnvSettings, num_envs: int, modification: str,
+                    vector_env: str = "auto") -> ContinualVectorEnv:
     fns = [make_env(settings, i, modification) for i in range(num_envs)]
-    if uses_async(settings.atari, num_envs, vector_env):
-        if num_envs % env_groups:
-            raise ValueError(f"env_groups: {env_groups} does not divide num_envs={num_envs}")
-        size = num_envs // env_groups
-        groups: list[gym.vector.VectorEnv] = []
-        try:
-            for g in range(env_groups):
-                groups.append(gym.vector.AsyncVectorEnv(fns[g * size:(g + 1) * size],
-                                                        context=settings.worker_context().get_start_method(),
-                                                        autoreset_mode=AutoresetMode.SAME_STEP))
-        except BaseException:  # a group failed to start: the groups already running must not be left behind
-            for env in groups:
-                stop_processes(list(env.processes))
-                env.closed = True
-            raise
-        envs = groups[0] if env_groups == 1 else GroupedVectorEnv(groups)
-    elif env_groups > 1:
-        raise ValueError("env_groups: needs the async vector env (worker processes)")
+    if uses_batched(settings, vector_env):
+        envs = MinAtarVectorEnv(fns, settings.max_episode_steps)
+    elif uses_async(settings.atari, num_envs, vector_env):
+        envs = gym.vector.AsyncVectorEnv(fns, context=settings.worker_context().get_start_method(),
+                                         autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification)

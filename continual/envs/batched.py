@@ -1,0 +1,75 @@
+"""MinAtar games stepped in one loop of the learner's process (`--vector_env batched`, the default for MinAtar).
+
+A MinAtar step is a few microseconds of game logic; through gymnasium's SyncVectorEnv it costs ~10x that in wrapper
+calls (SwitchHandle, PadTask, TimeLimit, RecordEpisodeStatistics) and per-env info dicts. `MinAtarVectorEnv` keeps
+each env's usual stack (`continual.envs.vector.make_env`: the same seeding, switches in place and game swaps, all
+through the stacks) and replaces only `step`: it plays each game's `MinAtarEnv.act` and does in arrays what the
+stack's wrappers would do (zero-padding to the sequence's channels and action count, the time limit, episode
+returns and lengths, SAME_STEP autoreset with `final_obs`/`final_info`). Episode ends reset through the stack, so
+everything a reset does (a pending reseed after a game swap, the wrappers' own counters) happens as before.
+Tested equal to SyncVectorEnv step by step (tests/test_envs_batched.py). Not for videos, HER or --task_id_input,
+whose wrappers act at every step (`continual.envs.vector.uses_batched` decides).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from continual.testing.faults import inject
+
+
+class MinAtarVectorEnv(SyncVectorEnv):
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], max_episode_steps: int | None = None):
+        super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        n = self.num_envs
+        self.max_episode_steps = max_episode_steps
+        self._buf = np.zeros((n,) + self.single_observation_space.shape, np.float32)
+        self._returns = np.zeros(n, np.float64)
+        self._lengths = np.zeros(n, np.int64)
+        self._started = np.zeros(n, np.float64)  # RecordEpisodeStatistics's episode start time
+        self._games: dict[int, tuple] = {}  # id(stack) -> (MinAtarEnv, its number of actions)
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        self._buf[:] = obs
+        self._returns[:], self._lengths[:], self._started[:] = 0.0, 0, time.perf_counter()
+        return obs, infos
+
+    def _game(self, i: int) -> tuple:
+        stack = self.envs[i].env  # below the SwitchHandle: the current game's stack (a game swap replaces it)
+        game = self._games.get(id(stack))
+        if game is None:
+            core = stack.unwrapped
+            game = self._games[id(stack)] = (core, core.action_space.n, stack)  # the stack: keeps its id unique
+        return game
+
+    def step(self, actions):
+        actions = np.asarray(actions)
+        n = self.num_envs
+        rewards = np.zeros(n, np.float64)
+        terminations = np.zeros(n, np.bool_)
+        truncations = np.zeros(n, np.bool_)
+        infos: dict = {}
+        limit = self.max_episode_steps
+        for i in range(n):
+            inject("env_step", i)  # TEST HOOK, as SwitchHandle.step
+            core, n_actions, _ = self._game(i)
+            reward, terminated = core.act(min(int(actions[i]), n_actions - 1))  # PadTask: a missing action is the last
+            core.write_obs(self._buf[i])
+            self._returns[i] += reward
+            self._lengths[i] += 1
+            truncated = limit is not None and self._lengths[i] >= limit
+            rewards[i], terminations[i], truncations[i] = reward, terminated, truncated
+            if terminated or truncated:
+                episode = {"r": float(self._returns[i]), "l": int(self._lengths[i]),
+                           "t": round(time.perf_counter() - self._started[i], 6)}
+                infos = self._add_info(infos, {"final_obs": self._buf[i].copy(), "final_info": {"episode": episode}}, i)
+                self._buf[i], _ = self.envs[i].reset()
+                self._returns[i], self._lengths[i], self._started[i] = 0.0, 0, time.perf_counter()
+        self._terminations, self._truncations = terminations, truncations
+        return self._buf.copy(), rewards, terminations, truncations, infos
