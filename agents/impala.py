@@ -69,7 +69,7 @@ from agents import ppo
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.console import Progress
-from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env
+from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env, uses_batched
 from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
@@ -232,7 +232,9 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
     free: deque[int] = deque()  # slots the learner gave us
     envs = None
     try:
-        envs = make_vector_env(settings, n, modification, vector_env="sync")
+        # in the actor's process: MinAtar's games batched (the same games, several times faster), others one by one
+        envs = make_vector_env(settings, n, modification, vector_env="batched" if uses_batched(settings, "auto")
+                               else "sync")
         agent = (make_agent_fn or make_agent)(envs.single_observation_space, int(envs.single_action_space.n), args)
         local_weights = agent.state_dict()
         local_version = -1

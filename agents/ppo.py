@@ -374,7 +374,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             t_rollout = time.time()
-            env_time = 0.0
+            env_time = forward_time = 0.0
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 session.global_step = global_step
@@ -384,10 +384,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     her.goals[step] = her.next_goal
 
                 # ALGO LOGIC: action logic
+                t_forward = time.time()
                 with torch.no_grad():
                     action, logprob, _, value = agent.get_action_and_value(
                         next_obs, goal=her.next_goal if her else None)  # HER: the episode's goal
                     values[step] = value.flatten()
+                forward_time += time.time() - t_forward
                 actions[step] = action
                 logprobs[step] = logprob
 
@@ -541,7 +543,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
                 **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.take_log(),
-                "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": learn_time,
+                "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/forward_s": forward_time,
+                "time/learn_s": learn_time,
                 **(her.scalars(regime_slug(session.modification)) if her else {}),  # HER: success, relabelling
             })
             monitor.maybe_log()

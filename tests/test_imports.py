@@ -1,7 +1,8 @@
 """The house plan's import rules, computed from the source (ast), not from what happens to be imported at runtime.
 
-Imports flow one way: entry points (top-level scripts, bench/, code under `if __name__ == "__main__":`) -> agents ->
-continual. Nothing under continual/ imports agents or a top-level script; there is no cycle between modules or
+Imports flow one way: entry points (top-level scripts, bench/, code under `if __name__ == "__main__":`, and
+`continual.api`, the Python API) -> agents -> continual. Nothing under continual/ imports agents or a top-level
+script (`continual.api` may import agents); nothing under continual/ or agents/ imports `continual.api`; there is no cycle between modules or
 between the sub-packages of continual/; and first-party modules are imported at the top of a module, never inside a
 function (where an import would hide a cycle). Functions may import optional third-party packages (wandb, ray).
 """
@@ -17,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP_LEVEL = {p.stem for p in ROOT.glob("*.py")}  # continual_training_example, eval, modification_factories
 FIRST_PARTY = {"continual", "agents", *TOP_LEVEL}
+# entry points inside the package (so that users can `from continual.api import train`): they start agents
+ENTRY_MODULES = {"continual.api"}
 
 
 def module_name(path: Path) -> str:
@@ -108,8 +111,17 @@ def test_continual_imports_neither_agents_nor_top_level_scripts():
     files = library_files()
     bad = [f"{p.relative_to(ROOT)}:{line} imports {target}"
            for m, p in files.items() if m.startswith("continual")
-           for target, line, _ in imports(p, set(files)) if target.split(".")[0] in {"agents", *TOP_LEVEL}]
+           for target, line, _ in imports(p, set(files))
+           if target.split(".")[0] in TOP_LEVEL or (target.split(".")[0] == "agents" and m not in ENTRY_MODULES)]
     assert not bad, "continual/ must not import agents or a top-level script:\n" + "\n".join(bad)
+
+
+def test_nothing_in_the_library_imports_an_entry_module():
+    files = library_files()
+    assert ENTRY_MODULES <= set(files)
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {target}" for m, p in files.items()
+           for target, line, _ in imports(p, set(files)) if target in ENTRY_MODULES and m != target]
+    assert not bad, "entry modules are imported by entry points only:\n" + "\n".join(bad)
 
 
 def test_agents_import_no_top_level_script_outside_their_main_guard():

@@ -433,3 +433,19 @@ def test_sigterm_stops_the_runs_releases_claims_and_a_rerun_resumes(tmp_path):
     assert "stopped by the launcher" in open(q.log_path("000_seed=1")).read()
     assert subprocess.run(cmd, capture_output=True, env=env(), cwd=REPO, timeout=300).returncode == 0
     assert [x[1] for x in attempts(run_dir)] == ["fresh", "resume", "end"]
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "configs", "experiments", "*.json"))), ids=os.path.basename)
+def test_shipped_experiment_files_validate(path, tmp_path):
+    """Every experiment under configs/experiments/ expands, and one entry per seed-free variant passes the training
+    CLI's own checks (the launcher checks all of them before it starts)."""
+    import dataclasses
+
+    from continual.launch.experiment import load_experiment, validate
+
+    experiment = load_experiment(path)
+    assert experiment.entries
+    first_seed = experiment.entries[0].config.get("seed")
+    variants = [e for e in experiment.entries if e.config.get("seed") == first_seed][:4]
+    validate(dataclasses.replace(experiment, entries=variants), str(tmp_path / "runs"))

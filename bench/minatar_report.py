@@ -1,0 +1,119 @@
+"""Report of a MinAtar single-task experiment (configs/experiments/minatar_reference.json): a table per protocol with
+our PPO's final training return per game (mean and 95% t-interval over seeds, each seed's value), the published or
+side-by-side reference beside it, and learning curves.
+
+Final return: the mean return of the training episodes (the sampling policy) in the last 10% of a run's steps, the
+statistic PureJaxRL's numbers below use. Runs still going are shown with the step they reached and kept out of the
+means. Protocols: "minatar" (MinAtar's package: sticky actions 0.1, all 6 actions, no step cap; the MinAtar paper,
+Young & Tian 2019, 5M frames, 30 runs, read from its figures: DQN and AC(lambda)) and "gymnax" (`-v1` ids: minimal
+action sets, no sticky actions, games cut at 1,000 steps; PureJaxRL's PPO run on this kind of 2-core CPU, 3 seeds,
+5M steps, shared/research/findings_to_reproduce.md).
+
+    python bench/minatar_report.py EXPERIMENT_FOLDER --out bench/results/minatar_reference
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+from continual.evaluation.metrics import mean_ci  # noqa: E402
+from continual.training.tracking import read_metrics  # noqa: E402
+
+# (protocol, game) -> (label, value); only numbers we have a source for
+REFERENCES = {
+    ("minatar", "Breakout"): ("MinAtar paper DQN / AC(lambda), 5M frames", "~10 / ~17.5"),
+    ("minatar", "SpaceInvaders"): ("MinAtar paper DQN / AC(lambda), 5M frames", "~43 / ~185"),
+    ("gymnax", "Breakout"): ("PureJaxRL PPO, 5M steps, same CPU", "36.4 (23.9, 44.3, 40.9)"),
+    ("gymnax", "SpaceInvaders"): ("PureJaxRL PPO, 5M steps, same CPU", "144.7 (139.8, 145.3, 149.1)"),
+}
+
+
+def run_summary(run_dir: str) -> dict | None:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    cfg_path = os.path.join(run_dir, "config.json")
+    if not (os.path.exists(path) and os.path.exists(cfg_path)):
+        return None
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    records = read_metrics(path)
+    episodes = [(r["global_step"], r["return"]) for r in records if r["kind"] == "episode"]
+    its = [r for r in records if r["kind"] == "iteration"]
+    if not its or not episodes:
+        return None
+    total = cfg.get("resolved_total_timesteps") or cfg["total_timesteps"]
+    last = its[-1]["global_step"]
+    tail = [ret for s, ret in episodes if s > 0.9 * last]
+    game = cfg["env_id"].split("/")[1].split("-")[0]
+    protocol = "gymnax" if cfg["env_id"].endswith("-v1") else "minatar"
+    # curve: mean return per 5% of the run
+    bins = 20
+    curve = []
+    for b in range(bins):
+        lo, hi = last * b / bins, last * (b + 1) / bins
+        xs = [ret for s, ret in episodes if lo < s <= hi]
+        curve.append((hi, sum(xs) / len(xs) if xs else None))
+    return {"run": os.path.basename(run_dir), "game": game, "protocol": protocol, "seed": cfg["seed"],
+            "steps": last, "total": total, "done": last >= total, "final": sum(tail) / len(tail), "curve": curve,
+            "sps": common.median([r["charts/SPS"] for r in its if "charts/SPS" in r])}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
+    p.add_argument("--out", help="write report.md, report.json and curves.png here")
+    args = p.parse_args()
+    runs_root = os.path.join(args.folder, "runs")
+    if not os.path.isdir(runs_root):
+        sys.exit(f"error: {args.folder}: no runs/ folder (is it an experiment folder?)")
+    runs = [s for s in (run_summary(os.path.join(runs_root, d)) for d in sorted(os.listdir(runs_root))) if s]
+    groups: dict = {}
+    for r in runs:
+        groups.setdefault((r["protocol"], r["game"]), []).append(r)
+    lines = ["| protocol | game | our PPO, final return (95% CI) | seeds | reference |", "|---|---|---|---|---|"]
+    table = []
+    for (protocol, game), rs in sorted(groups.items()):
+        done = [r for r in rs if r["done"]]
+        stats = mean_ci([r["final"] for r in done])
+        seeds = ", ".join(f"{r['final']:.1f}" + ("" if r["done"] else f" (at {r['steps'] / 1e6:.2f}M, running)")
+                          for r in sorted(rs, key=lambda r: r["seed"]))
+        ref = REFERENCES.get((protocol, game), ("", "not measured"))
+        m, h = stats["mean"], stats["ci95"]  # h: the t-interval's half-width (None for one seed)
+        shown = "-" if m is None else f"{m:.1f}" if h is None else f"{m:.1f} [{m - h:.1f}, {m + h:.1f}]"
+        lines.append(f"| {protocol} | {game} | {shown} | {seeds} | {ref[1]} {('(' + ref[0] + ')') if ref[0] else ''} |")
+        table.append({"protocol": protocol, "game": game, "n_done": len(done), "mean": stats["mean"],
+                      "ci95_half_width": stats["ci95"], "seeds": [{k: r[k] for k in ("seed", "final", "steps", "done", "sps")}
+                                                           for r in rs], "reference": ref})
+    print("\n".join(lines))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# MinAtar single-task reference ({args.folder})\n\nFinal return = mean training-episode return in "
+                    "the last 10% of a run's steps; 95% CI: t-interval over seeds.\n\n" + "\n".join(lines) + "\n")
+        with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump({"table": table, "runs": runs}, f, indent=1)
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.2 * max(1, len(groups)), 2.8), squeeze=False)
+        for ax, ((protocol, game), rs) in zip(axes[0], sorted(groups.items())):
+            for r in rs:
+                xs = [x / 1e6 for x, y in r["curve"] if y is not None]
+                ax.plot(xs, [y for _, y in r["curve"] if y is not None], label=f"seed {r['seed']}")
+            ax.set_title(f"{game} ({protocol})", fontsize=9)
+            ax.set_xlabel("steps (M)")
+        axes[0][0].set_ylabel("training return")
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "curves.png"), dpi=100)
+        print(f"report written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Benchmark: training throughput on small environments (MinAtar, CartPole), this tree against a git revision and SB3.
+
+Each workload is a real training run in a fresh subprocess (`continual_training_example.py` of the tree measured);
+steady-state steps/s = the steps of the iterations after `--warmup` / the time between the end of iteration
+`--warmup` and the end of the last one (startup and the first iterations are excluded), from metrics.jsonl.
+Where the time goes: the run's own split per iteration (time/env_s, time/act_s, time/learn_s; "other" = the
+iteration's wall time minus those three); "outside env/forward/update" = (act - time/forward_s + other) / wall, the
+share of an iteration that is neither the game, the acting forward pass nor the update (PPO logs time/forward_s;
+older revisions do not, so theirs is not shown). Workloads, trees and SB3 run round-robin, `--repeats` times, the order
+rotating every repeat; reported: medians, the ratio of medians and the median of paired (same-repeat) ratios, and
+the load average around every run.
+
+Workloads (`--workloads`):
+  breakout_purejaxrl / spaceinvaders_purejaxrl   configs/minatar_ppo.json: PureJaxRL's MinAtar settings (64 envs x
+                                                 128 steps, 4 epochs x 8 minibatches, 64-64 relu actor and critic)
+  breakout_default / spaceinvaders_default       PPO's defaults on MinAtar (8 envs x 128, 4 epochs x 4 minibatches,
+                                                 MinAtar's CNN)
+  cartpole_default                               PPO's defaults on CartPole-v1 (Gymnasium backend)
+  a2c_breakout / impala_breakout                 A2C (16 envs x 5 steps) and IMPALA (2 actors) on MinAtar Breakout
+`--base REV` runs each workload from a worktree of REV too (a workload REV cannot run is reported as such);
+`--sb3` adds Stable-Baselines3 PPO on the *_purejaxrl workloads: the same envs (our MinAtar env stack in SB3's
+DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU).
+
+    python bench/small_env_throughput.py --base 0f4f8ee --sb3 --repeats 3 --json bench/results/small_env_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (also puts the repository root on sys.path)
+
+ROOT = common.REPO_ROOT
+MINATAR = ["--backend", "MinAtar"]
+WORKLOADS = {
+    "breakout_purejaxrl": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/Breakout"],
+    "spaceinvaders_purejaxrl": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/SpaceInvaders"],
+    "breakout_default": [*MINATAR, "--env_id", "MinAtar/Breakout"],
+    "spaceinvaders_default": [*MINATAR, "--env_id", "MinAtar/SpaceInvaders"],
+    "cartpole_default": ["--backend", "Gymnasium", "--env_id", "CartPole-v1"],
+    "a2c_breakout": ["--architecture", "A2C", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_envs", "16",
+                     "--num_steps", "5"],
+    "impala_breakout": ["--architecture", "IMPALA", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_actors", "2"],
+}
+BATCH = {"breakout_purejaxrl": 8192, "spaceinvaders_purejaxrl": 8192, "a2c_breakout": 80}
+
+
+def steady_state(run_dir: str, warmup: int) -> dict:
+    from continual.training.tracking import read_metrics
+
+    its = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    if len(its) <= warmup + 1:
+        raise RuntimeError(f"{run_dir}: {len(its)} iterations, need more than {warmup + 1}")
+    a, b = its[warmup], its[-1]
+    parts = {"env": [], "act": [], "learn": [], "other": [], "outside": [], "outside_env_update": []}
+    for prev, it in zip(its[warmup:], its[warmup + 1:]):
+        wall = it["time"] - prev["time"]
+        split = [it.get(f"time/{k}_s", 0.0) for k in ("env", "act", "learn")]
+        for k, v in zip(("env", "act", "learn"), split):
+            parts[k].append(v)
+        parts["other"].append(wall - sum(split))
+        parts["outside_env_update"].append((wall - split[0] - split[2]) / wall)  # acting, forward included
+        # outside env, forward and update: acting's own overhead (PPO logs time/forward_s) + the iteration's rest
+        if "time/forward_s" in it:
+            parts["outside"].append((wall - sum(split) + split[1] - it["time/forward_s"]) / wall)
+    if not parts["outside"]:
+        parts.pop("outside")
+    return {"sps": (b["global_step"] - a["global_step"]) / (b["time"] - a["time"]),
+            "seconds_per_iteration": {k: common.median(v) for k, v in parts.items()}}
+
+
+def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, tag: str) -> dict:
+    batch = BATCH.get(workload, 1024)
+    runs = os.path.join(tmp, "runs")
+    cmd = [sys.executable, "continual_training_example.py", *WORKLOADS[workload], "--total_timesteps",
+           str(batch * iterations), "--runs_dir", runs, "--run_name", tag, "--no-progress-bar",
+           "--checkpoint_every", "0", "--eval_every", "0"]
+    load = common.loadavg()
+    proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+                "load_before": load}
+    return {**steady_state(os.path.join(runs, tag), warmup), "load_before": load}
+
+
+def run_sb3(workload: str, iterations: int, warmup: int) -> dict:
+    """SB3 PPO on our MinAtar env stack, PureJaxRL's settings; steps/s between rollout ends as for ours."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+
+    from continual.config.loading import load_json_file
+    from continual.envs.vector import EnvSettings, make_env
+
+    cfg = load_json_file(os.path.join(ROOT, "configs", "minatar_ppo.json"))
+    env_id = WORKLOADS[workload][WORKLOADS[workload].index("--env_id") + 1]
+    settings = EnvSettings(env_id=env_id, backend="MinAtar")
+    venv = VecMonitor(DummyVecEnv([make_env(settings, i, "") for i in range(cfg["num_envs"])]))
+    ends: list[float] = []
+
+    class Clock(BaseCallback):
+        def _on_rollout_end(self) -> None:
+            ends.append(time.perf_counter())
+
+        def _on_step(self) -> bool:
+            return True
+
+    torch.set_num_threads(torch.get_num_threads())
+    batch = cfg["num_envs"] * cfg["num_steps"]
+    model = PPO("MlpPolicy", venv, learning_rate=cfg["learning_rate"], n_steps=cfg["num_steps"],
+                batch_size=batch // cfg["num_minibatches"], n_epochs=cfg["update_epochs"], gamma=cfg["gamma"],
+                gae_lambda=cfg["gae_lambda"], clip_range=cfg["clip_coef"], ent_coef=cfg["ent_coef"],
+                vf_coef=cfg["vf_coef"], max_grad_norm=cfg["max_grad_norm"], device="cpu", seed=1,
+                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.ReLU})
+    load = common.loadavg()
+    model.learn(total_timesteps=batch * (iterations + 1), callback=Clock())
+    venv.close()
+    # rollout end k+1 follows update k: (ends[-1] - ends[warmup]) covers iterations warmup+1 .. last
+    return {"sps": batch * (len(ends) - 1 - warmup) / (ends[-1] - ends[warmup]), "load_before": load}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--base", help="a git revision measured in the same run (its worktree)")
+    p.add_argument("--sb3", action="store_true", help="SB3 PPO on the *_purejaxrl workloads")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=8, help="iterations per run (for A2C/IMPALA: logged iterations)")
+    p.add_argument("--warmup", type=int, default=2, help="first iterations left out")
+    p.add_argument("--sb3-worker", help=argparse.SUPPRESS)
+    p.add_argument("--json", help="write the results as JSON here")
+    args = p.parse_args()
+    if args.sb3_worker:  # a fresh process per SB3 run, as for ours
+        print(json.dumps(run_sb3(args.sb3_worker, args.iterations, args.warmup)))
+        return
+    if args.repeats < 1 or args.iterations < args.warmup + 2:
+        p.error("--repeats must be >= 1 and --iterations >= --warmup + 2")
+    info = common.machine_info()
+    common.print_machine(info)
+    tmp = tempfile.mkdtemp(prefix="small_env_")
+    trees = {"ours": ROOT}
+    if args.base:
+        rev = subprocess.run(["git", "rev-parse", "--verify", args.base + "^{commit}"], cwd=ROOT, capture_output=True,
+                             text=True)
+        if rev.returncode != 0:
+            p.error(f"--base: not a git revision here: {args.base}")
+        trees["base"] = os.path.join(tmp, "base")
+        subprocess.run(["git", "worktree", "add", "--detach", trees["base"], rev.stdout.strip()], cwd=ROOT,
+                       check=True, capture_output=True)
+    kinds = [(w, t) for w in args.workloads for t in trees]
+    if args.sb3:
+        kinds += [(w, "sb3") for w in args.workloads if w.endswith("_purejaxrl")]
+    results: dict = {f"{w}/{t}": [] for w, t in kinds}
+    t0 = time.time()
+    try:
+        for r in range(args.repeats):
+            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+            for w, t in order:
+                if t == "sb3":
+                    proc = subprocess.run([sys.executable, __file__, "--sb3-worker", w, "--iterations",
+                                           str(args.iterations), "--warmup", str(args.warmup)], cwd=ROOT,
+                                          capture_output=True, text=True)
+                    out = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
+                           else {"error": proc.stderr.strip().splitlines()[-1]})
+                else:
+                    out = run_ours(trees[t], w, args.iterations, args.warmup, tmp, f"{w}_{t}_{r}")
+                results[f"{w}/{t}"].append(out)
+                shown = f"{out['sps']:.0f} steps/s" if "sps" in out else out["error"]
+                print(f"repeat {r + 1} {w}/{t}: {shown} (load {out['load_before']})", flush=True)
+    finally:
+        if "base" in trees:
+            subprocess.run(["git", "worktree", "remove", "--force", trees["base"]], cwd=ROOT, capture_output=True)
+
+    summary, rows = {}, []
+    for w in args.workloads:
+        med = {}
+        for t in [*trees, "sb3"]:
+            runs = [x for x in results.get(f"{w}/{t}", []) if "sps" in x]
+            if runs:
+                parts = {k: common.median([x["seconds_per_iteration"][k] for x in runs])
+                         for k in runs[0]["seconds_per_iteration"]} if "seconds_per_iteration" in runs[0] else None
+                med[t] = common.median([x["sps"] for x in runs])
+                summary[f"{w}/{t}"] = {"sps": [x["sps"] for x in runs], "median_sps": med[t],
+                                       "seconds_per_iteration": parts}
+        for t in med:
+            if t == "ours":
+                continue
+            paired = [a["sps"] / b["sps"] for a, b in zip(results[f"{w}/ours"], results[f"{w}/{t}"])
+                      if "sps" in a and "sps" in b]
+            summary[f"{w}/ours_vs_{t}"] = {"ratio_of_medians": common.ratio(med.get("ours", float("nan")), med[t]),
+                                            "median_paired_ratio": common.median(paired) if paired else None}
+        parts = summary.get(f"{w}/ours", {}).get("seconds_per_iteration")
+        share = parts.get("outside") if parts else None
+        base_parts = summary.get(f"{w}/base", {}).get("seconds_per_iteration")
+        rows.append([w, common.fmt(med.get("ours"), 0), common.fmt(med.get("base"), 0),
+                     common.fmt(summary.get(f"{w}/ours_vs_base", {}).get("ratio_of_medians"), 2),
+                     common.fmt(med.get("sb3"), 0), common.fmt(summary.get(f"{w}/ours_vs_sb3", {}).get(
+                         "ratio_of_medians"), 2),
+                     " / ".join(common.fmt(parts[k], 3) for k in ("env", "act", "learn", "other")) if parts else "",
+                     common.fmt(share, 2),
+                     " / ".join(common.fmt(x.get("outside_env_update") if x else None, 2) for x in (base_parts, parts))])
+    common.print_table(f"steady-state steps/s, medians of {args.repeats} round-robin repeats",
+                       ["workload", "ours", "base", "ours/base", "SB3", "ours/SB3", "ours env/act/learn/other s",
+                        "outside env/forward/update", "outside env/update base / ours"], rows)
+    info["loadavg_end"] = common.loadavg()
+    info["wall_s"] = time.time() - t0
+    common.write_json(args.json, {"benchmark": "small_env_throughput", "command": " ".join([sys.executable] + sys.argv),
+                                  "machine": info, "config": vars(args), "summary": summary, "runs": results})
+
+
+if __name__ == "__main__":
+    main()

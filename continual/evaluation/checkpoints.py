@@ -1,0 +1,205 @@
+"""Evaluate a checkpoint under modification strings (the machinery of `eval.py` and `continual.api.evaluate`): one
+row per modification, written as CSV and JSON next to the run. eval.py's matrix mode (several checkpoints) calls it
+per checkpoint.
+
+The agents' networks come through `agent_module(architecture)` (the module with `make_agent`, None when the
+architecture is not available), given by the entry point: continual/ never imports agents/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from types import ModuleType
+from typing import Callable, Optional, Sequence
+
+import torch
+import tyro
+from tqdm import tqdm
+
+from continual import console
+from continual.config.loading import args_from_dict
+from continual.envs.backends import task_compat, task_env_ids, validate_env_id, validate_modification
+from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
+from continual.errors import UserError
+from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
+from continual.io import atomic_write_csv, atomic_write_json
+from continual.training.checkpoint import load_policy_file
+from continual.training.tracking import check_writable
+
+AgentLookup = Callable[[str], Optional[ModuleType]]
+
+
+@dataclasses.dataclass
+class EvalArgs:
+    agent_path: list[str]
+    """final policy (runs/<run>/<exp_name>.cleanrl_model), checkpoint (runs/<run>/checkpoints/*.cleanrl_model) or
+    run directory (its newest checkpoint); several: matrix mode, one table with a row per checkpoint and a column
+    per modification, plus a heatmap PNG"""
+    modifs: Optional[list[str]] = None
+    """modification strings to evaluate, one row each (quote each string); unset: the unmodified game"""
+    all_regimes: bool = False
+    """evaluate every regime of the training curriculum (plus the --modifs given): the regime matrix"""
+    env_id: Optional[str] = None
+    """environment id; unset: the one the agent was trained on"""
+    backend: Optional[str] = None
+    """HackAtari | OCAtari | Gymnasium | MinAtar; unset: the one the agent was trained on"""
+    her: bool = False
+    """the agent was trained with --her (checked against the run; HER agents are evaluated goal-conditioned either
+    way)"""
+    game_specific_goals: bool = False
+    """the agent was trained with --game_specific_goals (checked against the run)"""
+    eval_episodes: int = 10
+    """whole games per modification"""
+    num_envs: Optional[int] = None
+    """parallel envs; unset: min(eval_episodes, 4)"""
+    greedy: bool = False
+    """take the most likely action instead of sampling"""
+    seed: int = 1
+    """seed of the evaluation envs (env i gets seed+i)"""
+    capture_video: bool = False
+    """record the first game of each modification (videos/ next to the output)"""
+    output: Optional[str] = None
+    """output path without extension; unset: <run dir>/eval/<checkpoint>__<time>"""
+    progress_bar: bool = True
+    """show a progress bar over all games (with a time estimate) on stderr"""
+    cuda: bool = True
+    """use CUDA when available"""
+    track: bool = False
+    """log the results to Weights & Biases"""
+    wandb_project_name: str = "continual_hackatari"
+    """W&B project"""
+    wandb_entity: Optional[str] = None
+    """W&B entity"""
+    wandb_dir: Optional[str] = None
+    """W&B local folder"""
+    wandb_run_id: Optional[str] = None
+    """attach the results to this existing W&B run instead of creating an evaluation run"""
+    given_flags: tyro.conf.Suppress[tuple[str, ...]] = ()
+    """set by main(): which of --her / --game_specific_goals were typed, so that only those are checked"""
+
+
+def load_policy(state: dict, obs_space, action_space, device: torch.device, agent_module: AgentLookup):
+    train_args = args_from_dict(state["args"])
+    module = agent_module(state["architecture"])
+    agent = module.make_agent(obs_space, action_space, train_args).to(device)
+    try:
+        agent.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for this environment "
+                        f"({str(e).splitlines()[0]})") from None
+    agent.eval()
+    return agent
+
+
+def print_table(rows: list[dict]) -> None:
+    her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
+    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", *her],
+                        [[r["modification"] or "(none)", r["episodes"],
+                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max", *her))] for r in rows])
+
+
+def check_training_flags(args: EvalArgs, train_args, path: str) -> None:
+    """--her / --game_specific_goals, when given, must say how the agent was trained (the seed asks users to pass
+    them; the network itself comes from the run)."""
+    for name in args.given_flags:
+        given, trained = getattr(args, name), getattr(train_args, name)
+        if given != trained:
+            raise UserError(f"{name}: --{name} {given} does not match the agent, trained with {name}={trained} "
+                            f"({path})")
+
+
+def regimes_to_evaluate(args: EvalArgs, states: Sequence[dict]) -> list[str]:
+    """The --modifs given, or the unmodified game; --all_regimes adds every regime of the curricula."""
+    modifs = list(args.modifs) if args.modifs is not None else ([] if args.all_regimes else [""])
+    if args.all_regimes:
+        for st in states:
+            modifs += list(st.get("regimes") or [args_from_dict(st["args"]).modifs])
+    return list(dict.fromkeys(" ".join(sorted(set(m.split()))) for m in modifs))
+
+
+def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]:
+    """One checkpoint (args.agent_path[0]): a row per modification, printed and written as CSV/JSON."""
+    if args.eval_episodes <= 0:
+        raise UserError(f"eval_episodes: must be positive, got {args.eval_episodes}")
+    if args.num_envs is not None and args.num_envs <= 0:
+        raise UserError(f"num_envs: must be positive, got {args.num_envs}")
+    state = load_policy_file(args.agent_path[0])
+    if agent_module(state["architecture"]) is None:
+        raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
+    train_args = args_from_dict(state["args"])
+    check_training_flags(args, train_args, state["path"])
+    env_id = args.env_id or train_args.env_id
+    backend = args.backend or train_args.backend
+    validate_env_id(backend, env_id)
+    modifs = regimes_to_evaluate(args, [state])
+    for m in modifs:
+        validate_modification(backend, env_id, m)
+    # a task sequence across games: the spaces the agent was trained with must hold every game asked for
+    trained_games = task_env_ids(env_id, state.get("regimes") or [train_args.modifs])
+    compat = task_compat(backend, tuple(sorted({*trained_games, *task_env_ids(env_id, modifs)})), train_args.obs_mode)
+    if len(trained_games) > 1 and compat != task_compat(backend, trained_games, train_args.obs_mode):
+        new = sorted(set(task_env_ids(env_id, modifs)) - set(trained_games))
+        raise UserError(f"modifs: {', '.join(new)} does not fit the observation/action spaces of the games the agent "
+                        f"was trained on ({', '.join(trained_games)})")
+
+    run_dir = state["run_dir"]
+    stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
+    output = args.output or os.path.join(run_dir, "eval", f"{stem}__{int(time.time())}")
+    check_writable(os.path.dirname(os.path.abspath(output)) or ".")
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    num_envs = args.num_envs or min(args.eval_episodes, 4)
+    settings = EnvSettings.from_args(
+        train_args, video_dir=output + "__videos" if args.capture_video else None,
+        env_id=env_id, backend=backend, episodic_life=False,
+        # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
+        compat=compat, curriculum=state.get("regimes") or [train_args.modifs],
+    )
+    if args.capture_video:
+        settings = dataclasses.replace(settings, video_dir=output + "__videos", video_every=10**9)
+
+    rows: list[dict] = []
+    envs = make_vector_env(settings, num_envs, modifs[0])
+    bar = None
+    try:
+        # weights that do not fit this env are bad input: one line, before anything is printed
+        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module)
+        print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
+              + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
+        bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
+                   dynamic_ncols=True, mininterval=1.0)  # the ETA is the estimate of the time left
+        act = agent_policy(agent, greedy=args.greedy)
+        for m in modifs:
+            bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
+            if m != envs.modification:
+                envs.switch(m)
+            # HER checkpoints play goal-conditioned with their goal setup; the row adds the success rate
+            result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
+                                          on_episode=lambda: bar.update(1))
+            rows.append(result.row())
+    finally:
+        if bar is not None:
+            bar.close()
+        envs.close()
+
+    print_table(rows)
+    meta = {"checkpoint": state["path"], "architecture": state["architecture"], "global_step": state["global_step"],
+            "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
+    if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
+        meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
+    atomic_write_csv(output + ".csv", list(rows[0]), rows)
+    atomic_write_json(output + ".json", {**meta, "results": rows})
+    print(f"wrote {output}.csv and {output}.json")
+
+    if args.track:
+        import wandb
+
+        run = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, dir=args.wandb_dir or run_dir,
+                         id=args.wandb_run_id, resume="must" if args.wandb_run_id else None, job_type="eval",
+                         group=os.path.basename(run_dir), config=None if args.wandb_run_id else meta)
+        table = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+        run.log({"eval/table": table, **{f"eval/{regime_slug(r['modification'])}": r["mean"] for r in rows}})
+        run.finish()
+    return rows

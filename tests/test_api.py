@@ -1,0 +1,246 @@
+"""continual.api: the Python API (train, evaluate, load_*) and the examples of docs/python_api.md, which run here as
+they are written (in one namespace, in order, in a temporary folder), on CartPole with tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT
+from continual import api
+from continual.config.args import Args
+from continual.config.loading import Curriculum
+from continual.curricula import FACTORIES, SequentialModificationFactory
+from continual.errors import UserError
+from continual.evaluation.table import COLUMNS
+
+DOC = os.path.join(ROOT, "docs", "python_api.md")
+CARTPOLE = dict(env_id="CartPole-v1", backend="Gymnasium", num_envs=2, num_steps=64, update_epochs=1,
+                progress_bar=False)
+
+
+def python_blocks(path: str) -> list[str]:
+    with open(path) as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+
+
+def test_the_page_has_examples_for_every_function():
+    code = "\n".join(python_blocks(DOC))
+    for name in ("train(", "evaluate(", "load_episodes(", "load_evaluations(", "load_metrics(", "make_args("):
+        assert name in code, name
+
+
+def test_docs_examples_run(tmp_path, monkeypatch, capsys):
+    """Every ```python block of docs/python_api.md, in order, in one namespace; the outputs it shows are checked."""
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {"__name__": "docs_python_api"}
+    for block in python_blocks(DOC):
+        exec(compile(block, DOC, "exec"), ns)
+    out = capsys.readouterr().out
+    # the two-task run: both tasks were trained and evaluated, the switch at 1024
+    assert ns["run_dir"] == ns["run_dir"].__class__("runs/cartpole_two_tasks")
+    assert set(ns["episodes"]["modification"]) == {"", "gravity=15"}
+    assert sorted(ns["evals"]["step"].unique()) == [0, 512, 1024, 1536, 2048]
+    assert list(ns["results"]["modification"]) == ["", "gravity=15", "length=0.8"]
+    # the page's printed errors are the messages raised
+    shown = re.search(r"prints\n\n```\n(.*?)```", open(DOC).read(), re.S).group(1)
+    for line in shown.splitlines():
+        assert line in out, line
+    # the function curriculum: asked per rollout (128 steps), a new string at 512
+    sw = api.load_metrics(ns["fn_run"], kind="switch")
+    assert sw["global_step"].tolist() == [512] and sw["modification"].tolist() == ["gravity=14.8"]
+    assert ns["args"].seed == 7 and ns["curriculum"].factory == "Sequential"
+    config = json.load(open(os.path.join(ns["config_run"], "config.json")))
+    assert config["seed"] == 7 and config["modification_factory"] == "Sequential"
+
+
+def test_train_bad_kwargs_are_one_line_user_errors_and_create_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    cases = [
+        (dict(lerning_rate=1e-3), "train(): unknown key 'lerning_rate'; did you mean 'learning_rate'?"),
+        (dict(learning_rate="fast"), "learning_rate: expected a number, got 'fast'"),
+        (dict(architecture="SAC"), "architecture: must be one of PPO, PPO_CBP, IMPALA, CLEAR, PNC, DQN, A2C; got 'SAC'"),
+        (dict(num_envs=0), "num_envs: must be positive, got 0"),
+        (dict(modifs="gravity=nope"), "modification 'gravity=nope': 'nope' is not a number"),
+        (dict(resume="runs/x"), "resume: train() starts new runs"),
+        (dict(_comment="x"), "train(): unknown key '_comment'"),
+        (dict(curriculum=[("", 0)]), "modification_factory_kwargs.tasks[0].steps: must be a positive integer"),
+        (dict(curriculum=[("", 64, "extra")]), "curriculum[0]: a task is (modifications, steps)"),
+        (dict(curriculum=lambda step: "", total_timesteps=None), "total_timesteps: a curriculum given as a function needs total_timesteps"),
+        (dict(curriculum=SequentialModificationFactory), "curriculum: give an instance or a function"),
+        (dict(curriculum=[("", 256)], modification_factory="Sequential",
+              modification_factory_kwargs={"num_total_steps": 256, "modifications": [""], "switching_thresholds": []}),
+         "curriculum: given twice"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(UserError) as info:
+            # total_timesteps: a case that wrongly passed would train for seconds, not for 10M steps
+            api.train(**{**CARTPOLE, "runs_dir": str(runs), "total_timesteps": 256, **kwargs})
+        assert "\n" not in str(info.value)
+        if message is not None:
+            assert str(info.value).startswith(message), (kwargs, str(info.value))
+    with pytest.raises(UserError, match="args: expected an Args"):
+        api.train({"env_id": "CartPole-v1"})
+    assert not runs.exists()
+
+
+def test_train_messages_are_the_cli_ones(tmp_path):
+    """A value the CLI's validation refuses gives the same line from train() as from the command line."""
+    from conftest import run_script
+
+    for flags, kwargs in ((["--num_envs", "0"], dict(num_envs=0)),  # validation of Args
+                          (["--modifs", "wings=2"], dict(modifs="wings=2"))):  # preflight (the backend)
+        proc = run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                          *flags, "--total_timesteps", "256", "--runs_dir", str(tmp_path), check=False)
+        assert proc.returncode == 2 and proc.stdout == ""
+        with pytest.raises(UserError) as info:
+            api.train(env_id="CartPole-v1", backend="Gymnasium", total_timesteps=256, runs_dir=str(tmp_path), **kwargs)
+        assert proc.stderr.strip() == f"error: {info.value}"
+    assert not os.listdir(tmp_path)
+
+
+def test_make_args_order_args_then_config_then_kwargs(tmp_path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"seed": 5, "learning_rate": 1e-3, "modification_factory": "Sequential",
+                               "modification_factory_kwargs": {"num_total_steps": 256, "modifications": [""],
+                                                               "switching_thresholds": []}}))
+    args, curriculum = api.make_args(Args(seed=2, gamma=0.9, **CARTPOLE), config=str(cfg), learning_rate=2e-3)
+    assert (args.seed, args.gamma, args.learning_rate, args.config) == (5, 0.9, 2e-3, str(cfg))
+    assert curriculum.factory == "Sequential"
+    assert args.max_grad_norm == args.grad_clip_norm()  # resolved as the CLI resolves it
+    # curriculum= replaces the file's
+    _, curriculum = api.make_args(config=str(cfg), curriculum=[("", 128), ("length=0.8", 128)])
+    assert curriculum.factory == "TaskSequence"
+
+
+def test_as_curriculum_forms():
+    assert api.as_curriculum(None) == Curriculum()
+    spec = Curriculum("Sequential", {"num_total_steps": 10})
+    assert api.as_curriculum(spec) is spec
+    tasks = api.as_curriculum([("a", 5), {"env_id": "MinAtar/Breakout", "steps": 7}])
+    assert tasks == Curriculum("TaskSequence", {"tasks": [{"modifications": "a", "steps": 5},
+                                                          {"env_id": "MinAtar/Breakout", "steps": 7}]})
+    seq = api.as_curriculum(SequentialModificationFactory(100, ["", "x"], [40], seed=3))
+    assert seq.factory == "SequentialModificationFactory"
+    assert seq.kwargs == {"num_total_steps": 100, "modifications": ["", "x"], "switching_thresholds": [40]}
+
+    class Alternating:  # the seed's contract, as in modification_factories.py
+        def __init__(self, num_total_steps, period):
+            self.num_total_steps, self.period = num_total_steps, period
+
+        def get_modification(self, step):
+            return ["", "x"][(step // self.period) % 2]
+
+    alt = api.as_curriculum(Alternating(300, 100))
+    assert alt.kwargs == {"num_total_steps": 300} and alt.factory.endswith("Alternating")
+    assert FACTORIES[alt.factory](300).get_modification(150) == "x"
+    with pytest.raises(UserError, match="expected a list of tasks"):
+        api.as_curriculum(42)
+    with pytest.raises(UserError, match="the list of tasks is empty"):
+        api.as_curriculum([])
+
+
+@pytest.fixture(scope="module")
+def two_task_run(tmp_path_factory):
+    """A list-of-tasks curriculum whose first task ends inside a rollout (rollout 2 x 64 = 128 steps)."""
+    runs = tmp_path_factory.mktemp("api") / "runs"
+    sigint = signal.getsignal(signal.SIGINT)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_dir = api.train(**CARTPOLE, runs_dir=str(runs), run_name="two", curriculum=[("", 300), ("gravity=15", 212)],
+                            eval_every=256, eval_episodes=2)
+        handlers_back = signal.getsignal(signal.SIGINT) is sigint
+        threads_back = torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    return run_dir, handlers_back, threads_back
+
+
+def test_train_returns_the_run_directory_and_switches_at_the_first_rollout_after_a_task(two_task_run):
+    run_dir, handlers_back, threads_back = two_task_run
+    assert run_dir.is_dir() and run_dir.name == "two" and (run_dir / "config.json").is_file()
+    switches = api.load_metrics(run_dir, kind="switch")
+    assert switches["global_step"].tolist() == [384]  # task 1 ends at 300: the first rollout start at or after it
+    assert switches["modification"].tolist() == ["gravity=15"]
+    iterations = api.load_metrics(run_dir)
+    assert iterations["global_step"].tolist() == list(range(128, 513, 128))
+    assert iterations["modification"].tolist() == ["", "", "", "gravity=15"]
+    assert handlers_back and threads_back  # the notebook's Ctrl-C and thread count are its own again
+
+
+def test_load_functions_columns(two_task_run):
+    run_dir = two_task_run[0]
+    episodes = api.load_episodes(run_dir)
+    assert isinstance(episodes, pd.DataFrame) and len(episodes)
+    assert set(api.EPISODE_COLUMNS) <= set(episodes.columns)
+    assert (episodes["return"] == episodes["length"]).all()  # CartPole: +1 per step
+    evals = api.load_evaluations(str(run_dir))
+    assert list(evals.columns) == COLUMNS
+    assert sorted(evals["step"].unique()) == [0, 256, 512] and set(evals["modification"]) == {"", "gravity=15"}
+    iterations = api.load_metrics(run_dir)
+    assert {"global_step", "time", "iteration", "modification", "charts/SPS", "losses/policy_loss"} <= set(iterations)
+    everything = api.load_metrics(run_dir, kind=None)
+    assert {"iteration", "episode", "switch", "eval"} <= set(everything["kind"])
+
+
+def test_load_metrics_drops_a_crash_cut_last_line(two_task_run, tmp_path):
+    run_dir = two_task_run[0]
+    copy = tmp_path / "cut"
+    copy.mkdir()
+    (copy / "config.json").write_text((run_dir / "config.json").read_text())
+    text = (run_dir / "metrics.jsonl").read_text()
+    (copy / "metrics.jsonl").write_text(text + '{"kind": "iteration", "global_st')
+    assert len(api.load_metrics(copy, kind=None)) == len(text.splitlines())
+    assert list(api.load_evaluations(copy).columns) == COLUMNS and api.load_evaluations(copy).empty
+    with pytest.raises(UserError, match="is not a run directory"):
+        api.load_episodes(tmp_path / "nothing")
+
+
+def test_evaluate_returns_a_row_per_modification(two_task_run, tmp_path):
+    run_dir = two_task_run[0]
+    df = api.evaluate(run_dir, modifications=["", "gravity=15"], episodes=2, output=tmp_path / "ev")
+    assert list(df["modification"]) == ["", "gravity=15"] and (df["episodes"] == 2).all()
+    assert ["modification", "episodes", "mean", "std", "min", "max", "mean_length"] == list(df.columns)
+    assert (tmp_path / "ev.csv").is_file()
+    one = api.evaluate(run_dir / "ppo.cleanrl_model", modifications="length=0.8", episodes=1,
+                       output=tmp_path / "one")
+    assert list(one["modification"]) == ["length=0.8"]
+    with pytest.raises(UserError, match="eval_episodes: must be positive"):
+        api.evaluate(run_dir, episodes=0)
+    with pytest.raises(UserError, match="episodes: expected an integer"):
+        api.evaluate(run_dir, episodes=2.5)
+
+
+def test_ctrl_c_saves_an_interrupted_checkpoint_and_raises_keyboard_interrupt(tmp_path):
+    """SIGINT during train(): the iteration finishes, an interrupted checkpoint is saved, KeyboardInterrupt (not
+    SystemExit) reaches the caller, and the caller's SIGINT handler is back."""
+    import threading
+    import time
+
+    sigint = signal.getsignal(signal.SIGINT)
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+
+    def press_ctrl_c_after_the_first_iteration():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if metrics.exists() and '"iteration"' in metrics.read_text():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=press_ctrl_c_after_the_first_iteration, daemon=True)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint"):
+        api.train(**CARTPOLE, runs_dir=str(tmp_path), run_name="cut", total_timesteps=100_000)
+    thread.join()
+    assert signal.getsignal(signal.SIGINT) is sigint
+    names = os.listdir(tmp_path / "cut" / "checkpoints")
+    assert any(n.startswith("interrupted__step") for n in names), names
+    assert api.load_metrics(tmp_path / "cut")["global_step"].max() < 100_000
