@@ -43,10 +43,12 @@ class Args:
     # --- environment -----------------------------------------------------------------------------------------------
     env_id: str = "ALE/Freeway-v5"
     """gymnasium id; use full `ALE/<Game>-v5` ids for Atari (bare names silently mean v4 dynamics)"""
-    backend: Literal["HackAtari", "OCAtari", "Gymnasium", "MinAtar"] = "HackAtari"
-    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications), MinAtar (`MinAtar/<Game>` 10x10 grids, `name=value` modifications)"""
-    obs_mode: Literal["dqn", "obj", "ori"] = "dqn"
-    """Atari observations: dqn (4x84x84 grey uint8 stack), obj (object coordinates), ori (raw RGB frame)"""
+    backend: Literal["HackAtari", "OCAtari", "Gymnasium", "MinAtar", "MiniHack"] = "HackAtari"
+    """HackAtari (modified Atari), OCAtari (object-centric, unmodified), Gymnasium (any id, `name=value` modifications), MinAtar (`MinAtar/<Game>` 10x10 grids, `name=value` modifications), MiniHack (`MiniHack-*` NetHack tasks with CORA's rewards; tasks are env ids)"""
+    obs_mode: Literal["dqn", "obj", "ori", "pixel_crop", "glyphs_crop"] = "dqn"
+    """Atari observations: dqn (4x84x84 grey uint8 stack), obj (object coordinates), ori (raw RGB frame); MiniHack:
+    pixel_crop (CORA's 3x84x84 RGB crop around the agent, what dqn means there) or glyphs_crop (a one-hot of the 9x9
+    glyphs around the agent, for fast agents)"""
     task_id_input: bool = False
     """give the agent the task identity: a one-hot of the current regime (its index among the curriculum's regimes)
     appended to every observation, as constant extra channels for frames and grids, extra entries for vectors"""
@@ -68,8 +70,9 @@ class Args:
     """up to this many random no-ops after each Atari reset"""
     deactivate_episodic_life: bool = False
     """do not end training episodes at a life loss (episode statistics are always whole games)"""
-    reward_scaling: Literal["clip", "normalize", "none"] = "clip"
-    """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return"""
+    reward_scaling: Optional[Literal["clip", "normalize", "none"]] = None
+    """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return;
+    default: clip, none for MiniHack (its -0.001 step penalty clipped would cost as much as a win)"""
     norm_obs: bool = False
     """standardise observations by running statistics saved with the weights (CleanRL's continuous-action PPO)"""
     max_episode_steps: Optional[int] = None

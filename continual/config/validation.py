@@ -11,6 +11,7 @@ import torch
 from continual.config.args import Args
 from continual.envs.backends import validate_action_space
 from continual.envs.goals import make_goal_space
+from continual.envs.minihack import validate_obs_mode
 from continual.envs.vector import batched_blocker
 from continual.errors import UserError
 
@@ -81,6 +82,7 @@ def validate_args(args: Args) -> None:
             f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
             f"got {args.env_id!r}"
         )
+    validate_obs_mode(args.backend, args.obs_mode)
     if args.save_agent_wandb and not args.track:
         raise UserError("save_agent_wandb: uploads checkpoints to W&B, which needs --track")
     if args.run_name is not None and (not args.run_name or "/" in args.run_name or args.run_name in (".", "..")):

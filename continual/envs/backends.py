@@ -10,6 +10,8 @@ vector env does right away (see `continual.envs.vector`). Modification strings a
 - OCAtari: object-centric observations of the unmodified game (only "" is valid).
 - Gymnasium: any registered id. Tokens are `name=value`: ALE games take `mode=`/`difficulty=`; other envs take
   numeric attributes of the unwrapped env (CartPole `gravity`, `length`, ...), with dependent quantities re-derived.
+- MiniHack (nle 1.3.0, minihack 1.0.2): `MiniHack-*` ids with CORA's rewards and observations
+  (`continual.envs.minihack`); no modifications besides `env=` tokens.
 - MinAtar (minatar 1.0.15): `MinAtar/<Game>` (Asterix, Breakout, Freeway, Seaquest, SpaceInvaders), the 10x10xC
   bool grid as float32 channels-first (C, 10, 10), all 6 actions in every game. Tokens `sticky_action_prob=<p>`
   (MinAtar's default 0.1) and `difficulty_ramping=0|1` (default 1).
@@ -18,7 +20,7 @@ Task sequences across games: a modification string may carry one `env=<env id>` 
 sticky_action_prob=0.2`); it names the game of that regime (same backend), the other tokens are its modifications
 (`split_task`). When a run's regimes name several games, their spaces are made one (`task_compat`): ALE games use
 the full 18-action set (as CORA) and keep their 4x84x84 frames; MinAtar grids are zero-padded to the largest
-channel count; other Box observations are zero-padded to the largest shape and Discrete action sets grow to the
+channel count; MiniHack tasks get the union of their action sets; other Box observations are zero-padded to the largest shape and Discrete action sets grow to the
 largest (an index a task lacks acts as its last action). Anything else is refused before any env is built.
 """
 
@@ -36,11 +38,12 @@ from typing import Any, Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
+from continual.envs import minihack
 from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
 from continual.modstrings import modification_tokens, normalize_modification
 
-BACKENDS = ("HackAtari", "OCAtari", "Gymnasium", "MinAtar")
+BACKENDS = ("HackAtari", "OCAtari", "Gymnasium", "MinAtar", "MiniHack")
 ENV_TOKEN = "env="
 
 
@@ -115,7 +118,7 @@ def available_modifications(backend: str, env_id: str) -> dict[str, str]:
         for n, maker in registered_modifications(game).items():
             out[n] = (maker.__doc__ or n).strip().splitlines()[0]
         return dict(sorted(out.items()))
-    if backend == "OCAtari":
+    if backend in ("OCAtari", "MiniHack"):
         return {}
     if backend == "MinAtar":
         return {f"{k}=<value>": v for k, v in MINATAR_PARAMETERS.items()}
@@ -171,6 +174,9 @@ def validate_env_id(backend: str, env_id: str) -> None:
         raise UserError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "MinAtar":
         minatar_actions(env_id)  # the game and the version
+        return
+    if backend == "MiniHack":
+        minihack.validate_env_id(env_id)
         return
     if backend in ("HackAtari", "OCAtari") and not is_atari(env_id):
         raise UserError(f"env_id: {backend} needs a full ALE id such as 'ALE/Freeway-v5', got {env_id!r}")
@@ -265,6 +271,9 @@ def validate_modification(backend: str, env_id: str, modification: str) -> None:
         env_id, modification = task_env, rest
     if backend == "MinAtar":
         parse_minatar_tokens(env_id, modification)
+        return
+    if backend == "MiniHack":
+        minihack.validate_modification(env_id, modification)
         return
     if backend == "Gymnasium":
         parse_parameter_tokens(env_id, modification)
@@ -433,6 +442,7 @@ class TaskCompat:
     obs_shape: Optional[tuple[int, ...]] = None
     num_actions: Optional[int] = None
     full_action_space: bool = False
+    actions: tuple[int, ...] = ()  # MiniHack: the union of the tasks' action sets (NetHack command codes)
 
 
 def task_env_ids(default_env_id: str, modifications: Sequence[str]) -> tuple[str, ...]:
@@ -454,6 +464,8 @@ def task_compat(backend: str, env_ids: tuple[str, ...], obs_mode: str = "dqn") -
             raise UserError(f"task sequence: obs_mode {obs_mode!r} differs between games ({names}); a sequence "
                             f"of several Atari games needs obs_mode dqn (4x84x84 frames)")
         return TaskCompat(full_action_space=True)
+    if backend == "MiniHack":  # one crop size for every task: only the action sets differ
+        return TaskCompat(actions=minihack.union_actions(env_ids))
     if backend == "MinAtar":
         shapes = [MinAtarEnv(e).observation_space.shape for e in env_ids]
         return TaskCompat(obs_shape=(max(s[0] for s in shapes), *shapes[0][1:]),
@@ -749,11 +761,17 @@ def rederive(u: Any) -> None:
 def make_backend_env(backend: str, env_id: str, modification: str, *, obs_mode: str = "dqn", frameskip: int = 4,
                      buffer_window_size: int = 4, repeat_action_probability: float = 0.25,
                      max_episode_steps: Optional[int] = None, render_mode: Optional[str] = None,
-                     need_objects: bool = False, full_action_space: bool = False) -> gym.Env:
+                     need_objects: bool = False, full_action_space: bool = False,
+                     actions: Sequence[int] = ()) -> gym.Env:
     """One unwrapped-ish backend env (no preprocessing wrappers) with `set_modifications`. An `env=` token in
-    `modification` replaces `env_id`; `full_action_space`: ALE's 18 actions (a sequence of several games)."""
+    `modification` replaces `env_id`; `full_action_space`: ALE's 18 actions (a sequence of several games);
+    `actions`: MiniHack's action set of a sequence (`TaskCompat.actions`)."""
     task_env, modification = split_task(modification)
     env_id = task_env or env_id
+    if backend == "MiniHack":
+        env = minihack.MiniHackEnv(env_id, modification, obs_mode=obs_mode, actions=actions or None,
+                                   render_mode=render_mode)
+        return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     if backend == "MinAtar":
         env = MinAtarEnv(env_id, modification, render_mode=render_mode)
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env

@@ -49,7 +49,7 @@ from continual.envs.backends import (
 from continual.envs.batched import MinAtarVectorEnv
 from continual.envs.goals import needs_objects, wrap_env
 from continual.errors import EnvWorkerError
-from continual.modstrings import normalize_modification
+from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
 from continual.testing.faults import inject
 
@@ -87,6 +87,8 @@ class EnvSettings:
                   curriculum: Optional[Sequence[str]] = None, **overrides: Any) -> "EnvSettings":
         """`regimes`: every modification string the run can meet (their env tokens decide `compat`); `curriculum`:
         the training curriculum's regimes when `regimes` holds more (evaluation), the task ids of --task_id_input."""
+        # MiniHack: the held-out tasks' action sets too, so that training and evaluation envs have one action set
+        held_out = parse_eval_modifs(args.eval_modifs) if args.backend == "MiniHack" else []
         values = dict(
             env_id=args.env_id, backend=args.backend, obs_mode=args.obs_mode, frameskip=args.frameskip,
             buffer_window_size=args.buffer_window_size, repeat_action_probability=args.repeat_action_probability,
@@ -95,7 +97,8 @@ class EnvSettings:
             video_every=args.video_every,
             her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
             her_tolerance=getattr(args, "her_tolerance", 0.05),
-            compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs]), args.obs_mode),
+            compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs, *held_out]),
+                               args.obs_mode),
         )
         games = task_env_ids(args.env_id, [*regimes, args.modifs])
         values["games"] = games if len(games) > 1 else ()
@@ -327,7 +330,7 @@ def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
         repeat_action_probability=settings.repeat_action_probability,
         max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,
         need_objects=settings.need_objects or (settings.her and _her_needs_objects(settings)),
-        full_action_space=settings.compat.full_action_space,
+        full_action_space=settings.compat.full_action_space, actions=settings.compat.actions,
     )
     if settings.compat.obs_shape is not None or settings.compat.num_actions is not None:
         env = PadTask(env, settings.compat.obs_shape, settings.compat.num_actions)

@@ -15,7 +15,8 @@ import numpy as np
 
 class RewardScaler:
     def __init__(self, mode: str, num_envs: int, gamma: float, epsilon: float = 1e-8):
-        self.mode, self.gamma, self.epsilon = mode, gamma, epsilon
+        # None: --reward_scaling left to its default before startup resolved it (Args built by hand): clip
+        self.mode, self.gamma, self.epsilon = mode or "clip", gamma, epsilon
         self.returns = np.zeros(num_envs)
         self.count, self.mean, self.var = 1e-4, 0.0, 1.0
 

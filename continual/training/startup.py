@@ -207,6 +207,15 @@ def default_run_name(args: Args) -> str:
     return f"{game_name(args.env_id)}__{args.exp_name or args.architecture.lower()}__s{args.seed}__{int(time.time())}"
 
 
+def resolve_backend_defaults(args: Args) -> None:
+    """Defaults that depend on the backend, recorded resolved: MiniHack's rewards (1 a win, -0.001 a step) are not
+    clipped, and its pixel observation is `pixel_crop`."""
+    if args.reward_scaling is None:
+        args.reward_scaling = "none" if args.backend == "MiniHack" else "clip"
+    if args.backend == "MiniHack" and args.obs_mode == "dqn":
+        args.obs_mode = "pixel_crop"
+
+
 @dataclasses.dataclass
 class Plan:
     """What `preflight` resolved: the curriculum, the run's length and every regime it can emit."""
@@ -298,6 +307,7 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
     granularity = granularity_of(args) if granularity is None else granularity
     if not args.exp_name:  # recorded in config.json, checkpoints and W&B as the name actually used
         args.exp_name = args.architecture.lower()
+    resolve_backend_defaults(args)
     if args.obs_mode == "ori" and args.backend != "Gymnasium":
         raise UserError("obs_mode: 'ori' (raw RGB frames) is for evaluation videos; train with dqn or obj")
     saved = resume_state.get("factory_state") if resume_state is not None else None
