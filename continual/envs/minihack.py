@@ -65,17 +65,24 @@ def _pkg_resources_shim() -> types.ModuleType:
 def import_minihack() -> types.ModuleType:
     """Import nle and minihack (registering the MiniHack-* ids); a missing or broken install is one UserError that
     names the package."""
+    shim = None
     try:
         importlib.import_module("pkg_resources")
     except ImportError:
-        sys.modules.setdefault("pkg_resources", _pkg_resources_shim())
-    for package in ("nle", "minihack"):
-        try:
-            module = importlib.import_module(package)
-        except Exception as e:  # noqa: BLE001 - an ImportError, or a broken build failing at import
-            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UserError(f"backend MiniHack: the package {package!r} cannot be imported ({detail}); install it "
-                            f"with: {INSTALL}") from None
+        # only while minihack imports (it calls resource_filename at import time): other code probing for
+        # pkg_resources later (setuptools' namespace-package helpers) must not find a partial module
+        shim = sys.modules.setdefault("pkg_resources", _pkg_resources_shim())
+    try:
+        for package in ("nle", "minihack"):
+            try:
+                module = importlib.import_module(package)
+            except Exception as e:  # noqa: BLE001 - an ImportError, or a broken build failing at import
+                detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise UserError(f"backend MiniHack: the package {package!r} cannot be imported ({detail}); install "
+                                f"it with: {INSTALL}") from None
+    finally:
+        if shim is not None and sys.modules.get("pkg_resources") is shim:
+            del sys.modules["pkg_resources"]
     return module
 
 
