@@ -383,6 +383,10 @@ flags("batched-with-video", ("vector_env", "capture_video"), "--backend", "MinAt
       "--vector_env", "batched", "--capture_video")
 flags("minatar-unknown-version", ("MinAtar/Breakout-v2", "-v1"), "--backend", "MinAtar", "--env_id",
       "MinAtar/Breakout-v2")
+flags("minatar-permute-obs-not-an-integer", ("permute_obs=1.5", "integer"), "--backend", "MinAtar", "--env_id",
+      "MinAtar/Breakout", "--modifs", "permute_obs=1.5")
+flags("minatar-permute-actions-negative", ("permute_actions=-2", "integer"), "--backend", "MinAtar", "--env_id",
+      "MinAtar/Breakout", "--modifs", "permute_actions=-2")
 cartpole("removed-key-env-groups", ("env_groups", "removed"), {"env_groups": 2})
 flags("mlp-for-dqn", ("network", "DQN"), "--architecture", "DQN", "--network", "mlp")
 flags("mlp-hidden-size-zero", "hidden_size", "--network", "mlp", "--hidden_size", "0")

@@ -60,7 +60,10 @@ def play(settings: EnvSettings, kind: str, n: int, schedule: list[tuple[int, str
                           (450, "env=MinAtar/Breakout")], None),
     # -v1: minimal action sets of different sizes (Breakout 3, Asterix 5): the smaller set's missing actions
     ("MinAtar/Breakout-v1", [(0, ""), (200, "env=MinAtar/Asterix-v1")], 60),
-], ids=["one-game", "switch-and-time-limit", "three-games", "minimal-actions"])
+    # permuted channels and actions, switched in place and back
+    ("MinAtar/SpaceInvaders-v1", [(0, "permute_obs=1"), (150, "permute_obs=2 permute_actions=2"),
+                                  (300, "permute_actions=5"), (450, "")], None),
+], ids=["one-game", "switch-and-time-limit", "three-games", "minimal-actions", "permutations"])
 def test_batched_plays_the_games_the_sync_vector_env_plays(env_id, schedule, limit):
     regimes = tuple(m for _, m in schedule)
     settings = settings_for(env_id, regimes, max_episode_steps=limit)
@@ -76,6 +79,40 @@ def test_batched_plays_the_games_the_sync_vector_env_plays(env_id, schedule, lim
     assert ends > 10  # episodes ended (and reset) along the way
     if limit is not None:
         assert any(np.any(b[3]) for b in sync if len(b) == 5)  # the time limit was hit
+
+
+def test_batched_permutations_by_hand():
+    """The batched env (which steps the games below the stack) shows permute_obs's reordered channels and plays
+    permute_actions's mapped actions: a permuted run equals the plain run with its actions mapped and its
+    observations' channels reordered by hand, across a switch into the permuted regime."""
+    from continual.envs.backends import minatar_permutation
+
+    regime = "permute_obs=6 permute_actions=6 sticky_action_prob=0"
+    settings = settings_for("MinAtar/Breakout", ("sticky_action_prob=0", regime))
+    obs_perm, act_perm = minatar_permutation(6, 4), minatar_permutation(6, 6)
+    rng = np.random.default_rng(1)
+    actions = rng.integers(0, 6, (300, 3))
+    plain_envs = make_vector_env(settings, 3, "sticky_action_prob=0", "batched")
+    perm_envs = make_vector_env(settings, 3, "sticky_action_prob=0", "batched")
+    try:
+        assert isinstance(perm_envs.unwrapped, MinAtarVectorEnv)
+        plain_envs.reset(seed=4)
+        perm_envs.reset(seed=4)
+        plain, _ = plain_envs.switch("sticky_action_prob=0", step=0, seed=7)
+        permuted, _ = perm_envs.switch(regime, step=0, seed=7)  # switched in place: the same env objects
+        np.testing.assert_array_equal(permuted, plain[:, obs_perm])
+        ends = 0
+        for a in actions:
+            plain, r1, t1, u1, _ = plain_envs.step(act_perm[a])  # the game actions the permuted run's a stand for
+            permuted, r2, t2, u2, _ = perm_envs.step(a)
+            np.testing.assert_array_equal(permuted, plain[:, obs_perm])
+            np.testing.assert_array_equal(r1, r2)
+            np.testing.assert_array_equal(t1, t2)
+            ends += int(t1.sum())
+        assert ends > 3  # through episode ends and resets
+    finally:
+        plain_envs.close()
+        perm_envs.close()
 
 
 def test_auto_picks_batched_for_minatar_and_sync_where_a_wrapper_acts_every_step(tmp_path):

@@ -15,6 +15,8 @@ from continual.envs.backends import (
     PadTask,
     TaskCompat,
     make_backend_env,
+    minatar_actions,
+    minatar_permutation,
     task_compat,
     validate_modification,
 )
@@ -80,11 +82,73 @@ def test_modifications_switch_in_place_as_minatar_built_with_them():
 
 @pytest.mark.parametrize("bad", ["gravity=3", "sticky_action_prob=2", "difficulty_ramping=0.5", "sticky_action_prob=x",
                                  "sticky_action_prob=0.1 sticky_action_prob=0.2", "env=MinAtar/Pong",
-                                 "env=MinAtar/Breakout env=MinAtar/Freeway", "env=ALE/Pong-v5"])
+                                 "env=MinAtar/Breakout env=MinAtar/Freeway", "env=ALE/Pong-v5",
+                                 "permute_obs=-1", "permute_obs=1.5", "permute_actions=x", "permute_obs=inf",
+                                 "permute_actions=nan", "permute_obs", "permute_obs=1 permute_obs=2"])
 def test_bad_modifications_are_one_line_errors(bad):
     with pytest.raises(UserError) as e:
         validate_modification("MinAtar", "MinAtar/Breakout", bad)
     assert "\n" not in str(e.value)
+
+
+def test_permutation_from_k_by_hand():
+    """K = 0 is the identity; K > 0 is numpy's permutation from seed K (drawn again while it moves nothing)."""
+    assert minatar_permutation(0, 6) is None
+    for k in range(1, 30):
+        for n in (3, 4, 6, 10):
+            perm = minatar_permutation(k, n)
+            rng = np.random.default_rng(k)
+            expected = rng.permutation(n)
+            while (expected == np.arange(n)).all():
+                expected = rng.permutation(n)
+            assert np.array_equal(perm, expected) and sorted(perm) == list(range(n)) and (perm != np.arange(n)).any()
+    assert np.array_equal(minatar_permutation(7, 4), minatar_permutation(7, 4))  # fixed: the same in every run
+
+
+@pytest.mark.parametrize("env_id", GAMES)
+def test_permute_obs_shows_the_games_channels_reordered(env_id):
+    """With permute_obs=K, observation channel c is the unpermuted game's channel perm_K[c] (same seed, same
+    actions: the game itself is untouched)."""
+    actions = np.random.default_rng(2).integers(0, 6, 300).tolist()
+    plain = ours_run(MinAtarEnv(env_id), 5, actions)
+    env = MinAtarEnv(env_id, "permute_obs=4")
+    perm = minatar_permutation(4, env.observation_space.shape[0])
+    permuted = ours_run(env, 5, actions)
+    assert len(plain) == len(permuted) > 5
+    for a, b in zip(plain, permuted):
+        assert np.array_equal(b, np.stack([a[c] for c in perm]))  # hand-reordered, channel by channel
+    assert any(not np.array_equal(a, b) for a, b in zip(plain, permuted))  # the reordering shows
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Breakout", "MinAtar/SpaceInvaders-v1"])
+def test_permute_actions_plays_the_mapped_action(env_id):
+    """With permute_actions=K, agent action a reaches MinAtar as the env id's action perm_K[a] (recorded at the
+    game's own act, below every wrapper)."""
+    env = MinAtarEnv(env_id, "permute_actions=3 sticky_action_prob=0")
+    seen: list[int] = []
+    act = env.game.act
+    env.game.act = lambda a: (seen.append(int(a)), act(a))[1]
+    env.reset(seed=0)
+    actions = minatar_actions(env_id)
+    perm = minatar_permutation(3, len(actions))
+    for a in range(len(actions)):
+        env.step(a)
+    assert seen == [actions[perm[a]] for a in range(len(actions))] != list(actions)
+
+
+def test_permutations_switch_in_place_and_back():
+    """set_modifications takes effect at the next reset, on the same env object, and '' goes back to the identity."""
+    actions = np.random.default_rng(3).integers(0, 6, 200).tolist()
+    env = make_backend_env("MinAtar", "MinAtar/Breakout", "")
+    plain = ours_run(env, 9, actions)
+    for k in (1, 2, 5):
+        env.set_modifications(f"permute_obs={k} permute_actions={k}")
+        inv = np.argsort(minatar_permutation(k, 6))  # play the actions that map back to the plain run's
+        permuted = ours_run(env, 9, [int(inv[a]) for a in actions])
+        perm = minatar_permutation(k, 4)
+        assert len(permuted) == len(plain) and all(np.array_equal(b, a[perm]) for a, b in zip(plain, permuted)), k
+    env.set_modifications("")
+    assert all(np.array_equal(a, b) for a, b in zip(plain, ours_run(env, 9, actions)))
 
 
 def test_task_compat_pads_channels_to_the_largest_game():

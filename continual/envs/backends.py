@@ -14,7 +14,9 @@ vector env does right away (see `continual.envs.vector`). Modification strings a
   (`continual.envs.minihack`); no modifications besides `env=` tokens.
 - MinAtar (minatar 1.0.15): `MinAtar/<Game>` (Asterix, Breakout, Freeway, Seaquest, SpaceInvaders), the 10x10xC
   bool grid as float32 channels-first (C, 10, 10), all 6 actions in every game. Tokens `sticky_action_prob=<p>`
-  (MinAtar's default 0.1) and `difficulty_ramping=0|1` (default 1).
+  (MinAtar's default 0.1), `difficulty_ramping=0|1` (default 1), and for long non-stationary sequences (loss of
+  plasticity) `permute_obs=<K>` / `permute_actions=<K>`: the observation channels / action meanings permuted by a
+  fixed permutation drawn from the integer K (0: identity; the same K gives the same permutation in every run).
 
 Task sequences across games: a modification string may carry one `env=<env id>` token (`env=MinAtar/Breakout
 sticky_action_prob=0.2`); it names the game of that regime (same backend), the other tokens are its modifications
@@ -298,8 +300,13 @@ MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freew
 MINATAR_PARAMETERS = {
     "sticky_action_prob": "probability that the previous action is repeated, in [0, 1] (MinAtar's default 0.1)",
     "difficulty_ramping": "1: the game speeds up as it goes on (MinAtar's default), 0: it does not",
+    "permute_obs": "integer K >= 0: observation channel c shows the game's channel perm_K[c], perm_K a fixed "
+                   "permutation drawn from K (0: identity)",
+    "permute_actions": "integer K >= 0: action a plays the game's action perm_K[a], perm_K a fixed permutation drawn "
+                       "from K (0: identity)",
 }
-MINATAR_DEFAULTS = {"sticky_action_prob": 0.1, "difficulty_ramping": 1.0}
+MINATAR_DEFAULTS = {"sticky_action_prob": 0.1, "difficulty_ramping": 1.0, "permute_obs": 0.0, "permute_actions": 0.0}
+MINATAR_PERMUTATIONS = ("permute_obs", "permute_actions")
 MINATAR_NUM_ACTIONS = 6  # MinAtar's full action set, the same in every game
 
 
@@ -346,9 +353,23 @@ def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
             raise UserError(f"modification {tok!r}: a probability in [0, 1]")
         if name == "difficulty_ramping" and v not in (0.0, 1.0):
             raise UserError(f"modification {tok!r}: 0 or 1")
+        if name in MINATAR_PERMUTATIONS and not (0 <= v < 2**32 and v == int(v)):
+            raise UserError(f"modification {tok!r}: an integer K >= 0 (0: no permutation)")
         seen.add(name)
         out[name] = v
     return out
+
+
+def minatar_permutation(k: int, n: int) -> Optional[np.ndarray]:
+    """The fixed permutation of n items that `permute_obs=k` / `permute_actions=k` name: None (identity) for k = 0,
+    else numpy's permutation from seed k, drawn again until it moves something (a regime must differ from K=0)."""
+    if k == 0 or n < 2:
+        return None
+    rng = np.random.default_rng(k)
+    while True:
+        perm = rng.permutation(n)
+        if (perm != np.arange(n)).any():
+            return perm
 
 
 class MinAtarEnv(gym.Env):
@@ -357,7 +378,8 @@ class MinAtarEnv(gym.Env):
     Observation: the (10, 10, C) bool grid as float32 (C, 10, 10). Actions: MinAtar's 6 (n, l, u, r, d, f) in every
     game, or with a `-v1` id (`MinAtar/Breakout-v1`, as MinAtar's own gymnasium registration and gymnax) the game's
     minimal action set (Breakout: n, l, r). Seeded resets seed MinAtar's own RandomState (sticky actions and the
-    game's randomness)."""
+    game's randomness). `permute_obs`/`permute_actions` reorder the channels the agent sees and the actions it
+    plays (`act` and `write_obs`, so the batched vector env gets them too); `render` shows the game unpermuted."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
 
@@ -376,6 +398,7 @@ class MinAtarEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(len(self.actions))
         self.modification = normalize_modification(modification)
         self._pending: Optional[dict[str, float]] = None
+        self._set_permutations(self._params)
 
     def set_modifications(self, modification: str) -> None:
         self._pending = parse_minatar_tokens(self.env_id, modification)
@@ -391,7 +414,15 @@ class MinAtarEnv(gym.Env):
             self.game.env = importlib.import_module(f"minatar.environments.{self._module}").Env(
                 ramping=bool(params["difficulty_ramping"]))
             self.game.env.random = self.game.random
+        self._set_permutations(params)
         self._params = params
+
+    def _set_permutations(self, params: dict[str, float]) -> None:
+        """`_game_actions[a]`: the MinAtar action that index a plays; `_channels`: the game channel each observation
+        channel shows (None: identity, the fast path)."""
+        perm = minatar_permutation(int(params["permute_actions"]), len(self.actions))
+        self._game_actions = self.actions if perm is None else tuple(self.actions[p] for p in perm)
+        self._channels = minatar_permutation(int(params["permute_obs"]), self.observation_space.shape[0])
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
@@ -408,15 +439,20 @@ class MinAtarEnv(gym.Env):
 
     def act(self, action: int) -> tuple[float, bool]:
         """(reward, terminated) of one step (`continual.envs.batched` steps the game through this, not `step`)."""
-        reward, done = self.game.act(self.actions[action])
+        reward, done = self.game.act(self._game_actions[action])
         return float(reward), bool(done)
+
+    def _state(self) -> np.ndarray:
+        """The game's (10, 10, C) grid with the channels this regime shows, in their order."""
+        state = self.game.state()
+        return state if self._channels is None else state[..., self._channels]
 
     def write_obs(self, out: np.ndarray) -> None:
         """The observation into `out`'s first C channels (a padded row of a batch keeps its zero channels)."""
-        out[:self.observation_space.shape[0]] = self.game.state().transpose(2, 0, 1)
+        out[:self.observation_space.shape[0]] = self._state().transpose(2, 0, 1)
 
     def _obs(self) -> np.ndarray:
-        return np.ascontiguousarray(self.game.state().transpose(2, 0, 1), dtype=np.float32)
+        return np.ascontiguousarray(self._state().transpose(2, 0, 1), dtype=np.float32)
 
     def render(self):
         # each channel its own colour on black, 16 pixels per cell
