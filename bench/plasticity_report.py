@@ -1,0 +1,265 @@
+"""Report of the loss-of-plasticity experiment (configs/experiments/plasticity_minatar.json): per method, how much
+worse plain and remedied PPO learn the late regimes of a long permuted-MinAtar sequence than the early ones.
+
+    python bench/plasticity_report.py EXPERIMENT_FOLDER --out bench/results/plasticity_minatar [--early 3 --late 3]
+
+Statistics (fixed before any result was seen):
+- regime return: the mean return of the training episodes (the sampling policy) that end inside a regime's visit,
+  (start, end], i.e. the area under the regime's learning curve: it falls when a network learns a new regime more
+  slowly or to a lower level. `final quarter`: the same over the visit's last 25% of steps.
+- early = mean regime return of the first `--early` regimes (the first is learned from a fresh network), late = mean of
+  the last `--late` regimes; drop = early - late (> 0: late regimes are learned worse: loss of plasticity), and the
+  relative drop, drop / early.
+- 95% CIs: percentile bootstrap over the method's seeds (`continual.evaluation.metrics.bootstrap_mean`: the
+  stratified bootstrap with one task; 2,000 resamples). Differences to PPO (late return, drop): both methods' seeds
+  resampled independently (`paired_bootstrap`), and rliable's probability that the method's late return is above
+  PPO's, with its CI. With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
+- diagnostics (`plasticity/*` records at every switch): dormant fraction (all hidden units), effective rank of the
+  penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first switch and
+  at the end of the run.
+
+Runs are grouped by method: the run directory name's "NNN_<method>_seed=S" (the launcher's naming for the file's grid
+of named flag sets x seeds), else the config's architecture (+S&P). Unfinished runs are listed and left out.
+Writes report.md, report.json, regimes.png (regime return per regime, mean and CI band), drop.png (the drop per
+method with CIs) and diagnostics.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from typing import Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+from continual.evaluation.metrics import (  # noqa: E402
+    bootstrap_mean,
+    load_run,
+    mean_ci,
+    method_label,
+    paired_bootstrap,
+)
+
+RUN_NAME = re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$")
+DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
+
+
+def _mean(xs) -> Optional[float]:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return float(np.mean(xs)) if xs else None
+
+
+def weight_norm(record: dict) -> float:
+    return math.sqrt(sum(v * v for k, v in record.items() if k.startswith("plasticity/weight_norm/")))
+
+
+def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
+    """Per-regime returns and diagnostics of one run directory (None: not a run or no episodes yet)."""
+    if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+        return None
+    run = load_run(run_dir)
+    if not run.episodes or not run.visits:
+        return None
+    name = os.path.basename(os.path.normpath(run_dir))
+    m = RUN_NAME.match(name)
+    method = m.group("method") if m else method_label(run.config)
+    seed = int(m.group("seed")) if m else run.config.get("seed")
+    total = int(run.config.get("resolved_total_timesteps") or run.config.get("total_timesteps") or 0)
+    switches = run.config.get("modification_factory_kwargs", {}).get("switching_thresholds") or []
+    n_regimes = len(switches) + 1
+    regimes, finals = [], []
+    for v in run.visits:
+        rets = [(s, r) for s, reg, r in run.episodes if reg == v.regime and v.start < s <= v.end]
+        regimes.append(_mean(r for _, r in rets))
+        finals.append(_mean(r for s, r in rets if s > v.end - (v.end - v.start) / 4))
+    done = run.end_step >= total and len(run.visits) >= n_regimes
+    out = {"run": name, "method": method, "seed": seed, "steps": run.end_step, "total": total, "done": done,
+           "regimes": regimes, "final_quarter": finals, "visits": [(v.regime, v.start, v.end) for v in run.visits]}
+    if len(regimes) >= early + late:
+        out["early"] = _mean(regimes[:early])
+        out["late"] = _mean(regimes[-late:])
+        out["drop"] = None if out["early"] is None or out["late"] is None else out["early"] - out["late"]
+        out["relative_drop"] = None if not out["early"] or out["drop"] is None else out["drop"] / abs(out["early"])
+        out["late_final_quarter"] = _mean(finals[-late:])
+        out["early_final_quarter"] = _mean(finals[:early])
+    recs = sorted(run.plasticity, key=lambda r: r["global_step"])
+    out["diagnostics"] = [{"step": r["global_step"], "dormant": r.get("plasticity/dormant_fraction/all"),
+                           "effective_rank": r.get("plasticity/effective_rank"), "weight_norm": weight_norm(r)}
+                          for r in recs]
+    return out
+
+
+def fmt_ci(d: dict, digits: int = 1) -> str:
+    if d["mean"] is None:
+        return "-"
+    if d.get("ci95") is None:
+        return f"{d['mean']:.{digits}f}"
+    lo, hi = d["ci95"]
+    return f"{d['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
+    from rliable import metrics as rl
+
+    methods: dict[str, list[dict]] = {}
+    for r in runs:
+        if r["done"] and "drop" in r:
+            methods.setdefault(r["method"], []).append(r)
+    table = {}
+    base = methods.get(baseline)
+    for method, rs in methods.items():
+        rs = sorted(rs, key=lambda r: (r["seed"] is None, r["seed"]))
+        row = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
+        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter"):
+            row[key] = bootstrap_mean(r[key] for r in rs)
+            row[key]["t_ci95_half_width"] = mean_ci(r[key] for r in rs)["ci95"]
+            row[key]["per_seed"] = [r[key] for r in rs]
+        for diag in DIAGNOSTICS:
+            first = [r["diagnostics"][0][diag] for r in rs if r["diagnostics"]]
+            last = [r["diagnostics"][-1][diag] for r in rs if r["diagnostics"]]
+            row[f"{diag}_first_switch"], row[f"{diag}_end"] = _mean(first), _mean(last)
+        if base and method != baseline:
+            for key in ("late", "drop"):
+                x = np.array([[r[key]] for r in rs], dtype=np.float64)
+                y = np.array([[r[key]] for r in base], dtype=np.float64)
+                lo, hi = paired_bootstrap(x, y, lambda a, b: float(a.mean() - b.mean()))
+                row[f"{key}_minus_{baseline}"] = {"mean": float(x.mean() - y.mean()), "ci95": [lo, hi]}
+            x = np.array([[r["late"]] for r in rs], dtype=np.float64)
+            y = np.array([[r["late"]] for r in base], dtype=np.float64)
+            lo, hi = paired_bootstrap(x, y, rl.probability_of_improvement)
+            row[f"p_late_above_{baseline}"] = {"mean": float(rl.probability_of_improvement(x, y)), "ci95": [lo, hi]}
+        table[method] = row
+    return table
+
+
+def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list[str]:
+    n_regimes = max((len(r["regimes"]) for r in runs), default=0)
+    lines = [f"Regime return = mean training-episode return over a regime's visit; early = regimes 1-{args.early}, "
+             f"late = regimes {n_regimes - args.late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
+             f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI].", "",
+             f"| method | seeds | early | late | drop | drop / early | late - {baseline} | P(late > {baseline}) | "
+             "dormant (1st switch -> end) | eff. rank (1st switch -> end) | weight norm (1st switch -> end) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = [baseline] + sorted(m for m in table if m != baseline) if baseline in table else sorted(table)
+
+    def arrow(row: dict, key: str, digits: int) -> str:
+        a, b = row[f"{key}_first_switch"], row[f"{key}_end"]
+        return "-" if a is None or b is None else f"{a:.{digits}f} -> {b:.{digits}f}"
+
+    for method in order:
+        row = table[method]
+        diff = fmt_ci(row[f"late_minus_{baseline}"]) if f"late_minus_{baseline}" in row else ""
+        poi = fmt_ci(row[f"p_late_above_{baseline}"], 2) if f"p_late_above_{baseline}" in row else ""
+        lines.append(f"| {method} | {row['n']} | {fmt_ci(row['early'])} | {fmt_ci(row['late'])} | "
+                     f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} | {diff} | {poi} | "
+                     f"{arrow(row, 'dormant', 3)} | {arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
+    running = [r for r in runs if not r["done"]]
+    if running:
+        lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"
+                                                           for r in running)]
+    return lines
+
+
+def plots(table: dict, runs: list[dict], out: str, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in runs if r["done"]]
+    methods = sorted({r["method"] for r in done}, key=lambda m: (m != "PPO", m))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for method in methods:
+        rows = np.array([[np.nan if x is None else x for x in r["regimes"]] for r in done if r["method"] == method])
+        x = np.arange(1, rows.shape[1] + 1)
+        mean = np.nanmean(rows, 0)
+        ci = [bootstrap_mean(rows[:, j].tolist()).get("ci95") or [np.nan, np.nan] for j in range(rows.shape[1])]
+        ax.plot(x, mean, marker="o", ms=3, label=method, lw=2.5 if method == "PPO" else 1.2)
+        ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], alpha=0.12)
+    ax.axvspan(0.5, args.early + 0.5, color="grey", alpha=0.08)
+    if done:
+        n = len(done[0]["regimes"])
+        ax.axvspan(n - args.late + 0.5, n + 0.5, color="grey", alpha=0.08)
+    ax.set_xlabel("regime (permutation of channels and actions)")
+    ax.set_ylabel("mean training return in the regime")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "regimes.png"), dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(table)) + 1))
+    names = sorted(table, key=lambda m: table[m]["drop"]["mean"])
+    for i, m in enumerate(names):
+        d = table[m]["drop"]
+        lo, hi = d["ci95"] or [d["mean"], d["mean"]]
+        ax.errorbar(d["mean"], i, xerr=[[d["mean"] - lo], [hi - d["mean"]]], fmt="o", capsize=3)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("early - late regime return (95% bootstrap CI); > 0: loss of plasticity")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "drop.png"), dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for method in methods:
+        rs = [r for r in done if r["method"] == method and r["diagnostics"]]
+        if not rs:
+            continue
+        k = min(len(r["diagnostics"]) for r in rs)
+        steps = [d["step"] for d in rs[0]["diagnostics"][:k]]
+        for ax, diag in zip(axes, DIAGNOSTICS):
+            vals = np.array([[np.nan if d[diag] is None else d[diag] for d in r["diagnostics"][:k]] for r in rs])
+            ax.plot(np.asarray(steps) / 1e6, np.nanmean(vals, 0), marker=".", label=method)
+    for ax, title in zip(axes, ("dormant fraction (all hidden units)", "effective rank (penultimate features)",
+                                "weight norm")):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("steps (M)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "diagnostics.png"), dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
+    p.add_argument("--out", help="write report.md, report.json and the plots here")
+    p.add_argument("--early", type=int, default=3, help="regimes counted as early (the first N)")
+    p.add_argument("--late", type=int, default=3, help="regimes counted as late (the last N)")
+    args = p.parse_args()
+    if args.early < 1 or args.late < 1:
+        print("error: --early and --late must be at least 1", file=sys.stderr)
+        sys.exit(2)
+    runs_root = os.path.join(args.folder, "runs")
+    if not os.path.isdir(runs_root):
+        print(f"error: {args.folder}: no runs/ folder (is it an experiment folder?)", file=sys.stderr)
+        sys.exit(2)
+    runs = [s for s in (run_summary(os.path.join(runs_root, d), args.early, args.late)
+                        for d in sorted(os.listdir(runs_root))) if s]
+    if not runs:
+        print(f"error: {runs_root}: no run with training episodes yet", file=sys.stderr)
+        sys.exit(2)
+    table = summarize(runs)
+    lines = markdown(table, runs, args)
+    print("\n".join(lines))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# Loss of plasticity on permuted MinAtar ({args.folder})\n\n" + "\n".join(lines) +
+                    "\n\n![regime returns](regimes.png)\n\n![drop](drop.png)\n\n![diagnostics](diagnostics.png)\n")
+        with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump({"args": vars(args), "machine": {"cpu": common.cpu_model(), "load": common.loadavg()},
+                       "table": table, "runs": runs}, f, indent=1)
+        plots(table, runs, args.out, args)
+        print(f"report written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
