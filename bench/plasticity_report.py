@@ -15,8 +15,8 @@ Statistics (fixed before any result was seen):
   resampled independently (`paired_bootstrap`), and rliable's probability that the method's late return is above
   PPO's, with its CI. With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
 - diagnostics (`plasticity/*` records at every switch): dormant fraction (all hidden units), effective rank of the
-  penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first switch and
-  at the end of the run.
+  penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first and at the
+  last record (the last switch, unless the run logs them every --diagnostics_every steps).
 
 Runs are grouped by method: the run directory name's "NNN_<method>_seed=S" (the launcher's naming for the file's grid
 of named flag sets x seeds), else the config's architecture (+S&P). Unfinished runs are listed and left out.
@@ -145,7 +145,7 @@ def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list
              f"late = regimes {n_regimes - args.late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
              f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI].", "",
              f"| method | seeds | early | late | drop | drop / early | late - {baseline} | P(late > {baseline}) | "
-             "dormant (1st switch -> end) | eff. rank (1st switch -> end) | weight norm (1st switch -> end) |",
+             "dormant (1st -> last switch) | eff. rank (1st -> last switch) | weight norm (1st -> last switch) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     order = [baseline] + sorted(m for m in table if m != baseline) if baseline in table else sorted(table)
 
