@@ -18,8 +18,8 @@ Statistics (fixed before any result was seen):
   penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first and at the
   last record (the last switch, unless the run logs them every --diagnostics_every steps).
 
-Runs are grouped by method: the run directory name's "NNN_<method>_seed=S" (the launcher's naming for the file's grid
-of named flag sets x seeds), else the config's architecture (+S&P). Unfinished runs are listed and left out.
+Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
+naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed and left out.
 Writes report.md, report.json, regimes.png (regime return per regime, mean and CI band), drop.png (the drop per
 method with CIs) and diagnostics.png.
 """
@@ -47,7 +47,17 @@ from continual.evaluation.metrics import (  # noqa: E402
     paired_bootstrap,
 )
 
-RUN_NAME = re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$")
+# the launcher's entry names for a grid of named flag sets and seeds, in either key order
+RUN_NAMES = (re.compile(r"^\d+_seed=(?P<seed>\d+)_(?P<method>.+)$"), re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$"))
+
+
+def parse_run_name(name: str) -> Optional[tuple[str, int]]:
+    """'003_seed=2_PPO_ReDo' or '003_PPO_ReDo_seed=2' -> ('PPO_ReDo', 2); None for other names."""
+    for pattern in RUN_NAMES:
+        m = pattern.match(name)
+        if m:
+            return m.group("method"), int(m.group("seed"))
+    return None
 DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
 
 
@@ -68,9 +78,8 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     if not run.episodes or not run.visits:
         return None
     name = os.path.basename(os.path.normpath(run_dir))
-    m = RUN_NAME.match(name)
-    method = m.group("method") if m else method_label(run.config)
-    seed = int(m.group("seed")) if m else run.config.get("seed")
+    parsed = parse_run_name(name)
+    method, seed = parsed if parsed else (method_label(run.config), run.config.get("seed"))
     total = int(run.config.get("resolved_total_timesteps") or run.config.get("total_timesteps") or 0)
     switches = run.config.get("modification_factory_kwargs", {}).get("switching_thresholds") or []
     n_regimes = len(switches) + 1
