@@ -237,6 +237,15 @@ class Args:
     from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""
     trac_s_init: float = 1e-8
     """TRAC: s_init, the scale's starting magnitude (the paper's 1e-8)"""
+    plasticity_injection: Literal["none", "at_switches", "every", "step"] = "none"
+    """plasticity injection (Nikishin et al. 2023): freeze the heads and add a fresh trainable head minus its frozen
+    copy, so the output is unchanged and the head learns anew (the torso keeps learning); at every regime switch,
+    every --injection_every steps, or once at --injection_step"""
+    injection_every: int = 0
+    """plasticity injection every: inject every this many steps (each injection freezes the injected head again)"""
+    injection_step: int = 0
+    """plasticity injection step: inject once at this step (0: half of the run, as Plasticine; the paper injects once
+    into a long Atari run, its diagnostic use)"""
 
     # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
     ewc: Literal["none", "ewc", "online"] = "none"
