@@ -16,6 +16,7 @@ from continual.config.validation import validate_injection_args
 from continual.errors import UserError
 from continual.plasticity.injection import (
     InjectedHead,
+    folded_state_dict,
     head_linears,
     inject,
     injection_count,
@@ -147,6 +148,23 @@ def test_restore_rebuilds_the_structure_and_the_optimizer_so_training_resumes_ex
     assert restore_injection(ppo.Agent((4, 10, 10), 3), ppo.Agent((4, 10, 10), 3).state_dict()) == 0
 
 
+def test_folded_weights_give_a_plain_network_the_injected_function():
+    """IMPALA's actors keep the built structure: the injected heads folded into one layer (W_old + W_new - W_frozen)
+    compute the learner's outputs to float rounding."""
+    agent, opt, x = trained_agent()
+    for _ in range(2):
+        inject(agent, ppo.Agent((4, 10, 10), 3), opt)
+        for _ in range(3):
+            step(agent, opt, x)
+    plain = ppo.Agent((4, 10, 10), 3)
+    folded = folded_state_dict(agent)
+    assert set(folded) == set(plain.state_dict())
+    plain.load_state_dict(folded)
+    for a, b in zip(outputs(agent, x), outputs(plain, x)):
+        assert torch.allclose(a, b, rtol=0, atol=1e-5) and not torch.equal(a, outputs(ppo.Agent((4, 10, 10), 3), x)[0])
+    assert folded_state_dict(plain).keys() == plain.state_dict().keys()
+
+
 def test_dqn_target_network_gets_the_same_fresh_head():
     torch.manual_seed(0)
     q = dqn.QNetwork((4, 10, 10), 5)
@@ -173,12 +191,43 @@ def test_redo_after_an_injection_zeroes_the_outgoing_weights_in_every_head():
     assert opt.state[agent.actor.new.weight]["exp_avg"][:, sorted(zero_cols[0])].abs().sum() == 0
 
 
+def test_cbp_after_an_injection_reads_the_effective_weights_and_keeps_the_output():
+    """PPO_CBP: the last hidden layer's tracker now feeds the injected heads; its contribution utility uses their
+    effective weights (old + new - frozen = old at injection), and replacing units moves their mean contribution into
+    all three heads' biases, so the injected agent's output after a replacement is the plain agent's."""
+    from agents import ppo_cbp
+
+    torch.manual_seed(0)
+    agent = ppo_cbp.CBPAgent((4, 10, 10), 3, Args(architecture="PPO_CBP"))
+    opt = agent.make_optimizer(1e-2)
+    x = (torch.rand(32, 4, 10, 10) > 0.5).float()
+    for _ in range(3):
+        agent.before_update()
+        step(agent, opt, x)
+        agent.after_optimizer_step(opt)
+        agent.after_update()
+    plain = copy.deepcopy(agent)
+    plain_opt = plain.make_optimizer(1e-2)
+    inject(agent, ppo_cbp.CBPAgent((4, 10, 10), 3, Args(architecture="PPO_CBP")), opt)
+    last, plain_last = agent.cbp.trackers[-1], plain.cbp.trackers[-1]
+    assert last.out_layers == [agent.actor, agent.critic]
+    assert torch.allclose(last._out_weight_mass(), plain_last._out_weight_mass(), rtol=1e-5, atol=1e-6)
+    units = torch.tensor([0, 5, 77])
+    with torch.no_grad():
+        for tracker, o in ((last, opt), (plain_last, plain_opt)):
+            torch.manual_seed(1)
+            tracker._replace(units, o)
+    for head in (agent.actor, agent.critic):
+        assert all((m.weight[:, units] == 0).all() for m in (head.old, head.new, head.frozen))
+    for a, b in zip(outputs(agent, x), outputs(plain, x)):
+        assert torch.allclose(a, b, rtol=0, atol=1e-5), (a - b).abs().max()
+
+
 @pytest.mark.parametrize("flags,message", [
     (dict(plasticity_injection="every"), "every needs --injection_every"),
     (dict(injection_every=100), "add --plasticity_injection every"),
     (dict(injection_step=100, plasticity_injection="at_switches"), "add --plasticity_injection step"),
-    (dict(plasticity_injection="step", architecture="IMPALA"), "supported by PPO, DQN, not IMPALA"),
-    (dict(plasticity_injection="step", architecture="PPO_CBP"), "not PPO_CBP"),
+    (dict(plasticity_injection="step", architecture="PNC"), "supported by PPO, PPO_CBP, IMPALA, CLEAR, DQN, not PNC"),
     (dict(plasticity_injection="at_switches", reset_layers=1), "not with --reset_layers"),
     (dict(plasticity_injection="at_switches", trac=True), "not with --trac"),
     (dict(plasticity_injection="at_switches", ewc="online"), "not with --ewc"),

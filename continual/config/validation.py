@@ -228,8 +228,8 @@ def validate_plasticity_args(args: Args) -> None:
         raise UserError("reset_every: sets how often layers are reset; add --reset_layers K")
 
 
-INJECTION = ("PPO", "DQN")  # agents whose heads continual/plasticity/injection.py rebuilds (IMPALA's actors hold the
-# weights in shared memory in the plain structure; PPO_CBP's last unit tracker reads the heads' weights as built)
+INJECTION = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")  # agents whose heads continual/plasticity/injection.py
+# rebuilds (PNC: its columns are not one torso with heads)
 
 
 def validate_injection_args(args: Args) -> None:

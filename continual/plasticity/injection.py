@@ -24,7 +24,10 @@ Choices (documented in README's plasticity table):
   they were and are not used. Plasticine never adds the new head to the optimizer and never freezes the old head
   (its PPO and C51 scripts build the optimizer once, before the injection), so its injected head does not learn;
 - DQN's target network is injected with the same fresh head, so targets are unchanged too (as the paper and the
-  reproduction do), and the soft/hard target update pairs the same parameters.
+  reproduction do), and the soft/hard target update pairs the same parameters;
+- IMPALA's (and CLEAR's) actors act with a network in shared memory built before any injection: they get the
+  injected heads folded into one layer each (`folded_state_dict`: W_old + W_new - W_frozen), the same function to
+  float rounding; V-trace corrects for the actors' policy lag anyway. The learner trains the injected structure.
 
 Checkpoints hold the injected structure: its module names (`actor.old.weight`, `actor.new.weight`,
 `actor.frozen.weight`, one more `old.` per earlier injection) tell `restore_injection` how many injections to
@@ -103,12 +106,41 @@ def inject(agent: nn.Module, fresh: nn.Module, optimizer: Optional[torch.optim.O
             fresh_head = _innermost(getattr(fresh, h))
             new = copy.deepcopy(fresh_head).to(device).requires_grad_(True)
             frozen = _freeze(copy.deepcopy(fresh_head).to(device))
-            setattr(model, h, InjectedHead(_freeze(getattr(model, h)), new, frozen))
+            old = getattr(model, h)
+            setattr(model, h, InjectedHead(_freeze(old), new, frozen))
+            for m in model.modules():  # PPO_CBP's unit tracker of the last hidden layer reads the heads it feeds
+                outs = getattr(m, "out_layers", None)
+                if isinstance(outs, list):
+                    outs[:] = [getattr(model, h) if o is old else o for o in outs]
             if model is agent:
                 new_params += list(new.parameters())
     if optimizer is not None:
         optimizer.param_groups[0]["params"].extend(new_params)
     return new_params
+
+
+@torch.no_grad()
+def _folded(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(head, InjectedHead):
+        (w_old, b_old), (w_new, b_new), (w_frz, b_frz) = _folded(head.old), _folded(head.new), _folded(head.frozen)
+        return w_old + w_new - w_frz, b_old + b_new - b_frz
+    return head.weight, head.bias
+
+
+@torch.no_grad()
+def folded_state_dict(agent: nn.Module) -> dict:
+    """`agent.state_dict()` in the structure the network was built with: each injected head folded into one layer,
+    W = W_old + W_new - W_frozen (and the biases alike). Its outputs are the injected head's to float rounding (the
+    sum is taken over the weights instead of the outputs). For IMPALA's actors, whose shared-memory network keeps
+    the built structure."""
+    state = agent.state_dict()
+    injected = [h for h in head_names(agent) if isinstance(getattr(agent, h), InjectedHead)]
+    if not injected:
+        return state
+    out = {k: v for k, v in state.items() if k.split(".", 1)[0] not in injected}
+    for h in injected:
+        out[f"{h}.weight"], out[f"{h}.bias"] = _folded(getattr(agent, h))
+    return out
 
 
 def saved_injections(state_dict: dict, prefix: str = "") -> int:
