@@ -22,7 +22,8 @@ Choices (documented in README's plasticity table):
 - the new parameters join the optimizer's first parameter group (so learning-rate annealing reaches them) with no
   optimizer state; the frozen parameters stay in the optimizer without gradients, so their Adam moments stay as
   they were and are not used. Plasticine never adds the new head to the optimizer and never freezes the old head
-  (its PPO and C51 scripts build the optimizer once, before the injection), so its injected head does not learn;
+  (its PPO and C51 scripts build the optimizer once, before the injection, and never add a parameter group): its
+  new head never moves and the old head goes on learning, so its injection changes only the compute;
 - DQN's target network is injected with the same fresh head, so targets are unchanged too (as the paper and the
   reproduction do), and the soft/hard target update pairs the same parameters;
 - IMPALA's (and CLEAR's) actors act with a network in shared memory built before any injection: they get the
