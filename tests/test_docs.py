@@ -57,12 +57,21 @@ def test_layout_section_is_the_tree_as_it_is():
     assert listed == actual, f"docs layout: missing {sorted(actual - listed)}, not in the tree {sorted(listed - actual)}"
 
 
-def test_readme_links_point_at_files_and_headings_that_exist():
-    """README is read on the forge, not built by mkdocs --strict: its relative links are checked here."""
-    for target in re.findall(r"\]\(([^)#:]+\.(?:md|png))(?:#([^)]*))?\)", read("README.md")):
-        path, anchor = target
-        assert os.path.exists(os.path.join(ROOT, path)), path
-        if anchor:
-            slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-                     for h in re.findall(r"^#+ (.*)$", read(path), re.M)}
-            assert anchor in slugs, f"{path}#{anchor}"
+def headings(path: str) -> set[str]:
+    """The anchors a forge makes of a file's headings: lower case, punctuation dropped, spaces as hyphens."""
+    with open(path) as f:
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", f.read(), re.M)}
+
+
+def test_readme_and_results_links_point_at_files_and_headings_that_exist():
+    """README and bench/RESULTS.md are read on the forge, not built by mkdocs --strict: their relative links are
+    checked here (files, and the headings that anchors name)."""
+    for name in ("README.md", os.path.join("bench", "RESULTS.md")):
+        here = os.path.dirname(os.path.join(ROOT, name))
+        links = re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", read(name))
+        assert links, name
+        for path, anchor in links:
+            target = os.path.normpath(os.path.join(here, path)) if path else os.path.join(ROOT, name)
+            assert os.path.exists(target), f"{name}: {path}"
+            if anchor:
+                assert anchor in headings(target), f"{name}: {path}#{anchor}"
