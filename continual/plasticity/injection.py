@@ -12,7 +12,7 @@ encoder keeps learning, and it gets the gradient of all three terms (the frozen 
 their inputs do: at injection the new and frozen copies' input gradients cancel). A second injection freezes the
 whole injected head and wraps it again (`old` is then itself an `InjectedHead`).
 
-Choices (documented in README's plasticity table):
+Choices (the table in docs/plasticity.md says them in short):
 - the head is the output layers (one Linear per head), as Plasticine injects; the paper's Atari DQN treats the
   convolutions as the encoder and its fully connected layers as the head (the public reproduction
   timoklein/plasticity-injection-torch injects the 512-unit layer and the output layer). Our torsos end in their
