@@ -29,8 +29,8 @@ statistic P(X > Y) + P(X = Y)/2 over all run pairs, averaged over tasks; CI: rli
 methods' runs, `metrics.paired_bootstrap`). For forgetting lower is better, so "X improves on Y" is computed on the
 negated forgetting: P(F_X < F_Y). Continual World's forgetting is compared only on tasks whose last visit ends
 before the end of training (on the last task it is 0 for every run, which would pull every probability to 0.5).
-Pairs: each method against its family's baseline (PPO, IMPALA), and CLEAR against IMPALA (CORA's result: CLEAR
-forgets less, the CI above 0.5).
+Pairs: each method against its family's baseline (PPO, IMPALA), PPO_CBP also against "PPO (MinAtar CNN)" (the same
+network: PPO_CBP has no MLP), and CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5).
 
 Learned check (issue 32): each method's evaluation return on a task at the end of its first visit, mean over seeds,
 against the family's single-task references at the same number of steps on that task (their evaluation at or before
@@ -73,6 +73,8 @@ KEYS = (("final", "average performance P(T)"), ("forgetting_cw", "forgetting (CW
         ("transfer_reference", "forward transfer (CW, vs single-task)"), ("average", "time-average performance"))
 LOWER_IS_BETTER = ("forgetting_cw", "forgetting_isolated")
 LAMBDA = re.compile(r"^(?P<base>.+?) lambda=(?P<value>[0-9.eE+-]+)$")
+# a method's own control where its network differs from the family baseline's (PPO_CBP has no MLP)
+CONTROLS = {"PPO_CBP": "PPO (MinAtar CNN)"}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -259,6 +261,8 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
         base = "PPO" if family(runs[m][0].config) == "PPO" else "IMPALA"
         if m != base and (not LAMBDA.match(m) or m in chosen.values()):
             pairs.append((m, base))
+        if CONTROLS.get(m) in results:
+            pairs.append((m, CONTROLS[m]))
     pairs.append((name("CLEAR"), name("IMPALA")))
     pairs = list(dict.fromkeys(pairs))
     pnc = {m: [active_column(r, norm, active_tail) for r in rs] for m, rs in runs.items()

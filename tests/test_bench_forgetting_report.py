@@ -60,6 +60,8 @@ def folder(tmp_path):
     write_run(f, "008_seed=1_PNC", "PNC", 1, "PNC", {SI: [0, 2, 2, 3, 3], BR: [0, 0, 1, 1, 1]},
               episodes=[(5, SI, 1.0), (9, SI, 6.0), (10, SI, 8.0), (19, BR, 3.0), (20, BR, 4.0), (30, SI, 10.0), (40, BR, 2.0)])
     write_run(f, "009_seed=3_PPO", "PPO", 3, "PPO", {SI: [0, 1, 1, 1, 1], BR: [0, 0, 1, 1, 1]}, done=False)
+    write_run(f, "00a_seed=1_CBP", "PPO_CBP", 1, "PPO_CBP", {SI: [0, 8, 6, 9, 7], BR: [0, 0, 6, 3, 6]})
+    write_run(f, "00b_seed=1_cnn", "PPO (MinAtar CNN)", 1, "PPO", {SI: [0, 8, 4, 9, 5], BR: [0, 0, 6, 3, 6]})
     # single-task references (one visit of 10 steps, evaluated at 0, 5, 10)
     for i, (fam, task, ys) in enumerate((("PPO", SI, [0, 3, 8]), ("PPO", BR, [0, 2, 4]),
                                          ("IMPALA", SI, [0, 2, 4]), ("IMPALA", BR, [0, 1, 4]))):
@@ -98,6 +100,8 @@ def test_report_on_hand_made_folder(folder):
     clear = rep["improvement"]["CLEAR > IMPALA"]
     assert clear["forgetting_cw"]["tasks"] == [SI] and clear["forgetting_cw"]["estimate"] == 1.0
     assert "IMPALA+EWC lambda=10 > IMPALA" not in rep["improvement"]  # only the chosen lambda is paired
+    # PPO_CBP against the family baseline and against its same-network control
+    assert {"PPO_CBP > PPO", "PPO_CBP > PPO (MinAtar CNN)", "PPO (MinAtar CNN) > PPO"} <= set(rep["improvement"])
     # lambda sweep: P(T) (4 + 2) / 2 = 3 vs (5 + 1) / 2 = 3 -> tie; max keeps the first seen
     assert rep["lambda_sweeps"]["IMPALA+EWC"]["values"] == {"1": 3.0, "10": 3.0}
     assert rep["lambda_sweeps"]["IMPALA+EWC"]["chosen"] == "IMPALA+EWC lambda=1" and \
