@@ -33,8 +33,8 @@ Pairs: each method against its family's baseline (PPO, IMPALA), PPO_CBP also aga
 network: PPO_CBP has no MLP), and CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5).
 
 Learned check (issue 32): each method's evaluation return on a task at the end of its first visit, mean over seeds,
-against the family's single-task references at the same number of steps on that task (their evaluation at or before
-that step count); the task counts as learned if the ratio is >= 0.5.
+against the family's single-task references at the same number of steps on that task (their evaluation nearest to
+that step count, within 5% of it); the task counts as learned if the ratio is >= 0.5.
 
 EWC's lambda: labels "<method> lambda=<x>" with the same <method> are one sweep; the value with the highest mean
 P(T) is the chosen one (a rule fixed before the runs), every value is reported, and the probabilities of
@@ -220,8 +220,15 @@ def learned_check(runs: dict[str, list[M.RunData]], refs: dict[str, list[M.RunDa
             ref_vals = []
             for ref in fam_refs:
                 rv = next((v for v in ref.visits if v.regime == task), None)
-                if rv is not None and task in ref.evals:
-                    ref_vals.append(M.at_or_before(ref.evals[task], rv.start + length))
+                if rv is None or task not in ref.evals:
+                    continue
+                # the reference's evaluation nearest to the same step count (visits end at whole rollouts, so the
+                # sequence's visit can be a rollout shorter than the reference); none if the reference stopped
+                # more than 5% short of it
+                target = rv.start + length
+                step, y = min(ref.evals[task], key=lambda p: abs(p[0] - target))
+                if abs(step - target) <= 0.05 * length:
+                    ref_vals.append(y)
             value = M._mean(vals)
             ref = M._mean(ref_vals)
             ratio = value / ref if value is not None and ref else None
