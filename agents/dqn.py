@@ -60,6 +60,7 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import TrainingError, UserError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.injection import restore_injection
 from continual.plasticity.methods import install_plasticity
 from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
@@ -290,6 +291,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
         explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
         if resume_state is not None:
+            # --plasticity_injection: the injected heads first (the target network's too, and the optimizer's group)
+            restore_injection(q_network, resume_state["model"], optimizer, followers=(target_network,))
             q_network.load_state_dict(resume_state["model"])
             target_network.load_state_dict(resume_state["target_model"])
             optimizer.load_state_dict(resume_state["optimizer"])
@@ -305,7 +308,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                                 lambda: make_agent(obs_space, envs.single_action_space, args).to(device))
         plasticity = install_plasticity(session, q_network, optimizer,  # ReDo, L2, resets, ... (one object)
                                         lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
-                                        resume_state)
+                                        resume_state, followers=(target_network,))
 
         class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
             def on_switch_end(self, event) -> None:

@@ -75,6 +75,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
+from continual.plasticity.injection import folded_state_dict, restore_injection
 from continual.plasticity.methods import install_plasticity
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
@@ -417,7 +418,7 @@ class ActorFleet:
     @torch.no_grad()
     def publish(self, agent: nn.Module) -> None:
         self.version += 1  # odd: writing
-        for k, t in agent.state_dict().items():
+        for k, t in folded_state_dict(agent).items():  # --plasticity_injection: the actors' heads stay one layer
             self.shared_weights[k].copy_(t)
             kill_at("publish", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-publish
         self.version += 1
@@ -566,6 +567,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
         if resume_state is not None:
+            restore_injection(agent, resume_state["model"], optimizer)  # --plasticity_injection: its heads first
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too

@@ -45,6 +45,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerRollout, weighted_mean
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
+from continual.plasticity.injection import restore_injection
 from continual.plasticity.methods import install_plasticity, plastic_optimizer
 from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
@@ -312,6 +313,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         if resume_state is not None:
+            restore_injection(agent, resume_state["model"], optimizer)  # --plasticity_injection: its heads first
             agent.load_state_dict(resume_state["model"])
             optimizer.load_state_dict(resume_state["optimizer"])
             reward_scaler.load_state_dict(resume_state["reward_scaler"])

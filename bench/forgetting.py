@@ -195,8 +195,10 @@ def table_rows(table: dict[str, dict]) -> list[list[str]]:
 def _colors(methods: Sequence[str]) -> dict[str, tuple]:
     from matplotlib import colormaps
 
-    cmap = colormaps["tab10"]
-    return {m: cmap(list(METHODS).index(m) % 10) if m in METHODS else cmap(9) for m in methods}
+    cmap, extra = colormaps["tab10"], colormaps["tab20b"]
+    # other labels (bench/forgetting_report.py's, e.g. one per EWC lambda) get distinct colours of their own
+    others = [m for m in methods if m not in METHODS]
+    return {m: cmap(list(METHODS).index(m) % 10) if m in METHODS else extra(others.index(m) % 20) for m in methods}
 
 
 def plot_curves(agg: dict, path: str, title: str) -> str:

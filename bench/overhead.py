@@ -47,6 +47,8 @@ PRESETS = {
         "reset last layer (every 2048 steps)": "--reset_layers 1 --reset_every 2048",
         "NaP": "--nap",
         "TRAC": "--trac",
+        "plasticity injection (once, at half the run)": "--plasticity_injection step",
+        "plasticity injection (every 2048 steps)": "--plasticity_injection every --injection_every 2048",
         "all combinable: ReDo+L2 Init+Parseval+LN": "--redo --redo_every 2048 --l2_init --parseval --layer_norm",
     }),
 }

@@ -43,6 +43,7 @@ METHODS = {
     "PPO+reset": ["--architecture", "PPO", "--reset_layers", "1"],
     "PPO+NaP": ["--architecture", "PPO", "--nap"],
     "PPO+TRAC": ["--architecture", "PPO", "--trac"],
+    "PPO+injection": ["--architecture", "PPO", "--plasticity_injection", "at_switches"],
 }
 DEFAULT_METHODS = ["PPO", "PPO_CBP", "PPO+S&P"]
 REGIMES = ["force_mag=10", "force_mag=-10 gravity=12", "force_mag=10 gravity=7", "force_mag=-10"]

@@ -260,7 +260,9 @@ def _load(path: str) -> dict:
                                                         "--shrink_and_perturb"),
                                    # plasticity methods: their state (counts, theta_0, norms) is in the checkpoint
                                    ("--redo", "--redo_every", "256", "--redo_tau", "0.5", "--l2_init", "--nap",
-                                    "--reset_layers", "1")])
+                                    "--reset_layers", "1"),
+                                   ("--plasticity_injection", "at_switches", "--redo", "--redo_every", "256",
+                                    "--redo_tau", "0.5")])
 def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, flags):
     full = _train(tmp_path, "--save_agent_with_switch", "--save_replay_buffer", *flags)
     switch = glob.glob(os.path.join(full, "checkpoints", "switch__goal-3__step1024.cleanrl_model")) or \
@@ -289,8 +291,12 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, 
     assert it[0] == it[1]
     if "--redo" in flags:  # the methods acted: ReDo every 256 steps once training started, the heads reset at the switch
         switches = sum(r["kind"] == "switch" for r in read_metrics(os.path.join(full, "metrics.jsonl")))
-        assert a["plasticity_methods"]["redo_count"] >= 3 and a["plasticity_methods"]["reset_count"] == switches >= 1
-        assert a["model"]["network.2.weight"].dim() == 1  # NaP's LayerNorm after the first hidden layer
+        if "--reset_layers" in flags:
+            assert a["plasticity_methods"]["redo_count"] >= 3 and a["plasticity_methods"]["reset_count"] == switches >= 1
+            assert a["model"]["network.2.weight"].dim() == 1  # NaP's LayerNorm after the first hidden layer
+        else:  # injected at every switch, the target network alike
+            assert a["plasticity_methods"]["inject_count"] == switches >= 1
+            assert "q_head." + "old." * (switches - 1) + "new.weight" in a["target_model"]
 
 
 def test_reset_replay_on_switch_pauses_training_until_learning_starts(tmp_path):

@@ -406,6 +406,25 @@ def test_impala_continual_evaluation(tmp_path):
     assert len(evals) == len(rows)
 
 
+def test_impala_with_plasticity_injection_runs_checkpoints_and_evaluates(tmp_path):
+    """--plasticity_injection on IMPALA: the learner trains the injected heads, the actors act with them folded into
+    one layer, the checkpoint holds the injected structure and eval.py rebuilds it."""
+    import torch
+
+    runs = str(tmp_path / "runs")
+    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+               "--total_timesteps", "6000", "--plasticity_injection", "every", "--injection_every", "2000", "--redo",
+               "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init", "--seed", "3",
+               "--runs_dir", runs, "--run_name", "pi", "--no-progress-bar", "--no-metrics")
+    run = os.path.join(runs, "pi")
+    state = torch.load(glob.glob(os.path.join(run, "checkpoints", "final__*.cleanrl_model"))[0], weights_only=True)
+    n = state["plasticity_methods"]["inject_count"]
+    assert n >= 2 and "actor." + "old." * (n - 1) + "new.weight" in state["model"]
+    proc = run_script("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
+                      str(tmp_path / "ev.csv"))
+    assert proc.returncode == 0
+
+
 def test_impala_with_plasticity_methods_runs_checkpoints_and_evaluates(tmp_path):
     """IMPALA's learner runs the plasticity methods (their state in its checkpoints) and its actors and eval.py build
     the same network (LayerNorm + NaP)."""

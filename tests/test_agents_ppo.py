@@ -287,11 +287,19 @@ PLASTICITY_FLAGS = {
     "interval": ["--reset_layers", "2", "--reset_every", "384", "--l2", "--activation", "crelu", "--nap"],
     "interval_redo": ["--redo", "--redo_every", "256", "--redo_tau", "0.5"],
     "trac": ["--trac", "--activation", "fourier"],
+    # plasticity injection at every switch, with the methods it combines with
+    "injection": ["--plasticity_injection", "at_switches", "--redo", "--redo_tau", "0.5", "--l2_init",
+                  "--shrink_and_perturb"],
+    "injection_every": ["--plasticity_injection", "every", "--injection_every", "384", "--l2", "--layer_norm"],
+    # PPO_CBP replacing units of the last hidden layer, which feeds the injected heads
+    "injection_cbp": ["--plasticity_injection", "at_switches", "--replacement_rate", "1e-2", "--maturity_threshold",
+                      "20"],
 }
 
 
 @pytest.mark.parametrize("arch,methods", [("PPO", "switches"), ("PPO", "interval"), ("PPO_CBP", "interval_redo"),
-                                          ("PPO", "trac")])
+                                          ("PPO", "trac"), ("PPO", "injection"), ("PPO", "injection_every"),
+                                          ("PPO_CBP", "injection_cbp")])
 def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, arch, methods):
     """Every plasticity method's state is in the checkpoint: a resume from a switch checkpoint ends with the
     uninterrupted run's weights and games; the methods acted (units recycled, layers reset)."""
@@ -308,10 +316,23 @@ def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, ar
     state = final["plasticity_methods"]
     if "--redo" in PLASTICITY_FLAGS[methods]:
         recycled = [r["plasticity/redo_recycled"] for r in its if "plasticity/redo_recycled" in r]
-        assert len(recycled) == (3 if methods == "switches" else 8) and sum(recycled) > 0, recycled
+        assert len(recycled) == (8 if "--redo_every" in PLASTICITY_FLAGS[methods] else 3) and sum(recycled) > 0, recycled
         assert state["redo_count"] == len(recycled)
     if "--reset_layers" in PLASTICITY_FLAGS[methods]:
         assert state["reset_count"] == (3 if methods == "switches" else 5)
+    if "--plasticity_injection" in PLASTICITY_FLAGS[methods]:  # one injection per switch / per 384 steps, nested
+        n = 5 if methods == "injection_every" else 3
+        assert state["inject_count"] == n and "actor." + "old." * (n - 1) + "new.weight" in final["model"]
+        # eval.py and continual evaluation rebuild the injected heads from the saved weights
+        import gymnasium as gym
+
+        from continual.evaluation.checkpoints import load_policy
+        from eval import agent_module
+        env = gym.make("CartPole-v1")
+        agent = load_policy(final, env.observation_space, env.action_space, torch.device("cpu"), agent_module)
+        assert isinstance(agent.actor, type(agent.critic)) and type(agent.actor).__name__ == "InjectedHead"
+        if arch == "PPO_CBP":  # CBP replaced units of the last hidden layer, whose outgoing layers are injected heads
+            assert int(final["model"]["cbp.trackers.1.replaced"]) > 0
     if methods == "trac":  # the weights are the base iterate's displacement times a scale that moved from 0
         assert 0 < float(np.sum(final["optimizer"]["trac"]["s"])) < 1e6
     plast = [r for r in records if r["kind"] == "plasticity"]

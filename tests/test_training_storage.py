@@ -36,7 +36,7 @@ CONFIG = {
 }
 FINAL = f"final__step{TOTAL}.cleanrl_model"
 SWITCHES = (512, 1024)  # a resume from a switch checkpoint (or the final one) is exact; from elsewhere the envs restart
-# their episodes at the resumed step (README: Resuming), so only the schedule and the steps are the same
+# their episodes at the resumed step (docs/outputs.md: Resuming), so only the schedule and the steps are the same
 ERROR_LINE = re.compile(r"^error: no space left on device writing (\S+); the last checkpoint is (\S+) \(step (\d+)\); "
                         r"free space and --resume$")
 

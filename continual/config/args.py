@@ -8,6 +8,7 @@ curriculum keys `modification_factory` / `modification_factory_kwargs`, which ar
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal, Optional
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
@@ -237,6 +238,15 @@ class Args:
     from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""
     trac_s_init: float = 1e-8
     """TRAC: s_init, the scale's starting magnitude (the paper's 1e-8)"""
+    plasticity_injection: Literal["none", "at_switches", "every", "step"] = "none"
+    """plasticity injection (Nikishin et al. 2023): freeze the heads and add a fresh trainable head minus its frozen
+    copy, so the output is unchanged and the head learns anew (the torso keeps learning); at every regime switch,
+    every --injection_every steps, or once at --injection_step"""
+    injection_every: int = 0
+    """plasticity injection every: inject every this many steps (each injection freezes the injected head again)"""
+    injection_step: int = 0
+    """plasticity injection step: inject once at this step (0: half of the run, as Plasticine; the paper injects once
+    into a long Atari run, its diagnostic use)"""
 
     # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
     ewc: Literal["none", "ewc", "online"] = "none"
@@ -447,12 +457,18 @@ def sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
     return out
 
 
+def markdown_text(doc: str) -> str:
+    """A docstring as table-cell text: | would end the cell, <run> would be read as an HTML tag, a*b*c and a__b__c
+    as emphasis."""
+    return doc.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*").replace("__", "\\_\\_")
+
+
 def flag_table_markdown() -> str:
-    """The README's flag tables, generated from this file (sections, defaults, docstrings)."""
+    """The flag reference's tables (docs/flags.md), generated from this file (sections, defaults, docstrings)."""
     out: list[str] = []
     for title, fields in sections():
-        out.append(f"\n**{title}**\n\n| flag | default | meaning |\n|---|---|---|")
-        out += [f"| `--{name}` | `{default}` | {doc} |" for name, default, doc in fields]
+        out.append(f"\n## {title}\n\n| flag | default | meaning |\n|---|---|---|")
+        out += [f"| `--{name}` | `{default}` | {markdown_text(doc)} |" for name, default, doc in fields]
     return "\n".join(out).strip() + "\n"
 
 
@@ -501,22 +517,25 @@ def from_grouped(value: object) -> Args:
     return Args(**{k: v for g in dataclasses.fields(value) for k, v in dataclasses.asdict(getattr(value, g.name)).items()})
 
 
-README_START, README_END = "<!-- flags:start -->", "<!-- flags:end -->"
+FLAGS_DOC = os.path.join("docs", "flags.md")  # relative to the repository root
+FLAGS_START, FLAGS_END = "<!-- flags:start -->", "<!-- flags:end -->"
 
 
-def readme_with_flags(readme: str) -> str:
-    head, rest = readme.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    return f"{head}{README_START}\n{flag_table_markdown()}{README_END}{tail}"
+def with_flag_tables(page: str) -> str:
+    """The page with the generated tables between its two markers."""
+    head, rest = page.split(FLAGS_START, 1)
+    _, tail = rest.split(FLAGS_END, 1)
+    return f"{head}{FLAGS_START}\n{flag_table_markdown()}{FLAGS_END}{tail}"
 
 
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["--update-readme"]:  # python -m continual.config.args --update-readme
-        with open("README.md") as f:
-            text = readme_with_flags(f.read())
-        with open("README.md", "w") as f:
+    # python -m continual.config.args --update-docs (from the repository root); --update-readme is its old name
+    if sys.argv[1:] in (["--update-docs"], ["--update-readme"]):
+        with open(FLAGS_DOC) as f:
+            text = with_flag_tables(f.read())
+        with open(FLAGS_DOC, "w") as f:
             f.write(text)
     else:
         print(flag_table_markdown(), end="")

@@ -221,10 +221,45 @@ def validate_plasticity_args(args: Args) -> None:
         if clash:
             raise UserError(f"trac: not with --{clash[0]} (it changes the weights outside the optimizer, which TRAC "
                             f"recomputes from its own iterate)")
+    validate_injection_args(args)
     if args.redo_every and not args.redo:
         raise UserError("redo_every: sets how often ReDo acts; add --redo")
     if args.reset_every and not args.reset_layers:
         raise UserError("reset_every: sets how often layers are reset; add --reset_layers K")
+
+
+INJECTION = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")  # agents whose heads continual/plasticity/injection.py
+# rebuilds (PNC: its columns are not one torso with heads)
+
+
+def validate_injection_args(args: Args) -> None:
+    """--plasticity_injection (continual/plasticity/injection.py): its schedule, agents and combinations."""
+    mode = args.plasticity_injection
+    for name in ("injection_every", "injection_step"):
+        if getattr(args, name) < 0:
+            raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
+    if args.injection_every and mode != "every":
+        raise UserError("injection_every: sets how often plasticity is injected; add --plasticity_injection every")
+    if args.injection_step and mode != "step":
+        raise UserError("injection_step: sets when plasticity is injected; add --plasticity_injection step")
+    if mode == "none":
+        return
+    if mode == "every" and not args.injection_every:
+        raise UserError("plasticity_injection: every needs --injection_every N (steps)")
+    if args.architecture not in INJECTION:
+        raise UserError(f"plasticity_injection: supported by {', '.join(INJECTION)}, not {args.architecture}")
+    # methods that hold the heads' parameters as the network was built, or overwrite the heads
+    clash = [f for f, on in (("reset_layers", args.reset_layers), ("trac", args.trac), ("nap", args.nap),
+                             ("ewc", args.ewc != "none"),
+                             ("perturb_mode fresh_init", args.shrink_and_perturb and args.perturb_mode == "fresh_init"))
+             if on]
+    if clash:
+        why = {"reset_layers": "it re-initialises the heads that injection freezes",
+               "trac": "TRAC's iterate holds the parameters as the network was built",
+               "nap": "its projected layers are fixed when the network is built",
+               "ewc": "its anchors and Fisher are per parameter of the network as built",
+               "perturb_mode fresh_init": "it pairs the parameters with a fresh network's by name"}[clash[0]]
+        raise UserError(f"plasticity_injection: not with --{clash[0]} ({why})")
 
 
 def validate_ewc_args(args: Args) -> None:

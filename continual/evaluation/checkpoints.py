@@ -25,6 +25,7 @@ from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
 from continual.io import atomic_write_csv, atomic_write_json, storage_errors
+from continual.plasticity.injection import restore_injection
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
 
@@ -87,6 +88,7 @@ def load_policy(state: dict, obs_space, action_space, device: torch.device, agen
     module = agent_module(state["architecture"])
     agent = module.make_agent(obs_space, action_space, train_args).to(device)
     try:
+        restore_injection(agent, state["model"])  # --plasticity_injection: rebuild the injected heads first
         agent.load_state_dict(state["model"])
     except RuntimeError as e:
         raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for this environment "

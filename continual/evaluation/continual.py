@@ -46,6 +46,7 @@ from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
 from continual.io import AppendFile, storage_cause
 from continual.modstrings import normalize_modification, parse_eval_modifs
+from continual.plasticity.injection import restore_injection
 from continual.processes import stop_processes
 from continual.training.callbacks import Callback, SwitchEvent
 
@@ -178,7 +179,9 @@ def _background_main(make_agent: Callable[..., torch.nn.Module], args: Any, sett
                 results.put(("done",))
                 return
             _, step, blob = task
-            agent.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
+            state = torch.load(io.BytesIO(blob), weights_only=True)
+            restore_injection(agent, state)  # --plasticity_injection: the learner's heads may have been injected
+            agent.load_state_dict(state)
             t0 = time.time()
             rows = evaluate_regimes(actor, envs, modifs, episodes, torch.device("cpu"), seed,
                                     reseed=args.eval_reseed)

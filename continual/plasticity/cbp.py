@@ -28,6 +28,11 @@ conv bound, sqrt(1 / fan_in) whatever the init). With torch.optim.Adam's one ste
 moments restart at zero late in training gets the bias correction of a long-trained one, and its first updates are
 several times larger than Adam's (about 3x on the first update after replacement with the default betas).
 
+After a plasticity injection (injection.py) the last hidden layer's outgoing modules are the injected heads
+h + h' - h'^-: the contribution uses their effective weights w_old + w_new - w_frozen, and a replacement zeroes the
+unit's columns and moves its mean contribution into the biases of all three (frozen ones included), which keeps the
+injected output as it keeps a plain one.
+
 All statistics are module buffers, so they are saved in checkpoints and restored with the weights.
 """
 
@@ -151,7 +156,7 @@ class UnitTracker(nn.Module):
         """sum over outgoing weights of |w| per unit, over every outgoing layer."""
         total = torch.zeros(self.n_units, device=self.utility.device)
         for out in self.out_layers:
-            w = out.weight.detach().abs()
+            w = effective_weight(out).detach().abs()
             if isinstance(out, nn.Conv2d):
                 total += w.sum(dim=(0, 2, 3))
             elif isinstance(self.in_layer, nn.Conv2d):  # conv -> flatten -> linear: columns grouped per channel
@@ -187,7 +192,7 @@ class UnitTracker(nn.Module):
 
     def _replace(self, units: torch.Tensor, optimizer: Optional[torch.optim.Optimizer]) -> None:
         mean = self._bias_corrected_mean()[units]
-        for out in self.out_layers:
+        for out in [leaf for o in self.out_layers for leaf in weight_leaves(o)]:
             w = out.weight
             if isinstance(out, nn.Conv2d):
                 if out.bias is not None:
@@ -218,6 +223,18 @@ class UnitTracker(nn.Module):
         self.utility[units] = 0.0
         self.mean_act[units] = 0.0
         self.age[units] = 0
+
+
+def effective_weight(out: nn.Module) -> torch.Tensor:
+    """An outgoing layer's weight; an injected head's (old + new - frozen, as it computes its output)."""
+    if hasattr(out, "frozen"):  # injection.InjectedHead (not imported: injection.py imports nothing of CBP's)
+        return effective_weight(out.old) + effective_weight(out.new) - effective_weight(out.frozen)
+    return out.weight
+
+
+def weight_leaves(out: nn.Module) -> list[nn.Module]:
+    """The weight layers an outgoing module is made of: itself, or every layer of an injected head."""
+    return [m for m in out.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] if hasattr(out, "frozen") else [out]
 
 
 def _reset_state(optimizer: Optional[torch.optim.Optimizer], param: torch.Tensor, index) -> None:

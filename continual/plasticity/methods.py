@@ -6,14 +6,17 @@ calls them in a few places:
     loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
     plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
     plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
-                                             # ReDo (redo.py) and layer resets (resets.py), when due
+                                             # ReDo (redo.py), layer resets (resets.py), injection, when due
     **plasticity.take_log()                  # in the iteration's scalars (units recycled)
     "plasticity_methods": plasticity.state_dict()   # in the checkpoint
 
 Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) are due at every regime switch of
 the curriculum, never before the first regime: a layer reset happens when the envs run the new regime; ReDo at the
 end of the first update of the new regime, on that regime's observations (the units dormant on the new task).
-With `--*_every N` they act on the first update at or after each multiple of N steps. Network options (LayerNorm,
+With `--*_every N` they act on the first update at or after each multiple of N steps. Plasticity injection
+(injection.py) acts at switches as a layer reset does, or on the first update at or after each multiple of
+`--injection_every` steps, or once on the first update at or after `--injection_step`; a resumed run rebuilds the
+injected heads from the checkpoint's weights (`restore_injection`, called by the agent before it loads them). Network options (LayerNorm,
 CReLU, Fourier features) change the network where it is built (networks.py), TRAC wraps the optimizer where it is
 made (`plastic_optimizer`, trac.py); shrink & perturb and optimizer resets
 stay in shrink_perturb.py, CBP in cbp.py.
@@ -24,13 +27,14 @@ seed of (run seed, method, count), so a resumed run does exactly what the uninte
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
 from continual.errors import UserError
 from continual.plasticity import nap, regularizers
+from continual.plasticity.injection import inject
 from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
 from continual.plasticity.resets import layer_groups, reset_last_layers
 from continual.plasticity.trac import TRAC
@@ -41,9 +45,10 @@ class PlasticityMethods(Callback):
     """The run's plasticity methods (per its flags) for `agent` trained by `optimizer`; does nothing without them."""
 
     def __init__(self, session, agent: nn.Module, optimizer: torch.optim.Optimizer,
-                 make_fresh: Callable[[], nn.Module]):
+                 make_fresh: Callable[[], nn.Module], followers: Sequence[nn.Module] = ()):
         self.session, self.args = session, session.args
         self.agent, self.optimizer, self.make_fresh = agent, optimizer, make_fresh
+        self.followers = tuple(followers)  # networks injected with the agent (DQN's target network)
         a = self.args
         self.params = [p for p in agent.parameters() if p.requires_grad]
         self.init_params = [p.detach().clone() for p in self.params] if a.l2_init else []
@@ -53,7 +58,7 @@ class PlasticityMethods(Callback):
         if a.reset_layers > len(layer_groups(agent)):
             raise UserError(f"reset_layers: this network has {len(layer_groups(agent))} layers (heads included), "
                             f"got {a.reset_layers}")
-        self.redo_count = self.reset_count = 0
+        self.redo_count = self.reset_count = self.inject_count = 0
         self.redo_pending = False
         self._last_step = session.global_step
         self.log: dict[str, float] = {}  # what after_update did since the last take_log (the iteration's scalars)
@@ -61,7 +66,13 @@ class PlasticityMethods(Callback):
     @property
     def active(self) -> bool:
         a = self.args
-        return bool(a.redo or a.l2 or a.l2_init or a.parseval or a.reset_layers or a.nap)
+        return bool(a.redo or a.l2 or a.l2_init or a.parseval or a.reset_layers or a.nap
+                    or a.plasticity_injection != "none")
+
+    @property
+    def injection_step(self) -> int:
+        """--plasticity_injection step: the step of the one injection (0: half of the run, as Plasticine)."""
+        return self.args.injection_step or self.session.total_timesteps // 2
 
     def penalty(self):
         """The regularisation terms of the loss (0.0 without any)."""
@@ -88,6 +99,20 @@ class PlasticityMethods(Callback):
             self.redo_pending = True
         if a.reset_layers and not a.reset_every:
             self._reset()
+        if a.plasticity_injection == "at_switches":
+            self._inject()
+
+    def _inject(self) -> None:
+        self.inject_count += 1
+        fresh = seeded_fresh(self.make_fresh, self.args.seed * 1_000_003 + 500_009 + self.inject_count)
+        inject(self.agent, fresh, self.optimizer, self.followers)
+        # the penalties act on the trainable parameters: the frozen heads leave them, the new head joins them (its
+        # L2 Init anchor: its values at injection, i.e. the frozen copy)
+        init = {id(p): q for p, q in zip(self.params, self.init_params)} if self.init_params else {}
+        self.params = [p for p in self.agent.parameters() if p.requires_grad]
+        if self.args.l2_init:
+            self.init_params = [init[id(p)] if id(p) in init else p.detach().clone() for p in self.params]
+        self.log["plasticity/injections"] = float(self.inject_count)
 
     def _reset(self) -> None:
         self.reset_count += 1
@@ -109,6 +134,10 @@ class PlasticityMethods(Callback):
             self.log["plasticity/redo_recycled"] = self.log.get("plasticity/redo_recycled", 0.0) + sum(counts.values())
         if a.reset_layers and self._due(a.reset_every, step):
             self._reset()
+        if a.plasticity_injection == "every" and self._due(a.injection_every, step):
+            self._inject()
+        if a.plasticity_injection == "step" and not self.inject_count and step >= self.injection_step:
+            self._inject()
         self._last_step = step
 
     def take_log(self) -> dict[str, float]:
@@ -118,7 +147,8 @@ class PlasticityMethods(Callback):
 
     def state_dict(self) -> dict:
         return {"init_params": [p.cpu() for p in self.init_params], "redo_count": self.redo_count,
-                "reset_count": self.reset_count, "redo_pending": self.redo_pending, "nap_norms": self.nap_norms}
+                "reset_count": self.reset_count, "redo_pending": self.redo_pending, "nap_norms": self.nap_norms,
+                "inject_count": self.inject_count}
 
     def load_state_dict(self, state: Optional[dict]) -> None:
         if not state:
@@ -128,6 +158,7 @@ class PlasticityMethods(Callback):
         self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
         self.redo_pending = state["redo_pending"]
         self.nap_norms = state.get("nap_norms", self.nap_norms)
+        self.inject_count = state.get("inject_count", 0)
 
 
 def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
@@ -137,10 +168,12 @@ def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
 
 
 def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
-                       make_fresh: Callable[[], nn.Module], resume_state: Optional[dict] = None) -> PlasticityMethods:
+                       make_fresh: Callable[[], nn.Module], resume_state: Optional[dict] = None,
+                       followers: Sequence[nn.Module] = ()) -> PlasticityMethods:
     """The run's `PlasticityMethods` (registered with the session when a method acts at switches), restored from
-    `resume_state` when resuming. Call it after the agent's and the optimizer's states are loaded."""
-    methods = PlasticityMethods(session, agent, optimizer, make_fresh)
+    `resume_state` when resuming. Call it after the agent's and the optimizer's states are loaded (with
+    --plasticity_injection, after `restore_injection`). `followers`: networks injected with the agent (DQN's target)."""
+    methods = PlasticityMethods(session, agent, optimizer, make_fresh, followers)
     if methods.active:
         session.add_callback(methods)
     if resume_state is not None:

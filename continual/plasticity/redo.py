@@ -9,8 +9,8 @@ s_i = E|h_i| / mean_k E|h_k| is at most tau is tau-dormant (`diagnostics.dormant
    freshly initialised copy of the network, seeded by the run's seed and the recycling count, so a resumed run
    recycles identically);
 2. its outgoing weights are set to zero (in the next hidden layer, or in every head the last hidden layer feeds;
-   through a Flatten, all the positions of a recycled channel), so the network's output does not change (without
-   normalisation layers). A weight from a dormant unit to a dormant unit of the next layer is both outgoing and
+   through a Flatten, all the positions of a recycled channel; after a plasticity injection, in the frozen, new and
+   frozen-copy heads alike), so the network's output does not change (without normalisation layers). A weight from a dormant unit to a dormant unit of the next layer is both outgoing and
    incoming: it is zero (all incoming weights are re-initialised first, then the outgoing ones zeroed), so a recycled
    unit never reads another recycled unit;
 3. the optimizer's per-weight state of exactly those weights (incoming rows, bias entries, outgoing columns) is reset
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from continual.plasticity.diagnostics import ACTIVATIONS, dormant_units
-from continual.plasticity.networks import HEADS
+from continual.plasticity.injection import head_linears
 
 
 @dataclass
@@ -43,7 +43,7 @@ def hidden_layers(agent: nn.Module) -> list[HiddenLayer]:
     mods = list(agent.network)
     names = [f"network.{i}" for i in range(len(mods))]
     weights = [i for i, m in enumerate(mods) if isinstance(m, (nn.Linear, nn.Conv2d))]
-    heads = [getattr(agent, h) for h in HEADS if isinstance(getattr(agent, h, None), nn.Linear)]
+    heads = head_linears(agent)  # after a plasticity injection: every layer of the injected heads
     out = []
     for k, i in enumerate(weights):
         end = weights[k + 1] if k + 1 < len(weights) else len(mods)

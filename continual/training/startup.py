@@ -327,6 +327,11 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
         if on and len(regimes) < 2:  # at switches only: it would never act
             raise UserError(f"{flag}: acts at regime switches, but the curriculum never switches (its regimes: "
                             f"{regimes}); give --{flag.split('_')[0]}_every N or a curriculum with task switches")
+    if args.plasticity_injection == "at_switches" and len(regimes) < 2:
+        raise UserError(f"plasticity_injection: at_switches, but the curriculum never switches (its regimes: "
+                        f"{regimes}); use every or step, or a curriculum with task switches")
+    if args.plasticity_injection == "step" and args.injection_step >= total:
+        raise UserError(f"injection_step: {args.injection_step} is not before the run's end ({total} steps)")
     if args.architecture == "PNC" and len(regimes) < 2:  # P&C's phases and its active-column resets are per task
         raise UserError(f"architecture: PNC needs task boundaries, but the curriculum never switches (its regimes: "
                         f"{regimes}); use a curriculum with task switches")

@@ -1,0 +1,418 @@
+"""Report of a forgetting experiment run by the launcher (configs/experiments/forgetting_minatar.json): per method
+average performance, forgetting (CORA's and Continual World's), forward transfer, 95% stratified-bootstrap CIs,
+probabilities of improvement with CIs, the "learned" check against single-task runs, P&C's knowledge base and active
+column, a markdown table and plots.
+
+    python bench/forgetting_report.py EXPERIMENT_FOLDER --out bench/results/forgetting_minatar
+
+Runs. Every run directory under EXPERIMENT_FOLDER/runs is grouped by its config.json's `exp_name` (the method's
+label, set per entry by the experiment file) and `seed`. A run counts once it has finished: its launcher status is
+"done" (queue/<run>.status.json), or, outside the launcher, it wrote metrics.json (written at the end of training).
+Runs whose label starts with "reference" are single-task reference runs (one task, one visit); the others are
+sequence runs. A method is in the PPO family if its architecture is PPO or PPO_CBP, else in the IMPALA family
+(IMPALA, CLEAR, PNC); each family is compared with its own references ("reference PPO ...", "reference IMPALA ...").
+
+Metrics (continual/evaluation/metrics.py, on evaluation returns divided per task by the largest |return| of any run
+of the experiment, references included, `--normalize max_abs`; `raw` keeps returns):
+- average performance P(T) (Continual World): final evaluation score, mean over tasks;
+- forgetting (Continual World): score at the end of the task's last visit minus the final score, mean over all tasks
+  (the task trained last contributes 0, as in Continual World's tables); forgetting (CORA isolated): score drop over
+  each later visit of another task, mean over those visits, then over tasks;
+- forward transfer: CORA's zero-shot (change on a task while other tasks are trained before its first visit) and
+  Continual World's (area under the task's first-visit curve against the same-seed single-task reference run of the
+  method's family, (AUC - AUC_ref) / (1 - AUC_ref)).
+Each table cell: mean over the runs x tasks matrix, [95% percentile stratified-bootstrap CI] (runs resampled within
+each task, `metrics.stratified_bootstrap`, `--reps` resamples).
+
+Probability of improvement (Agarwal et al. 2021, rliable's `probability_of_improvement`: per task the Mann-Whitney
+statistic P(X > Y) + P(X = Y)/2 over all run pairs, averaged over tasks; CI: rliable's stratified bootstrap of both
+methods' runs, `metrics.paired_bootstrap`). For forgetting lower is better, so "X improves on Y" is computed on the
+negated forgetting: P(F_X < F_Y). Continual World's forgetting is compared only on tasks whose last visit ends
+before the end of training (on the last task it is 0 for every run, which would pull every probability to 0.5).
+Pairs: each method against its family's baseline (PPO, IMPALA), PPO_CBP also against "PPO (MinAtar CNN)" (the same
+network: PPO_CBP has no MLP), and CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5).
+
+Learned check (issue 32): each method's evaluation return on a task at the end of its first visit, mean over seeds,
+against the family's single-task references at the same number of steps on that task (their evaluation nearest to
+that step count, within 5% of it); the task counts as learned if the ratio is >= 0.5.
+
+EWC's lambda: labels "<method> lambda=<x>" with the same <method> are one sweep; the value with the highest mean
+P(T) is the chosen one (a rule fixed before the runs), every value is reported, and the probabilities of
+improvement use the chosen one.
+
+P&C: evaluation plays the knowledge base (KB); the actors act with the active column, so the active column's
+return at the end of a visit is the mean training-episode return over the last `--active_tail` of that visit
+(sampled actions, the same env settings as evaluation). Both are reported per task and visit.
+
+Outputs under --out: report.md (tables), report.json (every number, per-run metrics), curves.png (evaluation curves
+per task, mean over seeds, 95% t band), comparison.png (the table's columns with CIs), improvement.png
+(probabilities of improvement with CIs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402,F401  (puts the repository root on sys.path)
+import forgetting as F  # noqa: E402
+
+from continual.evaluation import metrics as M  # noqa: E402
+from continual.io import atomic_write_json  # noqa: E402
+
+PPO_FAMILY = ("PPO", "PPO_CBP")
+KEYS = (("final", "average performance P(T)"), ("forgetting_cw", "forgetting (CW)"),
+        ("forgetting_isolated", "forgetting (CORA isolated)"), ("transfer_zero_shot", "forward transfer (zero-shot)"),
+        ("transfer_reference", "forward transfer (CW, vs single-task)"), ("average", "time-average performance"))
+LOWER_IS_BETTER = ("forgetting_cw", "forgetting_isolated")
+LAMBDA = re.compile(r"^(?P<base>.+?) lambda=(?P<value>[0-9.eE+-]+)$")
+# a method's own control where its network differs from the family baseline's (PPO_CBP has no MLP)
+CONTROLS = {"PPO_CBP": "PPO (MinAtar CNN)"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def finished(folder: str, run_dir: str) -> bool:
+    status = os.path.join(folder, "queue", os.path.basename(run_dir) + ".status.json")
+    if os.path.exists(status):
+        with open(status, encoding="utf-8") as f:
+            return json.load(f).get("state") == "done"
+    return os.path.exists(os.path.join(run_dir, M.METRICS_FILE))
+
+
+def family(config: dict) -> str:
+    return "PPO" if config.get("architecture") in PPO_FAMILY else "IMPALA"
+
+
+def load_folder(folder: str) -> tuple[dict[str, list[M.RunData]], dict[str, list[M.RunData]], list[str]]:
+    """(method -> its finished sequence runs, reference label -> its finished runs, both in seed order; the names of
+    the unfinished run directories)."""
+    root = os.path.join(folder, "runs")
+    methods: dict[str, list] = {}
+    refs: dict[str, list] = {}
+    unfinished = []
+    for d in sorted(os.listdir(root)):
+        path = os.path.join(root, d)
+        if not os.path.isdir(path):
+            continue
+        if not finished(folder, path):
+            unfinished.append(d)
+            continue
+        run = M.load_run(path)
+        label = run.config.get("exp_name") or M.method_label(run.config)
+        (refs if label.startswith("reference") else methods).setdefault(label, []).append(run)
+    order = lambda rs: sorted(rs, key=lambda r: r.config.get("seed", 0))  # noqa: E731
+    return {k: order(v) for k, v in methods.items()}, {k: order(v) for k, v in refs.items()}, unfinished
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# metrics (pure: tested on hand-made run directories)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def family_references(run: M.RunData, refs: dict[str, list[M.RunData]]) -> list[M.RunData]:
+    """The single-task reference runs of the run's family, same seed first (one per task is what
+    `metrics.run_metrics` uses: the first that has the task)."""
+    fam = [r for rs in refs.values() for r in rs if family(r.config) == family(run.config)]
+    seed = run.config.get("seed")
+    return sorted(fam, key=lambda r: r.config.get("seed") != seed)
+
+
+def cw_tasks(run: M.RunData) -> list[str]:
+    """Tasks whose last visit ends before the end of training (Continual World's forgetting can be non-zero)."""
+    last = {v.regime: v.end for v in run.visits}
+    return [t for t in run.trained if last[t] < run.end_step]
+
+
+def score_table(results: dict[str, list[dict]], reps: int, seed: int = 0) -> dict[str, dict]:
+    """method -> key -> {mean, ci95, runs, tasks, matrix}: the mean over the runs x tasks matrix of the per-task
+    metric (tasks every run of the method has a value for) with its stratified-bootstrap 95% CI."""
+    table: dict[str, dict] = {}
+    for method, rs in results.items():
+        table[method] = {}
+        for key, _ in KEYS:
+            mats, tasks = M.score_matrices(rs, [{"architecture": method}] * len(rs), key)
+            mat = mats.get(method, np.zeros((len(rs), 0)))
+            if not tasks:
+                table[method][key] = {"mean": None, "ci95": None, "runs": len(rs), "tasks": [], "matrix": []}
+                continue
+            lo, hi = M.stratified_bootstrap(mat, M.rl.aggregate_mean, reps, seed)
+            table[method][key] = {"mean": float(M.rl.aggregate_mean(mat)), "ci95": [lo, hi], "runs": len(rs),
+                                  "tasks": tasks, "matrix": mat.tolist()}
+    return table
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray, lower_is_better: bool = False, reps: int = 2000,
+                               seed: int = 0) -> dict:
+    """P(X improves on Y) (rliable's definition) on two runs x tasks matrices and its 95% bootstrap CI."""
+    if lower_is_better:
+        x, y = -x, -y
+    lo, hi = M.paired_bootstrap(x, y, M.rl.probability_of_improvement, reps, seed)
+    return {"estimate": float(M.rl.probability_of_improvement(x, y)), "ci95": [lo, hi],
+            "runs": [int(x.shape[0]), int(y.shape[0])]}
+
+
+def task_matrix(results: Sequence[dict], key: str, tasks: Sequence[str]) -> np.ndarray:
+    return np.array([[r["regimes"][t][key] for t in tasks] for r in results], dtype=np.float64)
+
+
+def improvements(results: dict[str, list[dict]], runs: dict[str, list[M.RunData]], pairs: Sequence[tuple[str, str]],
+                 reps: int) -> dict[str, dict]:
+    """"X > Y" -> key -> probability of improvement, over the tasks both methods have a value for (CW forgetting:
+    only the tasks that can be forgotten)."""
+    out: dict[str, dict] = {}
+    for a, b in pairs:
+        if a not in results or b not in results:
+            continue
+        row = {}
+        for key, _ in KEYS:
+            tasks = [t for t in runs[a][0].trained
+                     if all(r["regimes"].get(t, {}).get(key) is not None for r in results[a] + results[b])]
+            if key == "forgetting_cw":
+                tasks = [t for t in tasks if t in cw_tasks(runs[a][0])]
+            if not tasks:
+                continue
+            row[key] = {**probability_of_improvement(task_matrix(results[a], key, tasks),
+                                                     task_matrix(results[b], key, tasks),
+                                                     key in LOWER_IS_BETTER, reps), "tasks": tasks}
+        out[f"{a} > {b}"] = row
+    return out
+
+
+def lambda_sweeps(table: dict[str, dict]) -> dict[str, dict]:
+    """base -> {values: {lambda: P(T) mean}, chosen: the label with the highest mean P(T)}."""
+    sweeps: dict[str, dict] = {}
+    for label, row in table.items():
+        m = LAMBDA.match(label)
+        if m and row["final"]["mean"] is not None:
+            sweeps.setdefault(m["base"], {"values": {}, "labels": {}})
+            sweeps[m["base"]]["values"][m["value"]] = row["final"]["mean"]
+            sweeps[m["base"]]["labels"][m["value"]] = label
+    for s in sweeps.values():
+        best = max(s["values"], key=lambda v: s["values"][v])
+        s["chosen"] = s["labels"][best]
+    return sweeps
+
+
+def learned_check(runs: dict[str, list[M.RunData]], refs: dict[str, list[M.RunData]]) -> dict[str, dict]:
+    """method -> task -> {first_visit_end, value (mean over seeds of the raw evaluation return at the end of the
+    first visit), reference (mean over the family's references at the same steps on the task), ratio, learned}."""
+    out: dict[str, dict] = {}
+    for method, rs in runs.items():
+        out[method] = {}
+        fam_refs = [r for r in family_references(rs[0], refs)]
+        for task in rs[0].trained:
+            vals, length, end = [], None, None
+            for r in rs:
+                v = next(v for v in r.visits if v.regime == task)
+                length, end = v.end - v.start, v.end
+                vals.append(M.at_or_before(r.evals[task], v.end))
+            ref_vals = []
+            for ref in fam_refs:
+                rv = next((v for v in ref.visits if v.regime == task), None)
+                if rv is None or task not in ref.evals:
+                    continue
+                # the reference's evaluation nearest to the same step count (visits end at whole rollouts, so the
+                # sequence's visit can be a rollout shorter than the reference); none if the reference stopped
+                # more than 5% short of it
+                target = rv.start + length
+                step, y = min(ref.evals[task], key=lambda p: abs(p[0] - target))
+                if abs(step - target) <= 0.05 * length:
+                    ref_vals.append(y)
+            value = M._mean(vals)
+            ref = M._mean(ref_vals)
+            ratio = value / ref if value is not None and ref else None
+            out[method][task] = {"first_visit_end": end, "value": value, "seeds": vals, "reference": ref,
+                                 "reference_runs": len([x for x in ref_vals if x is not None]), "ratio": ratio,
+                                 "learned": None if ratio is None else bool(ratio >= 0.5)}
+    return out
+
+
+def active_column(run: M.RunData, normalizer: M.Normalizer, tail: float = 0.1) -> list[dict]:
+    """P&C: per visit, the knowledge base's evaluation at the visit's end and the active column's mean training
+    return over the last `tail` of the visit (both normalised)."""
+    out = []
+    for v in run.visits:
+        lo = v.end - tail * (v.end - v.start)
+        rets = [normalizer(m, r) for s, m, r in run.episodes if m == v.regime and lo < s <= v.end]
+        kb = M.at_or_before(run.evals.get(v.regime, []), v.end)
+        out.append({"regime": v.regime, "visit": v.number, "end": v.end, "episodes": len(rets),
+                    "active": float(np.mean(rets)) if rets else None,
+                    "kb": None if kb is None else normalizer(v.regime, kb)})
+    return out
+
+
+def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tail: float = 0.1) -> dict:
+    runs, refs, unfinished = load_folder(folder)
+    if not runs:
+        raise ValueError(f"{folder}: no finished sequence runs")
+    all_runs = [r for rs in runs.values() for r in rs] + [r for rs in refs.values() for r in rs]
+    norm = M.Normalizer(normalize, runs=all_runs)
+    results = {m: [M.run_metrics(r, norm, references=family_references(r, refs)) for r in rs] for m, rs in runs.items()}
+    table = score_table(results, reps)
+    sweeps = lambda_sweeps(table)
+    chosen = {base: s["chosen"] for base, s in sweeps.items()}
+    name = lambda m: chosen.get(m, m)  # noqa: E731  ("IMPALA+EWC" -> its chosen lambda's label)
+    pairs = []
+    for m in results:
+        base = "PPO" if family(runs[m][0].config) == "PPO" else "IMPALA"
+        if m != base and (not LAMBDA.match(m) or m in chosen.values()):
+            pairs.append((m, base))
+        if CONTROLS.get(m) in results:
+            pairs.append((m, CONTROLS[m]))
+    pairs.append((name("CLEAR"), name("IMPALA")))
+    pairs = list(dict.fromkeys(pairs))
+    pnc = {m: [active_column(r, norm, active_tail) for r in rs] for m, rs in runs.items()
+           if runs[m][0].config.get("architecture") == "PNC"}
+    return {
+        "folder": os.path.abspath(folder), "normalize": normalize, "reps": reps,
+        "scale": {t: norm.abs_max.get(t) for t in all_runs[0].regimes},
+        "unfinished": unfinished, "references": {k: [r.run_dir for r in v] for k, v in refs.items()},
+        "table": table, "lambda_sweeps": sweeps,
+        "improvement": improvements(results, runs, pairs, reps),
+        "learned": learned_check(runs, refs),
+        "pnc": pnc,
+        "curves": {m: F.mean_curves(rs, norm) for m, rs in runs.items()},
+        "visits": [[v.regime, v.start, v.end] for v in next(iter(runs.values()))[0].visits],
+        "runs": {m: [{"run_dir": x["run_dir"], "seed": r.config.get("seed"), "summary": x["summary"],
+                      "regimes": {t: {k: v for k, v in d.items() if k != "reference"} for t, d in x["regimes"].items()}}
+                     for x, r in zip(rs, runs[m])] for m, rs in results.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# markdown and plots
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _cell(d: Optional[dict], digits: int = 3) -> str:
+    if not d or d.get("mean" if "mean" in d else "estimate") is None:
+        return "-"
+    m = d["mean"] if "mean" in d else d["estimate"]
+    lo, hi = d["ci95"]
+    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def _task(t: str) -> str:
+    return t.replace("env=MinAtar/", "")
+
+
+def markdown(rep: dict) -> str:
+    chosen = {s["chosen"] for s in rep["lambda_sweeps"].values()}
+    scale = ", ".join(f"{_task(t)} {v:g}" for t, v in rep["scale"].items() if v)
+    lines = [f"# Forgetting report ({rep['folder']})", "",
+             f"Scores: evaluation returns / the largest |return| of any run on the task ({rep['normalize']}: {scale}). "
+             f"Cells: mean over runs x tasks [95% stratified-bootstrap CI, {rep['reps']} resamples]. Forgetting: "
+             "positive = forgot; transfer: positive = helped.", ""]
+    if rep["unfinished"]:
+        lines += [f"Unfinished runs left out ({len(rep['unfinished'])}): {', '.join(rep['unfinished'])}", ""]
+    lines += ["| method | runs | " + " | ".join(t for _, t in KEYS) + " |", "|---|---|" + "---|" * len(KEYS)]
+    for m, row in rep["table"].items():
+        mark = " (chosen lambda)" if m in chosen else ""
+        lines.append(f"| {m}{mark} | {row['final']['runs']} | " + " | ".join(_cell(row[k]) for k, _ in KEYS) + " |")
+    if rep["lambda_sweeps"]:
+        lines += ["", "EWC lambda sweeps (mean P(T) per lambda; the highest is chosen):", ""]
+        for base, s in rep["lambda_sweeps"].items():
+            vals = ", ".join(f"lambda {v}: {p:.3f}" for v, p in s["values"].items())
+            lines.append(f"- {base}: {vals} -> **{s['chosen']}**")
+    lines += ["", "## Probability of improvement (X > Y; forgetting: X forgets less), [95% bootstrap CI]", "",
+              "| X > Y | P(T) | forgetting (CORA isolated) | forgetting (CW, tasks not trained last) |", "|---|---|---|---|"]
+    for pair, row in rep["improvement"].items():
+        lines.append(f"| {pair} | " + " | ".join(_cell(row.get(k), 2) for k in ("final", "forgetting_isolated",
+                                                                               "forgetting_cw")) + " |")
+    lines += ["", "## Learned check: evaluation return at the end of the first visit vs the family's single-task "
+              "references at the same steps (raw returns; learned = ratio >= 0.5)", "",
+              "| method | task | first visit ends | return (seeds) | single-task reference (runs) | ratio | learned |",
+              "|---|---|---|---|---|---|---|"]
+    for m, tasks in rep["learned"].items():
+        for t, d in tasks.items():
+            seeds = ", ".join("-" if x is None else f"{x:.1f}" for x in d["seeds"])
+            val = "-" if d["value"] is None else f"{d['value']:.2f}"
+            ref = "-" if d["reference"] is None else f"{d['reference']:.2f} ({d['reference_runs']})"
+            ratio = "-" if d["ratio"] is None else f"{d['ratio']:.2f}"
+            lines.append(f"| {m} | {_task(t)} | {d['first_visit_end']} | {val} ({seeds}) | {ref} | {ratio} | "
+                         f"{'-' if d['learned'] is None else 'yes' if d['learned'] else 'NO'} |")
+    for m, per_run in rep["pnc"].items():
+        lines += ["", f"## {m}: knowledge base (evaluated) vs active column (training returns, end of each visit), "
+                  "normalised, mean over seeds", "", "| visit | task | ends | knowledge base | active column |",
+                  "|---|---|---|---|---|"]
+        for i, v in enumerate(per_run[0]):
+            kb = M.mean_ci(r[i]["kb"] for r in per_run if i < len(r))
+            act = M.mean_ci(r[i]["active"] for r in per_run if i < len(r))
+            fmt = lambda d: "-" if d["mean"] is None else f"{d['mean']:.3f}" + (  # noqa: E731
+                f" +- {d['ci95']:.3f}" if d["ci95"] else "")
+            lines.append(f"| {i + 1} | {_task(v['regime'])} | {v['end']} | {fmt(kb)} | {fmt(act)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_improvement(rep: dict, path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [("final", "P(T)"), ("forgetting_isolated", "forgetting (CORA)"), ("forgetting_cw", "forgetting (CW)")]
+    pairs = list(rep["improvement"])
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 0.45 * len(pairs) + 1.6), sharey=True)
+    for ax, (key, title) in zip(axes, keys):
+        for i, p in enumerate(pairs):
+            d = rep["improvement"][p].get(key)
+            if d:
+                lo, hi = d["ci95"]
+                ax.plot([lo, hi], [i, i], color="C0", lw=3, alpha=0.6)
+                ax.plot(d["estimate"], i, "o", color="C0")
+        ax.axvline(0.5, color="0.3", lw=0.8, ls="--")
+        ax.set_xlim(0, 1)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.25, axis="x")
+    axes[0].set_yticks(range(len(pairs)), labels=pairs, fontsize=8)
+    fig.suptitle("probability of improvement (X > Y), 95% bootstrap CI", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
+    p.add_argument("--out", required=True, help="report.md, report.json and the PNGs go here")
+    p.add_argument("--normalize", default="max_abs", choices=["raw", "max_abs"])
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--active_tail", type=float, default=0.1, help="P&C: share of each visit's last steps whose "
+                   "training episodes give the active column's return")
+    a = p.parse_args(argv)
+    if not os.path.isdir(os.path.join(a.folder, "runs")):
+        p.exit(2, f"error: {a.folder}: no runs/ folder (is it an experiment folder?)\n")
+    if a.reps < 1 or not 0 < a.active_tail <= 1:
+        p.exit(2, "error: --reps must be positive and --active_tail in (0, 1]\n")
+    try:
+        rep = report(a.folder, a.normalize, a.reps, a.active_tail)
+    except ValueError as e:
+        p.exit(2, f"error: {e}\n")
+    os.makedirs(a.out, exist_ok=True)
+    md = markdown(rep)
+    with open(os.path.join(a.out, "report.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    atomic_write_json(os.path.join(a.out, "report.json"), rep, default=lambda x: None)
+    title = "MinAtar " + " -> ".join(_task(v[0]) for v in rep["visits"])
+    F.plot_curves(rep, os.path.join(a.out, "curves.png"), title)
+    F.plot_comparison(rep, os.path.join(a.out, "comparison.png"), title)
+    plot_improvement(rep, os.path.join(a.out, "improvement.png"))
+    print(md)
+    print(f"wrote {a.out}/report.md, report.json, curves.png, comparison.png, improvement.png")
+    return rep
+
+
+if __name__ == "__main__":
+    main()
