@@ -11,7 +11,7 @@ from minatar import Environment
 from continual.envs.backends import MinAtarEnv
 from continual.envs.minatar_numpy import BLOCK, PORTS, port_name
 
-GAMES = {"breakout": "MinAtar/Breakout", "space_invaders": "MinAtar/SpaceInvaders"}
+GAMES = {"breakout": "MinAtar/Breakout", "space_invaders": "MinAtar/SpaceInvaders", "freeway": "MinAtar/Freeway"}
 
 
 def play(module: str, env_id: str, modification: str, sticky: float, ramping: bool, seeds: list[int], steps: int,
@@ -64,8 +64,8 @@ def play(module: str, env_id: str, modification: str, sticky: float, ramping: bo
 @pytest.mark.parametrize("sticky,ramping", [(0.1, True), (0.0, True), (0.5, False)])
 def test_port_plays_minatars_game(module, sticky, ramping):
     mod = f"sticky_action_prob={sticky} difficulty_ramping={int(ramping)}"
-    ends = play(module, GAMES[module], mod, sticky, ramping, [3, 4, 5], 1500)
-    assert ends >= 8
+    ends = play(module, GAMES[module], mod, sticky, ramping, [3, 4, 5], 1500 if module != "freeway" else 2600)
+    assert ends >= (8 if module != "freeway" else 3)  # Freeway: 2,500 steps a game
 
 
 def few_bricks(rng, env, ref):
@@ -90,7 +90,21 @@ def few_aliens(rng, env, ref):
             setattr(game, k, v.copy() if isinstance(v, np.ndarray) else v)
 
 
-@pytest.mark.parametrize("module,craft", [("breakout", few_bricks), ("space_invaders", few_aliens)])
+def near_the_top(rng, env, ref):
+    """Freeway with the chicken anywhere (crossings: new car speeds drawn mid-episode), the cars anywhere, and a
+    short time left (episode ends)."""
+    xs = rng.integers(0, 10, 8)
+    values = dict(pos=int(rng.integers(1, 10)), terminate_timer=int(rng.integers(20, 200)),
+                  move_timer=int(rng.integers(0, 4)))
+    for game in (env, ref):
+        for k, v in values.items():
+            setattr(game, k, v)
+        for car, x in zip(game.cars, xs):
+            car[0] = int(x)
+
+
+@pytest.mark.parametrize("module,craft", [("breakout", few_bricks), ("space_invaders", few_aliens),
+                                          ("freeway", near_the_top)])
 @pytest.mark.parametrize("ramping", [True, False])
 def test_port_plays_minatars_game_from_rare_states(module, craft, ramping):
     mod = f"difficulty_ramping={int(ramping)}"
@@ -103,10 +117,37 @@ def test_port_with_minimal_actions_and_rows_stepped_apart(module):
     """-v1 ids (the game's minimal action set), and rows stepped in changing subsets (the others wait), past the
     end of a block of draws taken ahead."""
     ends = play(module, GAMES[module] + "-v1", "", 0.1, True, [7, 8, 9],
-                2 * BLOCK + 100, rows_step=lambda t: np.array([0, 2]) if t % 3 else np.array([1]))
+                2 * BLOCK + 100, rows_step=lambda t: np.array([0, 2]) if t % 3 else np.array([1]),
+                craft=near_the_top if module == "freeway" else None)  # Freeway: shorter games
     assert ends >= 2
 
 
 def test_only_minatars_own_games_have_ports():
     assert port_name(MinAtarEnv("MinAtar/Breakout")) == "breakout"
     assert port_name(MinAtarEnv("MinAtar/Seaquest")) is None
+    assert port_name(MinAtarEnv("MinAtar/Asterix")) is None
+
+
+def test_freeway_draws_from_the_game_s_own_random_state_before_a_seeded_reset():
+    """Unseeded, MinAtar's Environment and game hold different RandomStates: sticky actions draw from the first, new
+    car speeds from the second."""
+    core, ref = MinAtarEnv("MinAtar/Freeway"), Environment("freeway")
+    core.reset()
+    for a, b in ((core.game.random, ref.random), (core.game.env.random, ref.env.random)):
+        b.set_state(a.get_state())
+    ref.env.cars = [list(c) for c in core.game.env.cars]
+    ref.env.pos = core.game.env.pos = 1
+    port = PORTS["freeway"](1, 6)
+    port.load(0, core)
+    obs = np.zeros((1, 7, 10, 10), np.float32)
+    crossed = 0
+    for t in range(400):
+        reward, _ = port.step(np.array([0]), np.array([2]), obs)  # up
+        r, _ = ref.act(2)
+        crossed += r
+        assert reward[0] == r
+        np.testing.assert_array_equal(obs[0], ref.state().transpose(2, 0, 1), err_msg=f"step {t}")
+    assert crossed >= 2
+    port.settle(0)
+    for a, b in ((core.game.random, ref.random), (core.game.env.random, ref.env.random)):
+        assert a.get_state()[2] == b.get_state()[2] and np.array_equal(a.get_state()[1], b.get_state()[1])

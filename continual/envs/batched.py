@@ -7,7 +7,7 @@ through the stacks) and replaces only `step`: it plays each game's `MinAtarEnv.a
 stack's wrappers would do (zero-padding to the sequence's channels and action count, the time limit, episode
 returns and lengths, SAME_STEP autoreset with `final_obs`/`final_info`). Episode ends reset through the stack, so
 everything a reset does (a pending reseed after a game swap, the wrappers' own counters) happens as before.
-Games with a numpy port (`continual.envs.minatar_numpy`: Breakout, SpaceInvaders) step all their envs in one set
+Games with a numpy port (`continual.envs.minatar_numpy`: Breakout, SpaceInvaders, Freeway) step all their envs in one set
 of array operations; the others through MinAtar's Python game, env by env.
 Tested equal to SyncVectorEnv step by step (tests/test_envs_batched.py). Not for videos, HER or --task_id_input,
 whose wrappers act at every step (`continual.envs.vector.uses_batched` decides).
@@ -50,10 +50,29 @@ class MinAtarVectorEnv(SyncVectorEnv):
             self._load(i)
         return obs, infos
 
+    def _final_infos(self, ended: np.ndarray, now: float) -> dict:
+        """SyncVectorEnv's SAME_STEP infos of the envs that ended (`_add_info` env by env builds the same dict)."""
+        n = self.num_envs
+
+        def mask() -> np.ndarray:
+            m = np.zeros(n, np.bool_)
+            m[ended] = True
+            return m
+
+        final_obs = np.full(n, None, dtype=object)
+        for i in ended:
+            final_obs[i] = self._buf[i].copy()
+        r, ln, t = np.zeros(n, float), np.zeros(n, int), np.zeros(n, float)
+        r[ended] = self._returns[ended]
+        ln[ended] = self._lengths[ended]
+        t[ended] = [round(now - self._started[i], 6) for i in ended]  # RecordEpisodeStatistics's "t"
+        episode = {"r": r, "_r": mask(), "l": ln, "_l": mask(), "t": t, "_t": mask()}
+        return {"final_obs": final_obs, "_final_obs": mask(), "final_info": {"episode": episode, "_episode": mask()},
+                "_final_info": mask()}
+
     def _load(self, i: int) -> None:
         """After env i's reset: the numpy port of its game takes over its stepping, if there is one."""
-        core = self._game(i)[0]
-        name = minatar_numpy.port_name(core)
+        core, _, _, name = self._game(i)
         if name is None:
             return
         port = self._ports.get(name)
@@ -73,7 +92,8 @@ class MinAtarVectorEnv(SyncVectorEnv):
         game = self._games.get(id(stack))
         if game is None:
             core = stack.unwrapped
-            game = self._games[id(stack)] = (core, core.action_space.n, stack)  # the stack: keeps its id unique
+            game = self._games[id(stack)] = (core, core.action_space.n, stack,  # the stack: keeps its id unique
+                                             minatar_numpy.port_name(core))
         return game
 
     def step(self, actions):
@@ -92,7 +112,7 @@ class MinAtarVectorEnv(SyncVectorEnv):
                 idx = np.flatnonzero(port.rows)
                 rewards[idx], terminations[idx] = port.step(idx, actions[idx], self._buf)
         for i in [i for i in range(n) if self._row_port[i] is None]:
-            core, n_actions, _ = self._game(i)
+            core, n_actions, _, _ = self._game(i)
             reward, terminated = core.act(min(int(actions[i]), n_actions - 1))  # PadTask: a missing action is the last
             core.write_obs(self._buf[i])
             rewards[i], terminations[i] = reward, terminated
@@ -100,13 +120,14 @@ class MinAtarVectorEnv(SyncVectorEnv):
         self._lengths += 1
         if limit is not None:
             truncations[:] = self._lengths >= limit
-        for i in np.flatnonzero(terminations | truncations):
-            episode = {"r": float(self._returns[i]), "l": int(self._lengths[i]),
-                       "t": round(time.perf_counter() - self._started[i], 6)}
-            infos = self._add_info(infos, {"final_obs": self._buf[i].copy(), "final_info": {"episode": episode}}, int(i))
-            self._unload(i)
-            self._buf[i], _ = self.envs[i].reset()
-            self._load(i)
-            self._returns[i], self._lengths[i], self._started[i] = 0.0, 0, time.perf_counter()
+        ended = np.flatnonzero(terminations | truncations)
+        if len(ended):
+            now = time.perf_counter()
+            infos = self._final_infos(ended, now)
+            for i in ended:
+                self._unload(i)
+                self._buf[i], _ = self.envs[i].reset()
+                self._load(i)
+            self._returns[ended], self._lengths[ended], self._started[ended] = 0.0, 0, time.perf_counter()
         self._terminations, self._truncations = terminations, truncations
         return self._buf.copy(), rewards, terminations, truncations, infos

@@ -7,7 +7,8 @@ terminals for the same seeds and actions (tests/test_envs_minatar_numpy.py compa
 through the env's wrapper stack and MinAtar's own `reset`, and `load` then copies the fresh state in.
 
 Random draws: MinAtar draws one uniform from the env's RandomState per step (sticky actions, drawn even at
-probability 0) and, in these games, nothing else between resets. A row draws a block of them ahead from that very
+probability 0) and, in these games, little else between resets (Freeway: new car speeds after a crossing, drawn
+from the RandomState itself, `game_random`). A row draws a block of them ahead from that very
 RandomState (`random_sample(k)` is the same stream as k calls of `rand()`); `settle` rewinds the RandomState to
 just after the draws used, before anything else (a reset, a game swap) draws from it. The rewind copies MT19937's
 state struct in and out through its ctypes address (a microsecond; `get_state`/`set_state` cost ~40x that, paid at
@@ -57,10 +58,12 @@ class GamePort:
         self.n = n
         self.rows = np.zeros(n, bool)  # which rows play this game now
         self.amap = np.zeros((n, width), np.int64)  # agent action -> MinAtar action (PadTask: missing = the last)
+        self._amaps: dict[tuple, np.ndarray] = {}
         self.sticky = np.zeros(n, np.float64)
         self.last = np.zeros(n, np.int64)
         self.terminal = np.zeros(n, bool)
         self._rs: list = [None] * n
+        self._game_rs: list = [None] * n
         self._saved: list = [None] * n  # get_state() where the raw copy is not available
         self._addr: list = [None] * n
         self._raw = np.zeros((n, _MT_BYTES), np.uint8)
@@ -72,13 +75,16 @@ class GamePort:
     def load(self, i: int, core) -> None:
         """Row i now plays `core` (a `MinAtarEnv` just reset): copy its state and draw ahead from its RandomState."""
         game = core.game
-        actions = list(core.actions)
-        width = self.amap.shape[1]
-        self.amap[i] = [actions[min(k, len(actions) - 1)] for k in range(width)]
+        actions = tuple(core.actions)
+        row = self._amaps.get(actions)
+        if row is None:
+            width = self.amap.shape[1]
+            row = self._amaps[actions] = np.array([actions[min(k, len(actions) - 1)] for k in range(width)])
+        self.amap[i] = row
         self.sticky[i] = game.sticky_action_prob
         self.last[i] = game.last_action
         self.terminal[i] = bool(game.env.terminal)
-        self._rs[i] = game.random
+        self._rs[i], self._game_rs[i] = game.random, game.env.random
         self._addr[i] = _state_address(game.random)
         self._draw_ahead(i)
         self.rows[i] = True
@@ -88,14 +94,26 @@ class GamePort:
         """Row i's RandomState as MinAtar would have left it (before a reset or a swap draws from it)."""
         if self._rs[i] is None:
             return
+        self._rewind(i)
+        self._rs[i] = self._game_rs[i] = self._saved[i] = self._addr[i] = None
+        self.rows[i] = False
+
+    def game_random(self, i: int) -> tuple[np.random.RandomState, bool]:
+        """(the RandomState MinAtar's game draws from now, mid-episode; whether it is the sticky actions' one, then
+        rewound to where MinAtar would be: call `_draw_ahead(i)` after drawing). They differ only before the first
+        seeded reset (MinAtar's Environment and game each make one)."""
+        if self._game_rs[i] is not self._rs[i]:
+            return self._game_rs[i], False
+        self._rewind(i)
+        return self._rs[i], True
+
+    def _rewind(self, i: int) -> None:
         if self._addr[i] is not None:
             ctypes.memmove(self._addr[i], self._raw_addr + int(i) * _MT_BYTES, _MT_BYTES)
         else:
             self._rs[i].set_state(self._saved[i])
         if self._used[i]:
             self._rs[i].random_sample(int(self._used[i]))
-        self._rs[i] = self._saved[i] = self._addr[i] = None
-        self.rows[i] = False
 
     def _draw_ahead(self, i: int) -> None:
         rs = self._rs[i]
@@ -323,7 +341,77 @@ class SpaceInvaders(GamePort):
         return o
 
 
-PORTS = {"breakout": Breakout, "space_invaders": SpaceInvaders}
+_PLAYER_SPEED = 3
+
+
+class Freeway(GamePort):
+    channels = 7  # chicken, car, speed1..speed5 (the trail behind a car, by its speed)
+
+    def __init__(self, n: int, width: int):
+        super().__init__(n, width)
+        self.pos = np.zeros(n, np.int64)
+        self.move_timer = np.zeros(n, np.int64)
+        self.time_left = np.zeros(n, np.int64)
+        self.cx = np.zeros((n, 8), np.int64)  # car i drives on row i + 1
+        self.ctimer = np.zeros((n, 8), np.int64)
+        self.cspeed = np.zeros((n, 8), np.int64)
+
+    def load_game(self, i: int, env) -> None:
+        self.pos[i], self.move_timer[i], self.time_left[i] = env.pos, env.move_timer, env.terminate_timer
+        for k, (x, y, timer, speed) in enumerate(env.cars):
+            assert y == k + 1
+            self.cx[i, k], self.ctimer[i, k], self.cspeed[i, k] = x, timer, speed
+
+    def step_game(self, idx, a, live):
+        m = len(idx)
+        r = np.arange(m)
+        pos, mt = self.pos[idx], self.move_timer[idx]
+        up = live & (a == U_) & (mt == 0)
+        down = live & ~up & (a == D_) & (mt == 0)
+        mt = np.where(up | down, _PLAYER_SPEED, mt)
+        pos = np.where(up, np.maximum(pos - 1, 0), np.where(down, np.minimum(pos + 1, 9), pos))
+        win = live & (pos == 0)
+        ctimer, cspeed = self.ctimer[idx], self.cspeed[idx]
+        for k in np.flatnonzero(win):  # MinAtar's _randomize_cars(initialize=False), from the row's RandomState
+            rs, shared = self.game_random(idx[k])
+            speeds = rs.randint(1, 6, 8)
+            speeds *= np.sign(rs.rand(8) - 0.5).astype(int)
+            if shared:
+                self._draw_ahead(idx[k])
+            ctimer[k], cspeed[k] = np.abs(speeds), speeds
+        pos = np.where(win, 9, pos)
+        # only the car on the chicken's row can hit it (a hit sends it to row 9, where no car drives)
+        cx = self.cx[idx]
+        lane = np.clip(pos - 1, 0, 7)
+        on_road = (pos >= 1) & (pos <= 8)
+        hit = on_road & (cx[r, lane] == 4)
+        moving = (ctimer == 0) & live[:, None]
+        nx = (cx + np.where(cspeed > 0, 1, -1)) % 10
+        cx = np.where(moving, nx, cx)
+        hit |= on_road & moving[r, lane] & (cx[r, lane] == 4)
+        ctimer = np.where(live[:, None], np.where(moving, np.abs(cspeed), ctimer - 1), ctimer)
+        pos = np.where(live & hit, 9, pos)
+        mt = np.where(live, mt - (mt > 0), mt)
+        left = np.where(live, self.time_left[idx] - 1, self.time_left[idx])
+        self._new_terminal = left < 0
+        self.pos[idx], self.move_timer[idx], self.time_left[idx] = pos, mt, left
+        self.cx[idx], self.ctimer[idx], self.cspeed[idx] = cx, ctimer, cspeed
+        return win.astype(np.int64)
+
+    def observe(self, idx):
+        m = len(idx)
+        r = np.arange(m)[:, None]
+        o = np.zeros((m, 7, 10, 10), np.float32)
+        o[np.arange(m), 0, self.pos[idx], 4] = 1
+        cx, speed = self.cx[idx], self.cspeed[idx]
+        rows = np.arange(1, 9)[None, :]
+        o[r, 1, rows, cx] = 1
+        back = np.where(speed > 0, cx - 1, cx + 1) % 10
+        o[r, 1 + np.abs(speed), rows, back] = 1
+        return o
+
+
+PORTS = {"breakout": Breakout, "space_invaders": SpaceInvaders, "freeway": Freeway}
 
 
 def port_name(core) -> Optional[str]:
