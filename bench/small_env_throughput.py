@@ -169,7 +169,7 @@ def main() -> None:
                                            str(args.iterations), "--warmup", str(args.warmup)], cwd=ROOT,
                                           capture_output=True, text=True)
                     out = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
-                           else {"error": proc.stderr.strip().splitlines()[-1]})
+                           else {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]})
                 else:
                     out = run_ours(trees[t], w, args.iterations, args.warmup, tmp, f"{w}_{t}_{r}")
                 results[f"{w}/{t}"].append(out)

@@ -7,6 +7,8 @@ through the stacks) and replaces only `step`: it plays each game's `MinAtarEnv.a
 stack's wrappers would do (zero-padding to the sequence's channels and action count, the time limit, episode
 returns and lengths, SAME_STEP autoreset with `final_obs`/`final_info`). Episode ends reset through the stack, so
 everything a reset does (a pending reseed after a game swap, the wrappers' own counters) happens as before.
+Games with a numpy port (`continual.envs.minatar_numpy`: Breakout, SpaceInvaders, Freeway) step all their envs in one set
+of array operations; the others through MinAtar's Python game, env by env.
 Tested equal to SyncVectorEnv step by step (tests/test_envs_batched.py). Not for videos, HER or --task_id_input,
 whose wrappers act at every step (`continual.envs.vector.uses_batched` decides).
 """
@@ -20,6 +22,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from continual.envs import minatar_numpy
+from continual.testing import faults
 from continual.testing.faults import inject
 
 
@@ -33,19 +37,63 @@ class MinAtarVectorEnv(SyncVectorEnv):
         self._lengths = np.zeros(n, np.int64)
         self._started = np.zeros(n, np.float64)  # RecordEpisodeStatistics's episode start time
         self._games: dict[int, tuple] = {}  # id(stack) -> (MinAtarEnv, its number of actions)
+        self._ports: dict[str, minatar_numpy.GamePort] = {}  # numpy ports, by game, built when first played
+        self._row_port: list = [None] * n  # the port playing each env now (None: MinAtar's Python game)
 
     def reset(self, *, seed=None, options=None):
+        for i in range(self.num_envs):
+            self._unload(i)
         obs, infos = super().reset(seed=seed, options=options)
         self._buf[:] = obs
         self._returns[:], self._lengths[:], self._started[:] = 0.0, 0, time.perf_counter()
+        for i in range(self.num_envs):
+            self._load(i)
         return obs, infos
+
+    def _final_infos(self, ended: np.ndarray, now: float) -> dict:
+        """SyncVectorEnv's SAME_STEP infos of the envs that ended (`_add_info` env by env builds the same dict)."""
+        n = self.num_envs
+
+        def mask() -> np.ndarray:
+            m = np.zeros(n, np.bool_)
+            m[ended] = True
+            return m
+
+        final_obs = np.full(n, None, dtype=object)
+        for i in ended:
+            final_obs[i] = self._buf[i].copy()
+        r, ln, t = np.zeros(n, float), np.zeros(n, int), np.zeros(n, float)
+        r[ended] = self._returns[ended]
+        ln[ended] = self._lengths[ended]
+        t[ended] = [round(now - self._started[i], 6) for i in ended]  # RecordEpisodeStatistics's "t"
+        episode = {"r": r, "_r": mask(), "l": ln, "_l": mask(), "t": t, "_t": mask()}
+        return {"final_obs": final_obs, "_final_obs": mask(), "final_info": {"episode": episode, "_episode": mask()},
+                "_final_info": mask()}
+
+    def _load(self, i: int) -> None:
+        """After env i's reset: the numpy port of its game takes over its stepping, if there is one."""
+        core, _, _, name = self._game(i)
+        if name is None:
+            return
+        port = self._ports.get(name)
+        if port is None:
+            port = self._ports[name] = minatar_numpy.PORTS[name](self.num_envs, int(self.single_action_space.n))
+        port.load(i, core)
+        self._row_port[i] = port
+
+    def _unload(self, i: int) -> None:
+        """Before env i's reset: its game's RandomState as MinAtar's own stepping would have left it."""
+        if self._row_port[i] is not None:
+            self._row_port[i].settle(i)
+            self._row_port[i] = None
 
     def _game(self, i: int) -> tuple:
         stack = self.envs[i].env  # below the SwitchHandle: the current game's stack (a game swap replaces it)
         game = self._games.get(id(stack))
         if game is None:
             core = stack.unwrapped
-            game = self._games[id(stack)] = (core, core.action_space.n, stack)  # the stack: keeps its id unique
+            game = self._games[id(stack)] = (core, core.action_space.n, stack,  # the stack: keeps its id unique
+                                             minatar_numpy.port_name(core))
         return game
 
     def step(self, actions):
@@ -56,20 +104,30 @@ class MinAtarVectorEnv(SyncVectorEnv):
         truncations = np.zeros(n, np.bool_)
         infos: dict = {}
         limit = self.max_episode_steps
-        for i in range(n):
-            inject("env_step", i)  # TEST HOOK, as SwitchHandle.step
-            core, n_actions, _ = self._game(i)
+        if "env_step" in faults._PLAN:
+            for i in range(n):
+                inject("env_step", i)  # TEST HOOK, as SwitchHandle.step
+        for port in self._ports.values():
+            if port.rows.any():
+                idx = np.flatnonzero(port.rows)
+                rewards[idx], terminations[idx] = port.step(idx, actions[idx], self._buf)
+        for i in [i for i in range(n) if self._row_port[i] is None]:
+            core, n_actions, _, _ = self._game(i)
             reward, terminated = core.act(min(int(actions[i]), n_actions - 1))  # PadTask: a missing action is the last
             core.write_obs(self._buf[i])
-            self._returns[i] += reward
-            self._lengths[i] += 1
-            truncated = limit is not None and self._lengths[i] >= limit
-            rewards[i], terminations[i], truncations[i] = reward, terminated, truncated
-            if terminated or truncated:
-                episode = {"r": float(self._returns[i]), "l": int(self._lengths[i]),
-                           "t": round(time.perf_counter() - self._started[i], 6)}
-                infos = self._add_info(infos, {"final_obs": self._buf[i].copy(), "final_info": {"episode": episode}}, i)
+            rewards[i], terminations[i] = reward, terminated
+        self._returns += rewards
+        self._lengths += 1
+        if limit is not None:
+            truncations[:] = self._lengths >= limit
+        ended = np.flatnonzero(terminations | truncations)
+        if len(ended):
+            now = time.perf_counter()
+            infos = self._final_infos(ended, now)
+            for i in ended:
+                self._unload(i)
                 self._buf[i], _ = self.envs[i].reset()
-                self._returns[i], self._lengths[i], self._started[i] = 0.0, 0, time.perf_counter()
+                self._load(i)
+            self._returns[ended], self._lengths[ended], self._started[ended] = 0.0, 0, time.perf_counter()
         self._terminations, self._truncations = terminations, truncations
         return self._buf.copy(), rewards, terminations, truncations, infos
