@@ -101,6 +101,7 @@ def test_batched_permutations_by_hand():
         plain, _ = plain_envs.switch("sticky_action_prob=0", step=0, seed=7)
         permuted, _ = perm_envs.switch(regime, step=0, seed=7)  # switched in place: the same env objects
         np.testing.assert_array_equal(permuted, plain[:, obs_perm])
+        assert all(port is not None for port in perm_envs.unwrapped._row_port)  # the numpy port plays permuted games
         ends = 0
         for a in actions:
             plain, r1, t1, u1, _ = plain_envs.step(act_perm[a])  # the game actions the permuted run's a stand for

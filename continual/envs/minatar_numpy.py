@@ -59,6 +59,8 @@ class GamePort:
         self.rows = np.zeros(n, bool)  # which rows play this game now
         self.amap = np.zeros((n, width), np.int64)  # agent action -> MinAtar action (PadTask: missing = the last)
         self._amaps: dict[tuple, np.ndarray] = {}
+        self.channel_perm: list = [None] * n  # observation channel j shows game channel perm[j] (None: identity)
+        self.permuted = np.zeros(n, bool)
         self.sticky = np.zeros(n, np.float64)
         self.last = np.zeros(n, np.int64)
         self.terminal = np.zeros(n, bool)
@@ -75,12 +77,14 @@ class GamePort:
     def load(self, i: int, core) -> None:
         """Row i now plays `core` (a `MinAtarEnv` just reset): copy its state and draw ahead from its RandomState."""
         game = core.game
-        actions = tuple(core.actions)
+        actions = tuple(core._game_actions)  # `permute_actions`: the permuted table (the plain one otherwise)
         row = self._amaps.get(actions)
         if row is None:
             width = self.amap.shape[1]
             row = self._amaps[actions] = np.array([actions[min(k, len(actions) - 1)] for k in range(width)])
         self.amap[i] = row
+        self.channel_perm[i] = None if core._channels is None else np.asarray(core._channels)  # `permute_obs`
+        self.permuted[i] = core._channels is not None
         self.sticky[i] = game.sticky_action_prob
         self.last[i] = game.last_action
         self.terminal[i] = bool(game.env.terminal)
@@ -146,6 +150,8 @@ class GamePort:
         reward = np.where(live, reward, 0)
         self.terminal[idx] |= live & self._new_terminal
         obs[idx, :self.channels] = self.observe(idx)
+        for i in idx[self.permuted[idx]]:
+            obs[i, :self.channels] = obs[i, self.channel_perm[i]]
         return reward.astype(np.float64), self.terminal[idx].copy()
 
     # ---- per game ----
@@ -416,12 +422,12 @@ PORTS = {"breakout": Breakout, "space_invaders": SpaceInvaders, "freeway": Freew
 
 def port_name(core) -> Optional[str]:
     """The port that plays `core` (a `MinAtarEnv`) exactly, or None: only MinAtar's own game classes, with only the
-    parameters a port knows (sticky actions, difficulty ramping), through `MinAtarEnv`'s own act and observation."""
+    parameters a port knows (sticky actions, difficulty ramping, the permutations), through `MinAtarEnv`'s own act and observation."""
     from continual.envs.backends import MINATAR_PARAMETERS, MinAtarEnv
 
     if type(core).act is not MinAtarEnv.act or type(core).write_obs is not MinAtarEnv.write_obs:
         return None
-    if set(MINATAR_PARAMETERS) - {"sticky_action_prob", "difficulty_ramping"}:
+    if set(MINATAR_PARAMETERS) - {"sticky_action_prob", "difficulty_ramping", "permute_obs", "permute_actions"}:
         return None
     env = core.game.env
     name = type(env).__module__.rsplit(".", 1)[-1]
