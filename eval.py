@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib
 import os
 import sys
 import time
-from types import ModuleType
 from typing import Optional, Sequence
 
 import torch
 
-from agents import AGENT_MODULES
+from agents import agent_module
 from continual import console
 from continual.config.loading import args_from_dict, cli
 from continual.errors import exit_on_user_error
@@ -39,11 +37,6 @@ from continual.evaluation.checkpoints import (  # noqa: F401  (eval.X, as before
 from continual.io import atomic_open, atomic_write_csv, atomic_write_json, storage_errors
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
-
-
-def agent_module(architecture: str) -> Optional[ModuleType]:
-    """The module with `make_agent` for an architecture (None: not available)."""
-    return importlib.import_module(AGENT_MODULES[architecture]) if architecture in AGENT_MODULES else None
 
 
 def load_policy(state: dict, obs_space, action_space, device: torch.device):

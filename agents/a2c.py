@@ -4,7 +4,7 @@ Run it directly (`python agents/a2c.py --config configs/a2c_atari.json`) or thro
 `python continual_training_example.py --architecture A2C`. The algorithm reads top to bottom in `train()`:
 rollout of `--num_steps` steps in `--num_envs` envs -> advantages -> one RMSprop step on
 policy-gradient + `--vf_coef` x value - `--ent_coef` x entropy (Mnih et al. 2016, synchronous as in OpenAI baselines
-and SB3). The network is agents/ppo.py's Agent (Nature CNN or MLP, shared torso, actor and critic heads).
+and SB3). The network is agents/networks.py's Agent (Nature CNN or MLP, shared torso, actor and critic heads).
 
 - advantages: GAE(`--gae_lambda`) over the rollout; `--gae_lambda 1` gives A2C's n-step returns (baselines, SB3);
   they are constants in the policy loss (the critic learns only from its own loss: no gradient through the
@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
-from agents import ppo
+from agents import networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.console import Progress
@@ -51,9 +51,9 @@ from continual.training.rewards import RewardScaler
 from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
 
 
-def make_agent(obs_space, action_space, args: Args) -> ppo.Agent:
-    """agents/ppo.py's actor-critic network (module-level here so that the background evaluator pickles it)."""
-    return ppo.make_agent(obs_space, action_space, args)
+def make_agent(obs_space, action_space, args: Args) -> networks.Agent:
+    """agents/networks.py's actor-critic network (module-level here so that the background evaluator pickles it)."""
+    return networks.make_agent(obs_space, action_space, args)
 
 
 def advantages_and_returns(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
-from agents.ppo import action_dims, obs_scale
+from agents.networks import action_dims, obs_scale
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.console import Progress

@@ -65,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
-from agents import ppo
+from agents import networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.console import Progress
@@ -175,11 +175,12 @@ def ewc_batch_loss(args: Args):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def make_agent(obs_space, n_actions: int, args: Args) -> ppo.Agent:
-    return ppo.make_agent(obs_space, n_actions, args)
+def make_agent(obs_space, action_space, args: Args) -> networks.Agent:
+    """`action_space`: the env's single action space or its number of actions (agents/networks.py's contract)."""
+    return networks.make_agent(obs_space, action_space, args)
 
 
-def logits_and_values(agent: ppo.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_and_values(agent: networks.Agent, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if hasattr(agent, "logits_and_values"):  # a variant's model (agents/pnc.py: the active column acts and learns)
         return agent.logits_and_values(obs)
     hidden, critic_hidden = agent.torsos(obs)
@@ -563,7 +564,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     try:
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
-        agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (ppo.Agent)
+        agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (networks.Agent)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
         if resume_state is not None:
@@ -577,7 +578,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                                 lambda: make_agent_fn(obs_space, n_actions, args).to(device))
         plasticity = install_plasticity(session, agent, optimizer,  # ReDo, L2, resets, ... (one object)
                                         lambda: make_agent_fn(obs_space, n_actions, args).to(device), resume_state)
-        ewc = install_ewc(session, agent, ppo.policy_head, False, resume_state,  # --ewc: None without
+        ewc = install_ewc(session, agent, networks.policy_head, False, resume_state,  # --ewc: None without
                           ewc_batch_loss(args), row_steps=T)
         extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device, resume_state) \
             if make_extension else LearnerExtension()

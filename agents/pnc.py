@@ -7,7 +7,7 @@ lateral adaptors from the KB, and per task a progress phase then a compress phas
 Built as CORA builds it (research notes §2.4) on the learner, actors and checkpoints of `agents/impala.py`, which this
 file plugs into through `impala.train(..., make_agent_fn=make_agent, make_extension=PNC)`:
 
-- network (`PNCAgent`): two columns of the IMPALA/PPO network (`agents.ppo.Agent`). Every Conv2d/Linear of the active
+- network (`PNCAgent`): two columns of the IMPALA/PPO network (`agents.networks.Agent`). Every Conv2d/Linear of the active
   column except its first layer (so both heads too) gets an adaptor fed by the KB's input to the same layer, added
   to the active layer's output (before its activation): conv -> `Conv2d` like the layer, ReLU, 1x1 conv; linear ->
   `Linear(in, out)`, ReLU, `Linear(out, out)` (CORA's adaptors; the paper's learned scalar gate is left out, as in
@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from agents import impala, ppo
+from agents import impala, networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.errors import exit_on_user_error
@@ -76,7 +76,7 @@ def adaptor(layer: nn.Module) -> nn.Module:
 
 
 class PNCAgent(nn.Module):
-    """`kb` and `active` are two `agents.ppo.Agent` columns; `adaptors[name]` feeds the KB's input of layer `name`
+    """`kb` and `active` are two `agents.networks.Agent` columns; `adaptors[name]` feeds the KB's input of layer `name`
     (`network_<i>`, `actor`, `critic`) into the active layer of that name.
 
     `logits_and_values(x)` is the active column (what IMPALA's actors act with and its learner trains); `features`,
@@ -87,13 +87,13 @@ class PNCAgent(nn.Module):
     def __init__(self, obs_shape: Sequence[int], n_actions: int, obs_scale: float = 1.0):
         super().__init__()
         self.obs_shape, self.n_actions, self.obs_scale = tuple(obs_shape), n_actions, obs_scale
-        self.kb = ppo.Agent(obs_shape, n_actions, obs_scale=obs_scale)
-        self.active = ppo.Agent(obs_shape, n_actions, obs_scale=obs_scale)
+        self.kb = networks.Agent(obs_shape, n_actions, obs_scale=obs_scale)
+        self.active = networks.Agent(obs_shape, n_actions, obs_scale=obs_scale)
         layers = [(f"network_{i}", m) for i, m in enumerate(self.active.network) if isinstance(m, (nn.Linear, nn.Conv2d))]
         layers += [("actor", self.active.actor), ("critic", self.active.critic)]
         self.adaptors = nn.ModuleDict({name: adaptor(m) for name, m in layers[1:]})  # not the first layer
         if len(self.obs_shape) == 3:
-            self.adaptors.to(memory_format=torch.channels_last)  # as ppo.Agent's convolutions
+            self.adaptors.to(memory_format=torch.channels_last)  # as networks.Agent's convolutions
 
     # --- the KB column: evaluation's policy ------------------------------------------------------------------------
     @property
@@ -147,9 +147,9 @@ class PNCAgent(nn.Module):
 
 
 def make_agent(obs_space, action_space, args: Args) -> PNCAgent:
-    """`action_space`: the env's single action space or its number of actions (as agents.ppo.make_agent)."""
-    n_actions, _ = ppo.action_dims(action_space)  # Box actions are refused before (validate_action_space)
-    return PNCAgent(obs_space.shape, n_actions, obs_scale=ppo.obs_scale(obs_space, args))
+    """`action_space`: the env's single action space or its number of actions (agents/networks.py's contract)."""
+    n_actions, _ = networks.action_dims(action_space)  # Box actions are refused before (validate_action_space)
+    return PNCAgent(obs_space.shape, n_actions, obs_scale=networks.obs_scale(obs_space, args))
 
 
 def kl_active_kb(active_logits: torch.Tensor, kb_logits: torch.Tensor) -> torch.Tensor:
@@ -174,7 +174,7 @@ class PNC(Callback, impala.LearnerExtension):
         self.steps_per_update = granularity_of(args)  # agent steps per learner update
         # (start, end) of every regime visit of the curriculum, at the learner's update grid
         self.visits = [(a, b) for a, b, _ in session.factory.iter_schedule(self.steps_per_update)]
-        self.ewc = session.add_callback(EWC(agent.kb, ppo.policy_head, False, "online", args.pnc_ewc_lambda,
+        self.ewc = session.add_callback(EWC(agent.kb, networks.policy_head, False, "online", args.pnc_ewc_lambda,
                                             args.ewc_gamma, args.ewc_samples, args.seed, args.pnc_ewc_normalize))
         if resume_state is not None:
             self.ewc.load_state_dict(resume_state["pnc"]["ewc"])

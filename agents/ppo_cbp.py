@@ -27,16 +27,17 @@ if __package__ in (None, ""):  # `python agents/ppo_cbp.py` from the repository 
 import torch.nn as nn
 import torch.optim as optim
 
-from agents import ppo
+from agents import networks, ppo
 from continual.config.args import Args
 from continual.config.loading import Curriculum
+from continual.envs.goals import split_goal_space
 from continual.errors import exit_on_user_error
 from continual.plasticity.cbp import CBP, AdamGnT, UnitTracker
 from continual.training.startup import parse_train_args, print_config
 
 
-class CBPAgent(ppo.Agent):
-    """ppo.Agent plus one CBP unit tracker per hidden layer."""
+class CBPAgent(networks.Agent):
+    """networks.Agent plus one CBP unit tracker per hidden layer."""
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, args: Args, obs_scale: float = 1.0,
                  goal_dim: int = 0, continuous: bool = False, norm_obs: bool = False):
@@ -70,14 +71,32 @@ class CBPAgent(ppo.Agent):
 
 
 def make_agent(obs_space, action_space, args: Args) -> CBPAgent:
-    obs_space, goal_dim = ppo.split_goal_space(obs_space)  # HER: Dict observations carry the goal
-    n_actions, continuous = ppo.action_dims(action_space)  # Box actions: the Gaussian head of ppo.Agent
-    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=ppo.obs_scale(obs_space, args), goal_dim=goal_dim,
+    obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
+    n_actions, continuous = networks.action_dims(action_space)  # Box actions: the Gaussian head of Agent
+    return CBPAgent(obs_space.shape, n_actions, args, obs_scale=networks.obs_scale(obs_space, args), goal_dim=goal_dim,
                     continuous=continuous, norm_obs=args.norm_obs)
 
 
+class CBPExtension(ppo.PPOExtension):
+    """CBP reaches PPO's loop through its extension hooks: unit activations are captured during the update, and
+    units are maintained after every optimizer step."""
+
+    def __init__(self, agent: CBPAgent):
+        self.agent = agent
+
+    def before_update(self) -> None:
+        self.agent.before_update()
+
+    def commit(self, optimizer: optim.Optimizer) -> None:
+        self.agent.after_optimizer_step(optimizer)
+
+    def after_update(self) -> None:
+        self.agent.after_update()
+
+
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
-    return ppo.train(args, curriculum, resume_state, make_agent_fn=make_agent)
+    return ppo.train(args, curriculum, resume_state, make_agent_fn=make_agent,
+                     make_extensions=lambda agent: [CBPExtension(agent)])
 
 
 @exit_on_user_error

@@ -20,18 +20,16 @@ continual -> agents -> continual.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import pathlib
 import signal
 import threading
-from types import ModuleType
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from agents import AGENT_MODULES
-from continual.config.args import Args
+from agents import AGENT_MODULES, agent_module
+from continual.config.args import Args, default_args
 from continual.config.loading import Curriculum, args_to_dict, load_json_file, split_config
 from continual.config.validation import validate_args
 from continual.curricula import FACTORIES, ModificationFactory
@@ -51,10 +49,6 @@ CurriculumLike = Union[None, Curriculum, ModificationFactory, Sequence[Task], Ca
 # training
 # ---------------------------------------------------------------------------------------------------------------------
 
-
-def agent_module(architecture: str) -> Optional[ModuleType]:
-    """The agent file of an architecture (its `train` and `make_agent`); None when it is not available."""
-    return importlib.import_module(AGENT_MODULES[architecture]) if architecture in AGENT_MODULES else None
 
 
 def run(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
@@ -132,21 +126,26 @@ def as_curriculum(curriculum: CurriculumLike, total_timesteps: Optional[int] = N
 
 def make_args(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **kwargs: Any
               ) -> tuple[Args, Curriculum]:
-    """The resolved `Args` and curriculum of `train` without training: `args` (default `Args()`) < the JSON file of
-    `config=` < keyword arguments; every value type-checked as a config file's and validated as the CLI's flags."""
+    """The resolved `Args` and curriculum of `train` without training: `args` (default: the architecture's own
+    defaults, `default_args`) < the JSON file of `config=` < keyword arguments; every value type-checked as a config
+    file's and validated as the CLI's flags."""
     if args is not None and not isinstance(args, Args):
         raise UserError(f"args: expected an Args (continual.config.args), got {type(args).__name__}")
-    merged = {k: v for k, v in args_to_dict(args if args is not None else Args()).items() if k not in ("config", "resume")}
     config = kwargs.pop("config", None)
     if kwargs.get("resume") is not None:
         raise UserError("resume: train() starts new runs; continue one with "
                         "`python continual_training_example.py --resume RUN_DIR`")
     kwargs.pop("resume", None)
     file_curriculum = Curriculum()
+    file_fields: dict = {}
     if config is not None:
         path = os.fspath(config)
-        fields, file_curriculum = split_config(load_json_file(path), f"config {path!r}")
-        merged.update(fields)
+        file_fields, file_curriculum = split_config(load_json_file(path), f"config {path!r}")
+    if args is None:  # the architecture's own defaults where neither the config nor a keyword argument sets a value
+        architecture = kwargs.get("architecture", file_fields.get("architecture", "PPO"))
+        args = default_args(architecture if isinstance(architecture, str) else "PPO")
+    merged = {k: v for k, v in args_to_dict(args).items() if k not in ("config", "resume")}
+    merged.update(file_fields)
     for key in kwargs:
         if key.startswith("_"):  # a config file's "_comment" keys are skipped; a keyword argument is a typo
             raise UserError(f"train(): unknown key {key!r}")

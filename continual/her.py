@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from continual.envs.goals import episode_outcomes, make_goal_space
+from continual.envs.vector import regime_slug
 
 # --------------------------------------------------------------------------------------------------------------------
 # relabelling (pure parts, tested by hand computation)
@@ -274,3 +275,69 @@ class HerRollout:
             out["her/is_weight_mean"] = float(self.last.weights.mean()) if m else 1.0
         self._reset_stats()
         return out
+
+
+class HerExtension(HerRollout):
+    """HER as a PPO extension (the hooks of agents/ppo.py's `PPOExtension`): the goal leaves the observation and goes
+    to the policy's `goal` input, goal rewards join the step's rewards, and after GAE the relabelled samples join the
+    batch. A batch sample k is the rollout sample `src[k]` (its observation and action) with goal `goals[k]` and
+    importance weight `weights[k]` (1 for original samples); minibatches are drawn over all of them, still
+    `--num_minibatches` per epoch."""
+
+    # --- rollout ---------------------------------------------------------------------------------------------------
+    def observations(self, obs: dict) -> np.ndarray:
+        return self.take_goals(obs)
+
+    def policy_inputs(self) -> dict:
+        return {"goal": self.next_goal}  # the episode's goal
+
+    def store(self, step: int) -> None:
+        self.goals[step] = self.next_goal
+
+    def rewards(self, step: int, scaled: np.ndarray, next_obs: dict, terminations: np.ndarray,
+                truncations: np.ndarray, infos: dict) -> np.ndarray:
+        return self.step_rewards(step, scaled, next_obs, terminations, truncations, infos)
+
+    def final_observations(self, step: int, cut: np.ndarray, infos: dict) -> tuple[torch.Tensor, dict]:
+        # Dict final observations, valued for their own goal
+        obs, goals = super().final_observations(step, cut, infos)
+        return obs, {"goal": goals}
+
+    # --- update ----------------------------------------------------------------------------------------------------
+    def extend_batch(self, agent: torch.nn.Module, batch: dict, rollout: dict) -> dict:
+        n = batch["size"]
+        src = torch.arange(n, device=self.device)
+        goals = self.goals.reshape(n, -1)
+        weights = torch.ones(n, device=self.device)
+        batch = dict(batch)
+        if self.args.her_ratio > 0:
+            rl = self.relabel(agent, rollout["obs"], rollout["actions"], rollout["logprobs"], rollout["dones"],
+                              rollout["next_obs"])
+            src, goals = torch.cat([src, rl.src]), torch.cat([goals, rl.goals])
+            weights, batch["logprobs"] = torch.cat([weights, rl.weights]), torch.cat([batch["logprobs"], rl.logprobs])
+            batch["actions"] = batch["actions"][src]
+            batch["advantages"] = torch.cat([batch["advantages"], rl.advantages])
+            batch["returns"], batch["values"] = torch.cat([batch["returns"], rl.returns]), torch.cat([batch["values"],
+                                                                                                       rl.values])
+        self.rollout_size = n
+        self.src, self.batch_goals, self.weights = src, goals, weights
+        batch["size"] = len(src)
+        batch["minibatch_size"] = -(-len(src) // self.args.num_minibatches)
+        return batch
+
+    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """A relabelled sample is its rollout observation with another goal."""
+        self.count_trained(mb_inds, self.rollout_size)
+        return batch["obs"][self.src[mb_inds]], {"goal": self.batch_goals[mb_inds]}, self.weights[mb_inds]
+
+    def before_update(self) -> None:
+        pass
+
+    def commit(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def after_update(self) -> None:
+        pass
+
+    def scalars(self, session: Any) -> dict[str, float]:
+        return super().scalars(regime_slug(session.modification))

@@ -67,6 +67,7 @@ def test_gae_matches_a_float64_sum_of_discounted_td_errors(lam):
 CORRIDOR = {
     "env_id": "corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 4, "num_steps": 5,
     "reward_scaling": "none", "learning_rate": 7e-4, "rmsprop_eps": 1e-5, "gae_lambda": 1.0, "norm_adv": False,
+    "vf_coef": 0.5,  # the loss below is written with 0.5 (A2C's own default is baselines' 0.25)
     "modification_factory": "SequentialModificationFactory",
     "modification_factory_kwargs": {"num_total_steps": 1200, "modifications": ["", "goal=3", "goal=6"],
                                     "switching_thresholds": [400, 800]},

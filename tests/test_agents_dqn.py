@@ -326,7 +326,7 @@ def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
 
 @pytest.mark.parametrize("flags,field", [
     (["--architecture", "PPO", "--double_dqn"], "double_dqn"),
-    (["--architecture", "DQN", "--buffer_size", "10"], "buffer_size"),
+    (["--architecture", "DQN", "--buffer_size", "5"], "buffer_size"),  # DQN's one env needs 2 x (4 + 1) slots
     (["--architecture", "DQN", "--tau", "0"], "tau"),
     (["--architecture", "DQN", "--end_e", "1.5"], "end_e"),
     (["--architecture", "DQN", "--env_id", "Pendulum-v1"], "architecture"),

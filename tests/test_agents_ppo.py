@@ -534,3 +534,35 @@ def test_mlp_network_trains_and_evaluates_on_minatar(tmp_path, arch):
     proc = run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "2", "--output", str(tmp_path / "e"))
     assert json.load(open(str(tmp_path / "e") + ".json"))["results"][0]["episodes"] == 2
     assert proc.returncode == 0
+
+
+def test_the_rollout_is_cleanrls_loop_without_a_her_branch():
+    """HER and CBP reach PPO through PPOExtension's hooks: train() has one `for step in range(args.num_steps)`
+    rollout, and no `if` in it (or anywhere in train) tests HER."""
+    import ast
+    import inspect
+    import textwrap
+
+    from agents import ppo
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(ppo.train)))
+    rollouts = [n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.target) == "step"]
+    assert [ast.unparse(n.iter) for n in rollouts] == ["range(args.num_steps)"]
+
+    def mentions_her(node: ast.AST) -> bool:
+        return any((isinstance(n, ast.Name) and "her" in n.id.split("_")) or
+                   (isinstance(n, ast.Attribute) and n.attr.startswith("her")) for n in ast.walk(node))
+
+    assert not any(mentions_her(n) for n in ast.walk(rollouts[0]))
+    assert not any(isinstance(n, ast.If) and mentions_her(n.test) for n in ast.walk(tree))
+
+
+def test_her_and_cbp_implement_every_ppo_extension_hook():
+    """HerExtension lives in continual/ (which cannot import agents/), so it repeats PPOExtension's hooks."""
+    from agents import ppo, ppo_cbp
+    from continual.her import HerExtension
+
+    hooks = {k for k, v in vars(ppo.PPOExtension).items() if callable(v) and not k.startswith("_")}
+    assert hooks >= {"extend_batch", "minibatch", "commit"}
+    for cls in (HerExtension, ppo_cbp.CBPExtension):
+        assert all(callable(getattr(cls, h, None)) for h in hooks), (cls, hooks - set(dir(cls)))

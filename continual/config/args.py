@@ -11,6 +11,8 @@ import dataclasses
 import os
 from typing import Literal, Optional
 
+from continual.specs import ARCHITECTURES, DEFAULT_GRAD_CLIP, SPECS
+
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
 
 
@@ -25,8 +27,8 @@ class Args:
     """name of the run directory under --runs_dir (default: <game>__<exp_name>__s<seed>__<unix time>)"""
     runs_dir: str = "runs"
     """parent folder of run directories"""
-    architecture: Literal["PPO", "PPO_CBP", "IMPALA", "CLEAR", "PNC", "DQN", "A2C"] = "PPO"
-    """the agent to train"""
+    architecture: Literal[ARCHITECTURES] = "PPO"
+    """the agent to train, with its own algorithm's defaults where no config or flag sets them (docs/extending.md)"""
     seed: int = 1
     """seed of the run: torch, numpy, envs (env i gets seed+i) and the curriculum"""
     torch_deterministic: bool = True
@@ -428,7 +430,12 @@ class Args:
         """--max_grad_norm, or the architecture's default when it is not set."""
         if self.max_grad_norm is not None:
             return self.max_grad_norm
-        return 40.0 if self.architecture in ("IMPALA", "CLEAR", "PNC") else 0.5
+        return SPECS[self.architecture].defaults.get("max_grad_norm", DEFAULT_GRAD_CLIP)
+
+
+def default_args(architecture: str = "PPO") -> Args:
+    """Args with the architecture's own defaults (continual/specs.py) where they differ from PPO's."""
+    return Args(architecture=architecture, **SPECS[architecture].defaults) if architecture in SPECS else Args()
 
 
 def field_names() -> set[str]:

@@ -1,4 +1,4 @@
-"""Configuration: `Args` defaults < run_config.json < flags given on the command line (a flag that overrides a config
+"""Configuration: `Args` defaults < the architecture's own (continual/specs.py) < run_config.json < flags given on the command line (a flag that overrides a config
 key prints one `note: --flag X overrides run_config.json's Y` line).
 
 `parse_args()` returns the resolved `Args` and the curriculum spec. Every problem is a one-line `UserError` naming the
@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 import tyro
 
-from continual.config.args import Args, field_names, from_grouped, grouped_class, to_grouped
+from continual.config.args import Args, default_args, field_names, from_grouped, grouped_class, to_grouped
 from continual.config.validation import validate_args
 from continual.errors import UserError, one_line
 
@@ -167,6 +167,17 @@ def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+def _architecture_from_argv(argv: Sequence[str]) -> Optional[str]:
+    """The last --architecture on the command line (the one tyro keeps); tyro reports a bad value."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--architecture" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith("--architecture="):
+            found = a.split("=", 1)[1]
+    return found
+
+
 def _tyro_error_line(text: str) -> str:
     """The message of tyro's error box: the first section after the title, joined (tyro wraps at 80 columns)."""
     rows = [ln.strip(" │╭╮╰╯") for ln in text.splitlines()]
@@ -211,12 +222,14 @@ def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] 
     """Resolve defaults < --config JSON < command-line flags."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path = _config_path_from_argv(argv)
-    defaults = Args()
     curriculum = Curriculum()
+    fields: dict = {}
     if config_path is not None:
         data = load_json_file(config_path)
         fields, curriculum = split_config(data, f"config {config_path!r}")
-        defaults = dataclasses.replace(defaults, **fields)
+    # the architecture's own defaults apply where neither the config nor the command line set a flag
+    architecture = _architecture_from_argv(argv) or fields.get("architecture", "PPO")
+    defaults = dataclasses.replace(default_args(architecture), **fields)
     args = cli(Args, argv, default=defaults, description=description)
     validate_args(args)
     if config_path is not None:

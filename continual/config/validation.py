@@ -8,12 +8,23 @@ import shutil
 
 import torch
 
+from continual import specs
 from continual.config.args import Args
 from continual.envs.backends import validate_action_space
 from continual.envs.goals import make_goal_space
 from continual.envs.minihack import validate_obs_mode
 from continual.envs.vector import batched_blocker
 from continual.errors import UserError
+from continual.specs import SPECS, names_of, supporting
+
+
+def require(args: Args, feature: str, flag: str) -> None:
+    """One line naming the flag when the architecture's spec (continual/specs.py) lacks `feature`."""
+    if not SPECS[args.architecture].supports(feature):
+        names = supporting(feature)
+        if len(names) == 1:
+            raise UserError(f"{flag}: only used with --architecture {names[0]}, not {args.architecture}")
+        raise UserError(f"{flag}: supported by {names_of(names)}, not {args.architecture}")
 
 
 def validate_args(args: Args) -> None:
@@ -63,7 +74,7 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     if not 0 < args.rmsprop_alpha < 1:
         raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
-    if args.architecture in ("IMPALA", "CLEAR", "PNC") and args.num_envs % args.num_actors:
+    if SPECS[args.architecture].supports(specs.ACTORS) and args.num_envs % args.num_actors:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
     if args.torch_threads is not None:
         positive("torch_threads")
@@ -99,10 +110,10 @@ def validate_args(args: Args) -> None:
         blocked = batched_blocker(args.backend, args.capture_video, args.her, args.task_id_input)
         if blocked:
             raise UserError(f"vector_env: {blocked}")
-    if args.bf16 and args.architecture not in ("PPO", "PPO_CBP"):
-        raise UserError(f"bf16: only used with --architecture PPO or PPO_CBP, not {args.architecture}")
-    if args.compile and args.architecture != "PPO":  # PPO_CBP: its unit tracking hooks modules a graph would skip
-        raise UserError(f"compile: only used with --architecture PPO, not {args.architecture}")
+    if args.bf16:
+        require(args, specs.BF16, "bf16")
+    if args.compile:  # not PPO_CBP: its unit tracking hooks modules a graph would skip
+        require(args, specs.COMPILE, "compile")
     on_cpu = not (args.cuda and torch.cuda.is_available())
     if args.compile and on_cpu and not (shutil.which("c++") or shutil.which("g++")):
         raise UserError("compile: torch.compile on a CPU needs a C++ compiler (c++ or g++ on PATH); none found")
@@ -121,8 +132,7 @@ def validate_network_args(args: Args) -> None:
         raise UserError(f"hidden_size: must be positive, got {args.hidden_size}")
     if args.network == "default":
         return
-    if args.architecture not in ("PPO", "A2C", "IMPALA", "CLEAR"):
-        raise UserError(f"network: mlp is for PPO, A2C, IMPALA and CLEAR, not {args.architecture}")
+    require(args, specs.MLP_NETWORK, "network")
     torso = [f for f, on in (("her", args.her), ("redo", args.redo), ("reset_layers", args.reset_layers),
                              ("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
                              ("nap", args.nap), ("parseval", args.parseval)) if on]
@@ -143,13 +153,12 @@ def validate_dqn_args(args: Args) -> None:
         if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (name == "tau" and v == 0):
             raise UserError(f"{name}: must be in {'(0' if name == 'tau' else '[0'}, 1], got {v}")
     for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer"):
-        if getattr(args, name) and args.architecture != "DQN":
-            raise UserError(f"{name}: only used with --architecture DQN, not {args.architecture}")
-    if args.norm_obs and args.architecture not in ("PPO", "PPO_CBP", "A2C"):
-        raise UserError(f"norm_obs: not supported by {args.architecture} (PPO, PPO_CBP and A2C standardise "
-                        f"observations)")
+        if getattr(args, name):
+            require(args, specs.DQN_FLAGS, name)
+    if args.norm_obs:
+        require(args, specs.NORM_OBS, "norm_obs")
     need = args.num_envs * (2 * args.buffer_window_size + 2)
-    if args.architecture == "DQN" and args.buffer_size < need:
+    if SPECS[args.architecture].supports(specs.DQN_FLAGS) and args.buffer_size < need:
         raise UserError(f"buffer_size: {args.buffer_size} is too small for {args.num_envs} envs (at least {need})")
 
 
@@ -169,18 +178,11 @@ def validate_her_args(args: Args) -> None:
         raise UserError("game_specific_goals: only used with --her")
     if not args.her:
         return
-    if args.architecture not in ("PPO", "PPO_CBP"):
-        raise UserError(f"her: supported by PPO and PPO_CBP, not {args.architecture}")
+    require(args, specs.HER, "her")
     try:
         make_goal_space(args.env_id, args.backend, args.game_specific_goals)
     except ValueError as e:
         raise UserError(str(e).replace("--", "", 1)) from None
-
-
-# install_plasticity is wired into these agents' training loops (PNC: its two columns are not one torso)
-PLASTICITY_METHODS = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")
-NETWORK_OPTIONS = ("PPO", "IMPALA", "CLEAR", "DQN")  # built through apply_network_options (PPO_CBP: its trackers pair
-# each layer with the module after it)
 
 
 def validate_plasticity_args(args: Args) -> None:
@@ -196,12 +198,12 @@ def validate_plasticity_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     used = [f for f in ("redo", "l2", "l2_init", "parseval") if getattr(args, f)] + (
         ["reset_layers"] if args.reset_layers else [])
-    if used and args.architecture not in PLASTICITY_METHODS:
-        raise UserError(f"{used[0]}: supported by {', '.join(PLASTICITY_METHODS)}, not {args.architecture}")
+    if used:  # install_plasticity is wired into these agents' loops (not PNC: its two columns are not one torso)
+        require(args, specs.PLASTICITY, used[0])
     network = [f for f, on in (("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
                                ("nap", args.nap)) if on]
-    if network and args.architecture not in NETWORK_OPTIONS:
-        raise UserError(f"{network[0]}: supported by {', '.join(NETWORK_OPTIONS)}, not {args.architecture}")
+    if network:  # built through apply_network_options (not PPO_CBP: its trackers pair each layer with the next)
+        require(args, specs.NETWORK_OPTIONS, network[0])
     if args.l2 and args.l2_init:
         raise UserError("l2_init: pulls the weights toward their initial values while --l2 pulls them toward zero; "
                         "choose one")
@@ -213,8 +215,7 @@ def validate_plasticity_args(args: Args) -> None:
     if args.trac:
         if not (math.isfinite(args.trac_s_init) and args.trac_s_init > 0):
             raise UserError(f"trac_s_init: must be a positive finite number, got {args.trac_s_init}")
-        if args.architecture != "PPO":
-            raise UserError(f"trac: supported by PPO, not {args.architecture}")
+        require(args, specs.TRAC, "trac")
         # they write the weights directly; TRAC would overwrite them from its own iterate at its next step
         clash = [f for f, on in (("redo", args.redo), ("reset_layers", args.reset_layers),
                                  ("shrink_and_perturb", args.shrink_and_perturb), ("nap", args.nap)) if on]
@@ -274,8 +275,8 @@ def validate_ewc_args(args: Args) -> None:
             raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
     if args.ewc != "none" and args.her:
         raise UserError("ewc: not supported with --her (the Fisher would need the goal of every buffered observation)")
-    if args.ewc != "none" and args.architecture not in ("PPO", "PPO_CBP", "IMPALA"):
-        raise UserError(f"ewc: supported by PPO, PPO_CBP and IMPALA, not {args.architecture}")
+    if args.ewc != "none":
+        require(args, specs.EWC, "ewc")
 
 
 def clear_replay_count(args: Args) -> int:
@@ -300,7 +301,7 @@ def validate_clear_args(args: Args) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and v >= 0):
             raise UserError(f"{name}: must be a non-negative finite number, got {v}")
-    if args.architecture != "CLEAR":
+    if not SPECS[args.architecture].supports(specs.CLEAR_REPLAY):
         return
     if args.clear_buffer_frames < args.unroll_length:
         raise UserError(f"clear_buffer_frames: {args.clear_buffer_frames} holds no whole unroll of --unroll_length "
@@ -317,6 +318,7 @@ def validate_pnc_args(args: Args) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and v >= 0):
             raise UserError(f"{name}: must be a non-negative finite number, got {v}")
-    if args.architecture == "PNC" and args.shrink_and_perturb:
-        raise UserError("shrink_and_perturb: not with --architecture PNC (it would perturb the knowledge base; P&C "
-                        "re-initialises its active column at every switch already)")
+    if args.shrink_and_perturb and not SPECS[args.architecture].supports(specs.SHRINK_PERTURB):
+        # PNC: it would perturb the knowledge base; P&C re-initialises its active column at every switch already
+        raise UserError(f"shrink_and_perturb: not with --architecture {args.architecture} (supported by "
+                        f"{names_of(supporting(specs.SHRINK_PERTURB))})")

@@ -44,6 +44,7 @@ from continual.envs import minihack
 from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
 from continual.modstrings import modification_tokens, normalize_modification
+from continual.specs import BOX_ACTIONS, SPECS, names_of, supporting
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium", "MinAtar", "MiniHack")
 ENV_TOKEN = "env="
@@ -222,9 +223,9 @@ def validate_action_space(architecture: str, backend: str, env_id: str, her: boo
         return
     if not isinstance(space, gym.spaces.Box):
         raise UserError(f"env_id: {env_id} has a {type(space).__name__} action space; supported: Discrete, Box")
-    if architecture not in ("PPO", "PPO_CBP"):
+    if not SPECS[architecture].supports(BOX_ACTIONS):
         raise UserError(f"architecture: {architecture} needs a discrete action space; {env_id} has continuous "
-                        f"(Box) actions: use PPO or PPO_CBP")
+                        f"(Box) actions: use {names_of(supporting(BOX_ACTIONS))}")
     if her:
         raise UserError(f"her: needs a discrete action space; {env_id} has continuous (Box) actions")
 

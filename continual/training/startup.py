@@ -33,6 +33,7 @@ from continual.envs.backends import (
 from continual.envs.vector import EnvSettings, make_env
 from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError
 from continual.modstrings import parse_eval_modifs
+from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS
 from continual.training import checkpoint as ckpt_lib
 from continual.training.session import RunSession
 from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
@@ -63,7 +64,8 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional
             resume = a.split("=", 1)[1]
     if resume is None:
         # an agent file's own architecture is in force when the flags are validated (DQN-only flags, ...)
-        args, curriculum = parse_args(["--architecture", architecture, *argv] if architecture else argv,
+        # (last, so that its own defaults are the ones in force: the spec's of the file that parses)
+        args, curriculum = parse_args([*argv, "--architecture", architecture] if architecture else argv,
                                       description=description)
         if architecture is not None:
             args.architecture = architecture
@@ -227,9 +229,7 @@ class Plan:
 
 def granularity_of(args: Args) -> int:
     """Agent steps per iteration, the curriculum's granularity (the agents pass the same to `start_run`)."""
-    if args.architecture in ("IMPALA", "CLEAR", "PNC"):
-        return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
-    return args.rollout_size()
+    return SPECS[args.architecture].steps_per_iteration(args)
 
 
 def replay_unroll_bytes(unroll_length: int, obs_shape: Sequence[int], obs_itemsize: int, n_actions: int) -> int:
@@ -316,7 +316,7 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
                             saved_granularity if isinstance(saved_granularity, int) and saved_granularity > 0 else None)
     total = resolve_total(args, factory, granularity)
     regimes = check_modifications(args, factory, [args.modifs, *parse_eval_modifs(args.eval_modifs)])
-    if args.architecture == "CLEAR":
+    if SPECS[args.architecture].supports(CLEAR_REPLAY):
         run_dir = (ckpt_lib.run_dir_of(resume_state["path"]) if resume_state is not None
                    else os.path.join(args.runs_dir, args.run_name or default_run_name(args)))
         check_replay_disk(args, regimes, run_dir)
@@ -332,8 +332,8 @@ def preflight(args: Args, curriculum: Curriculum, resume_state: Optional[dict] =
                         f"{regimes}); use every or step, or a curriculum with task switches")
     if args.plasticity_injection == "step" and args.injection_step >= total:
         raise UserError(f"injection_step: {args.injection_step} is not before the run's end ({total} steps)")
-    if args.architecture == "PNC" and len(regimes) < 2:  # P&C's phases and its active-column resets are per task
-        raise UserError(f"architecture: PNC needs task boundaries, but the curriculum never switches (its regimes: "
+    if SPECS[args.architecture].supports(NEEDS_SWITCHES) and len(regimes) < 2:  # e.g. P&C's per-task phases
+        raise UserError(f"architecture: {args.architecture} needs task boundaries, but the curriculum never switches (its regimes: "
                         f"{regimes}); use a curriculum with task switches")
     # action spaces: validate_args (continual.envs.backends.validate_action_space) has checked them
     if args.capture_video:

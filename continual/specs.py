@@ -1,0 +1,149 @@
+"""One spec per agent: what the rest of the library needs to know about an architecture, in one place.
+
+An `AgentSpec` names the agent's module (its `train` and `make_agent`), the defaults of its own algorithm that differ
+from `Args`' (which are CleanRL's Atari PPO), the optional features it supports (validation refuses the others with
+one line) and how many agent steps one iteration takes (the curriculum's granularity). Validation, `Args`' defaults,
+`training/startup.py`, `envs/backends.py`, the entry points and the docs read `SPECS`; nothing else names an
+architecture. Adding an agent is its file under agents/ and its entry here (docs/extending.md).
+
+Defaults resolve as: `Args` < the spec's `defaults` < run_config.json < the command line (or `train()`'s keyword
+arguments): a spec default applies only where neither the config nor the command line set the flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+# features an agent may support (validation names the flag that needs one)
+BF16 = "bf16"                    # --bf16: the update's forward pass under bfloat16 autocast
+COMPILE = "compile"              # --compile: torch.compile of the update's forward pass
+HER = "her"                      # --her: goal-conditioned policy with relabelled samples
+BOX_ACTIONS = "box_actions"      # continuous (Box) action spaces
+NORM_OBS = "norm_obs"            # --norm_obs: running observation standardisation
+MLP_NETWORK = "mlp_network"      # --network mlp: separate actor and critic MLPs
+PLASTICITY = "plasticity"        # --redo, --l2, --l2_init, --parseval, --reset_layers (continual/plasticity/methods.py)
+NETWORK_OPTIONS = "network_options"  # --layer_norm, --activation, --nap (continual/plasticity/networks.py)
+EWC = "ewc"                      # --ewc
+TRAC = "trac"                    # --trac
+SHRINK_PERTURB = "shrink_and_perturb"  # --shrink_and_perturb
+DQN_FLAGS = "dqn_flags"          # --double_dqn, --reset_replay_on_switch, --epsilon_rewarm_on_switch, --save_replay_buffer
+ACTORS = "actors"                # --num_actors processes share --num_envs envs evenly
+CLEAR_REPLAY = "clear_replay"    # a replay buffer of --clear_buffer_frames under <run>/replay (disk checked first)
+NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases)
+
+FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
+            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES)
+
+
+def rollout_steps(args: Any) -> int:
+    """num_envs x num_steps: a rollout (PPO, A2C) or a logging iteration (DQN)."""
+    return args.num_envs * args.num_steps
+
+
+def learner_batch_steps(args: Any) -> int:
+    """batch_size unrolls of unroll_length steps of one actor's envs: one learner update (IMPALA's family)."""
+    return args.batch_size * args.unroll_length * (args.num_envs // args.num_actors)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    """the --architecture value"""
+    module: str
+    """the agent file's module (has `train(args, curriculum, resume_state)` and `make_agent(obs_space,
+    action_space, args)`)"""
+    summary: str
+    """one line for the docs"""
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """flags whose default differs from Args' for this algorithm (where neither config nor command line set them)"""
+    features: frozenset = frozenset()
+    """the optional features (above) it supports"""
+    steps_per_iteration: Callable[[Any], int] = rollout_steps
+    """agent steps per iteration: the curriculum is asked once per iteration"""
+
+    def supports(self, feature: str) -> bool:
+        return feature in self.features
+
+
+_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB})
+# IMPALA's family sums its losses over the batch: TorchBeast's clip of 40 (0.5 shrinks its updates ~100x) and
+# cleanba's learning rate (configs/impala_freeway.json)
+_IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}
+
+SPECS: dict[str, AgentSpec] = {s.name: s for s in (
+    AgentSpec("PPO", "agents.ppo", "CleanRL's ppo_atari (Args' defaults are its values)",
+              features=_PPO_FEATURES | {COMPILE, MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
+    AgentSpec("PPO_CBP", "agents.ppo_cbp", "PPO with continual backpropagation (Dohare et al. 2024)",
+              features=_PPO_FEATURES),
+    AgentSpec("IMPALA", "agents.impala", "IMPALA with V-trace, actor processes and a learner (TorchBeast)",
+              defaults=_IMPALA_DEFAULTS, steps_per_iteration=learner_batch_steps,
+              features=frozenset({MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, SHRINK_PERTURB, ACTORS})),
+    AgentSpec("CLEAR", "agents.clear", "IMPALA + CLEAR's replay with behaviour cloning (Rolnick et al. 2019)",
+              defaults=_IMPALA_DEFAULTS, steps_per_iteration=learner_batch_steps,
+              features=frozenset({MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, ACTORS, CLEAR_REPLAY})),
+    AgentSpec("PNC", "agents.pnc", "Progress & Compress on IMPALA (Schwarz et al. 2018)",
+              defaults=_IMPALA_DEFAULTS, steps_per_iteration=learner_batch_steps,
+              features=frozenset({ACTORS, NEEDS_SWITCHES})),
+    AgentSpec("DQN", "agents.dqn", "CleanRL's dqn_atari (Adam 1e-4 constant, one env, 1M replay)",
+              defaults={"learning_rate": 1e-4, "anneal_lr": False, "num_envs": 1},
+              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS})),
+    AgentSpec("A2C", "agents.a2c", "synchronous A2C as baselines/SB3 (16 envs x 5 steps, RMSprop 7e-4)",
+              defaults={"learning_rate": 7e-4, "num_envs": 16, "num_steps": 5, "gae_lambda": 1.0, "norm_adv": False,
+                        "vf_coef": 0.25, "rmsprop_eps": 1e-5},
+              features=frozenset({NORM_OBS, MLP_NETWORK, SHRINK_PERTURB})),
+)}
+
+ARCHITECTURES = tuple(SPECS)
+DEFAULT_GRAD_CLIP = 0.5  # losses that are means over the batch (PPO, A2C; DQN does not clip)
+
+
+def spec_of(architecture: str) -> AgentSpec:
+    return SPECS[architecture]
+
+
+def supporting(feature: str) -> list[str]:
+    """The architectures that support `feature`, in SPECS' order (for error messages)."""
+    return [name for name, s in SPECS.items() if feature in s.features]
+
+
+def names_of(architectures: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return architectures[0] if len(architectures) == 1 else f"{', '.join(architectures[:-1])} and {architectures[-1]}"
+
+
+def defaults_markdown() -> str:
+    """The docs' table of each architecture's own defaults (generated, like the flag reference)."""
+    def flag(name: str, value: Any) -> str:
+        if isinstance(value, bool):
+            return f"`--{name}`" if value else f"`--no-{name}`"
+        return f"`--{name} {value}`"
+
+    rows = ["| architecture | what | defaults that differ from the flag reference | steps per iteration |",
+            "|---|---|---|---|"]
+    for s in SPECS.values():
+        own = ", ".join(flag(k, v) for k, v in s.defaults.items()) or "(none)"
+        rows.append(f"| `{s.name}` (`{s.module}`) | {s.summary} | {own} | "
+                    f"{s.steps_per_iteration.__doc__.split(':')[0]} |")
+    return "\n".join(rows) + "\n"
+
+
+DOCS_START, DOCS_END = "<!-- specs:start -->", "<!-- specs:end -->"
+
+
+def docs_with_defaults(text: str) -> str:
+    head, rest = text.split(DOCS_START, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    return f"{head}{DOCS_START}\n{defaults_markdown()}{DOCS_END}{tail}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--update-docs"]:  # python -m continual.specs --update-docs
+        with open("docs/extending.md") as f:
+            text = docs_with_defaults(f.read())
+        with open("docs/extending.md", "w") as f:
+            f.write(text)
+    else:
+        print(defaults_markdown(), end="")
