@@ -22,6 +22,8 @@ from typing import Optional
 
 import numpy as np
 
+from continual.envs.backends import MINATAR_PARAMETERS, MinAtarEnv
+
 BLOCK = 256  # sticky-action draws taken ahead per row
 N_, L_, U_, R_, D_, F_ = range(6)  # MinAtar's action indices (n, l, u, r, d, f)
 _MT_BYTES = 624 * 4 + 4  # numpy's mt19937_state: uint32 key[624]; int pos
@@ -423,8 +425,6 @@ PORTS = {"breakout": Breakout, "space_invaders": SpaceInvaders, "freeway": Freew
 def port_name(core) -> Optional[str]:
     """The port that plays `core` (a `MinAtarEnv`) exactly, or None: only MinAtar's own game classes, with only the
     parameters a port knows (sticky actions, difficulty ramping, the permutations), through `MinAtarEnv`'s own act and observation."""
-    from continual.envs.backends import MINATAR_PARAMETERS, MinAtarEnv
-
     if type(core).act is not MinAtarEnv.act or type(core).write_obs is not MinAtarEnv.write_obs:
         return None
     if set(MINATAR_PARAMETERS) - {"sticky_action_prob", "difficulty_ramping", "permute_obs", "permute_actions"}:
