@@ -120,13 +120,14 @@ def load_done(runs_dir: str, methods: Sequence[str]) -> dict[str, list[M.RunData
     return {m: [r for _, r in sorted(out[m], key=lambda x: x[0])] for m in methods if m in out}
 
 
-def method_table(results: dict[str, list[dict]], reps: int = 2000, seed: int = 0) -> dict[str, dict]:
+def method_table(results: dict[str, list[dict]], reps: int = 2000, seed: int = 0,
+                 keys: Sequence[tuple[str, str]] = TABLE_KEYS) -> dict[str, dict]:
     """method -> key -> {mean, ci95: [lo, hi], runs, tasks, matrix}: the mean over the runs x tasks matrix of the
     per-task metric (tasks where every run of the method has a value) and its stratified-bootstrap 95% CI."""
     table: dict[str, dict] = {}
     for method, rs in results.items():
         table[method] = {}
-        for key, _ in TABLE_KEYS:
+        for key, _ in keys:
             mats, tasks = M.score_matrices(rs, [{"architecture": method}] * len(rs), key)
             mat = mats.get(method, np.zeros((len(rs), 0)))
             if not tasks:

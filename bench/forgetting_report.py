@@ -134,24 +134,6 @@ def cw_tasks(run: M.RunData) -> list[str]:
     return [t for t in run.trained if last[t] < run.end_step]
 
 
-def score_table(results: dict[str, list[dict]], reps: int, seed: int = 0) -> dict[str, dict]:
-    """method -> key -> {mean, ci95, runs, tasks, matrix}: the mean over the runs x tasks matrix of the per-task
-    metric (tasks every run of the method has a value for) with its stratified-bootstrap 95% CI."""
-    table: dict[str, dict] = {}
-    for method, rs in results.items():
-        table[method] = {}
-        for key, _ in KEYS:
-            mats, tasks = M.score_matrices(rs, [{"architecture": method}] * len(rs), key)
-            mat = mats.get(method, np.zeros((len(rs), 0)))
-            if not tasks:
-                table[method][key] = {"mean": None, "ci95": None, "runs": len(rs), "tasks": [], "matrix": []}
-                continue
-            lo, hi = M.stratified_bootstrap(mat, M.rl.aggregate_mean, reps, seed)
-            table[method][key] = {"mean": float(M.rl.aggregate_mean(mat)), "ci95": [lo, hi], "runs": len(rs),
-                                  "tasks": tasks, "matrix": mat.tolist()}
-    return table
-
-
 def probability_of_improvement(x: np.ndarray, y: np.ndarray, lower_is_better: bool = False, reps: int = 2000,
                                seed: int = 0) -> dict:
     """P(X improves on Y) (rliable's definition) on two runs x tasks matrices and its 95% bootstrap CI."""
@@ -259,7 +241,7 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
     all_runs = [r for rs in runs.values() for r in rs] + [r for rs in refs.values() for r in rs]
     norm = M.Normalizer(normalize, runs=all_runs)
     results = {m: [M.run_metrics(r, norm, references=family_references(r, refs)) for r in rs] for m, rs in runs.items()}
-    table = score_table(results, reps)
+    table = F.method_table(results, reps, keys=KEYS)
     sweeps = lambda_sweeps(table)
     chosen = {base: s["chosen"] for base, s in sweeps.items()}
     name = lambda m: chosen.get(m, m)  # noqa: E731  ("IMPALA+EWC" -> its chosen lambda's label)

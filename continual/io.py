@@ -171,3 +171,17 @@ def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
 def read_jsonl(path: str) -> list[dict]:
     """The records of a JSONL file; see `read_jsonl_lines`."""
     return [rec for _, rec in read_jsonl_lines(path)]
+
+
+def between_markers(text: str, start: str, end: str, body: str) -> str:
+    """`text` with what lies between its `start` and `end` markers replaced by `body` (generated docs sections)."""
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
+def update_between_markers(path: str, start: str, end: str, body: str) -> None:
+    with open(path) as f:
+        text = between_markers(f.read(), start, end, body)
+    with open(path, "w") as f:
+        f.write(text)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
+from continual.io import between_markers, update_between_markers
+
 # features an agent may support (validation names the flag that needs one)
 BF16 = "bf16"                    # --bf16: the update's forward pass under bfloat16 autocast
 COMPILE = "compile"              # --compile: torch.compile of the update's forward pass
@@ -132,18 +134,13 @@ DOCS_START, DOCS_END = "<!-- specs:start -->", "<!-- specs:end -->"
 
 
 def docs_with_defaults(text: str) -> str:
-    head, rest = text.split(DOCS_START, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    return f"{head}{DOCS_START}\n{defaults_markdown()}{DOCS_END}{tail}"
+    return between_markers(text, DOCS_START, DOCS_END, defaults_markdown())
 
 
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] == ["--update-docs"]:  # python -m continual.specs --update-docs
-        with open("docs/extending.md") as f:
-            text = docs_with_defaults(f.read())
-        with open("docs/extending.md", "w") as f:
-            f.write(text)
+        update_between_markers("docs/extending.md", DOCS_START, DOCS_END, defaults_markdown())
     else:
         print(defaults_markdown(), end="")

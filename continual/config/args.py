@@ -11,6 +11,7 @@ import dataclasses
 import os
 from typing import Literal, Optional
 
+from continual.io import between_markers, update_between_markers
 from continual.specs import ARCHITECTURES, DEFAULT_GRAD_CLIP, SPECS
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium")
@@ -530,9 +531,7 @@ FLAGS_START, FLAGS_END = "<!-- flags:start -->", "<!-- flags:end -->"
 
 def with_flag_tables(page: str) -> str:
     """The page with the generated tables between its two markers."""
-    head, rest = page.split(FLAGS_START, 1)
-    _, tail = rest.split(FLAGS_END, 1)
-    return f"{head}{FLAGS_START}\n{flag_table_markdown()}{FLAGS_END}{tail}"
+    return between_markers(page, FLAGS_START, FLAGS_END, flag_table_markdown())
 
 
 if __name__ == "__main__":
@@ -540,9 +539,6 @@ if __name__ == "__main__":
 
     # python -m continual.config.args --update-docs (from the repository root); --update-readme is its old name
     if sys.argv[1:] in (["--update-docs"], ["--update-readme"]):
-        with open(FLAGS_DOC) as f:
-            text = with_flag_tables(f.read())
-        with open(FLAGS_DOC, "w") as f:
-            f.write(text)
+        update_between_markers(FLAGS_DOC, FLAGS_START, FLAGS_END, flag_table_markdown())
     else:
         print(flag_table_markdown(), end="")
