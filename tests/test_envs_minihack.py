@@ -8,8 +8,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import gymnasium as gym
 import numpy as np
@@ -227,13 +230,15 @@ def leftovers(tmp: str, marker: str) -> tuple[list[str], list[int]]:
     return sorted(f for f in os.listdir(tmp) if not f.startswith("torchinductor_")), pids
 
 
-def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path):
+def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path, request):
     """Room <-> Corridor x 2 cycles (512 steps) with PPO in worker processes: stopped at 256 and resumed; the
     switches land on the schedule, rewards are CORA's unclipped ones, the held-out task is evaluated; eval.py
     evaluates the checkpoint. NLE's temporary folders and the workers are gone after every run, and nothing but the
     run directory was written."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # a short TMPDIR: the forkserver's socket lives under it, and AF_UNIX paths stop at 107 bytes (under xdist,
+    # tmp_path alone can be ~70)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     work = tmp_path / "work"
     work.mkdir()
     env = {"TMPDIR": str(tmp), "MINIHACK_TEST_MARKER": str(tmp)}
