@@ -31,7 +31,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils.save_video import capped_cubic_video_schedule
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv
 
@@ -173,6 +172,9 @@ class RegimeVideo(gym.wrappers.RecordVideo):
         first_of_regime = self._regime not in self._recorded_regimes
         self._recorded_regimes.add(self._regime)
         if self._every == 0:
+            # imported here: save_video imports moviepy (~0.2 s), which a run without videos never needs
+            from gymnasium.utils.save_video import capped_cubic_video_schedule
+
             return first_of_regime or capped_cubic_video_schedule(episode_id)
         return first_of_regime or episode_id % self._every == 0
 
