@@ -4,10 +4,13 @@ side-by-side reference beside it, and learning curves.
 
 Final return: the mean return of the training episodes (the sampling policy) in the last 10% of a run's steps, the
 statistic PureJaxRL's numbers below use. Runs still going are shown with the step they reached and kept out of the
-means. Protocols: "minatar" (MinAtar's package: sticky actions 0.1, all 6 actions, no step cap; the MinAtar paper,
-Young & Tian 2019, 5M frames, 30 runs, read from its figures: DQN and AC(lambda)) and "gymnax" (`-v1` ids: minimal
-action sets, no sticky actions, games cut at 1,000 steps; PureJaxRL's PPO run on this kind of 2-core CPU, 3 seeds,
-5M steps, shared/research/findings_to_reproduce.md).
+means. Protocols: "minatar" (MinAtar's package: sticky actions 0.1, all 6 actions, no step cap; Freeway ends itself
+after 2,500 frames) and "gymnax" (`-v1` ids: minimal action sets, no sticky actions, games cut at 1,000 steps, Freeway
+at 2,500 as in gymnax); a gymnax run with another cap is shown as its own protocol. References (sources in
+REFERENCES): the MinAtar paper (Young & Tian 2019, 5M frames, 30 runs, training returns, read from the figures of its
+repository's README: DQN and AC(0.8)); PureJaxRL's PPO run on this kind of 2-core CPU (3 seeds, 5M steps,
+shared/research/findings_to_reproduce.md); gymnax-blines' PPO (one run, evaluation return of the stochastic policy,
+MLP, gamma 0.999, from the `log_return` of its committed `agents/*/ppo.pkl` logs at the log points nearest 5M).
 
     python bench/minatar_report.py EXPERIMENT_FOLDER --out bench/results/minatar_reference
 """
@@ -26,12 +29,21 @@ from continual.evaluation.metrics import mean_ci  # noqa: E402
 from continual.training.tracking import read_metrics  # noqa: E402
 
 # (protocol, game) -> (label, value); only numbers we have a source for
+PAPER = "MinAtar paper DQN / AC(0.8), 5M frames, read from its README figures"
+BLINES = "gymnax-blines PPO, lr 5e-4, eval return, 1 run, at 4.8M / 5.12M"
 REFERENCES = {
-    ("minatar", "Breakout"): ("MinAtar paper DQN / AC(lambda), 5M frames", "~10 / ~17.5"),
-    ("minatar", "SpaceInvaders"): ("MinAtar paper DQN / AC(lambda), 5M frames", "~43 / ~185"),
+    ("minatar", "Asterix"): (PAPER, "~17 / ~19"),
+    ("minatar", "Breakout"): (PAPER, "~10 / ~17.5"),
+    ("minatar", "Freeway"): (PAPER, "~50 / ~47"),
+    # the paper's Seaquest predates MinAtar 1.0.11's oxygen fix
+    ("minatar", "Seaquest"): (PAPER + ", MinAtar < 1.0.11", "~20 / ~15.5"),
+    ("minatar", "SpaceInvaders"): (PAPER, "~43 / ~185"),
+    ("gymnax", "Asterix"): (BLINES, "8.1 / 7.6"),
     ("gymnax", "Breakout"): ("PureJaxRL PPO, 5M steps, same CPU", "36.4 (23.9, 44.3, 40.9)"),
+    ("gymnax", "Freeway"): (BLINES, "52.1 / 51.2"),
     ("gymnax", "SpaceInvaders"): ("PureJaxRL PPO, 5M steps, same CPU", "144.7 (139.8, 145.3, 149.1)"),
 }
+GYMNAX_CAP = {"Freeway": 2500}  # gymnax's own step cap per game (1,000 for the others)
 
 
 def run_summary(run_dir: str) -> dict | None:
@@ -51,6 +63,9 @@ def run_summary(run_dir: str) -> dict | None:
     tail = [ret for s, ret in episodes if s > 0.9 * last]
     game = cfg["env_id"].split("/")[1].split("-")[0]
     protocol = "gymnax" if cfg["env_id"].endswith("-v1") else "minatar"
+    cap = cfg.get("max_episode_steps")
+    if protocol == "gymnax" and cap != GYMNAX_CAP.get(game, 1000):
+        protocol = f"gymnax, {cap}-step cap"  # not gymnax's protocol: no reference applies
     # curve: mean return per 5% of the run
     bins = 20
     curve = []
