@@ -74,7 +74,7 @@ def run_summary(run_dir: str) -> dict | None:
         xs = [ret for s, ret in episodes if lo < s <= hi]
         curve.append((hi, sum(xs) / len(xs) if xs else None))
     return {"run": os.path.basename(run_dir), "game": game, "protocol": protocol, "seed": cfg["seed"],
-            "steps": last, "total": total, "done": last >= total, "final": sum(tail) / len(tail), "curve": curve,
+            "steps": last, "total": total, "done": last >= total, "final": sum(tail) / len(tail) if tail else None, "curve": curve,
             "sps": common.median([r["charts/SPS"] for r in its if "charts/SPS" in r])}
 
 
@@ -95,7 +95,7 @@ def main() -> None:
     for (protocol, game), rs in sorted(groups.items()):
         done = [r for r in rs if r["done"]]
         stats = mean_ci([r["final"] for r in done])
-        seeds = ", ".join(f"{r['final']:.1f}" + ("" if r["done"] else f" (at {r['steps'] / 1e6:.2f}M, running)")
+        seeds = ", ".join(("-" if r["final"] is None else f"{r['final']:.1f}") + ("" if r["done"] else f" (at {r['steps'] / 1e6:.2f}M, running)")
                           for r in sorted(rs, key=lambda r: r["seed"]))
         ref = REFERENCES.get((protocol, game), ("", "not measured"))
         m, h = stats["mean"], stats["ci95"]  # h: the t-interval's half-width (None for one seed)
