@@ -40,15 +40,13 @@ import torch.optim as optim
 from agents import networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
-from continual.console import Progress
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+from continual.training.startup import agent_main, set_torch_threads, start_run
 
 
 def make_agent(obs_space, action_space, args: Args) -> networks.Agent:
@@ -73,32 +71,26 @@ def advantages_and_returns(rewards: torch.Tensor, values: torch.Tensor, dones: t
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
     batch_size = args.rollout_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
-    num_iterations = session.total_timesteps // batch_size
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
-    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
-    try:
+    envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
+    with session.running():
         agent = make_agent(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
-        if resume_state is not None:
-            agent.load_state_dict(resume_state["model"])
-            optimizer.load_state_dict(resume_state["optimizer"])
-            reward_scaler.load_state_dict(resume_state["reward_scaler"])
-            monitor.load_state_dict(resume_state["plasticity"])
+        # what a checkpoint holds (a resumed run loads each now)
+        session.register("model", agent.state_dict, agent.load_state_dict)
+        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
+        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
+        session.describe_policy(agent)
         install_switch_remedies(session, agent, optimizer, lambda: make_agent(
             envs.single_observation_space, envs.single_action_space, args).to(device))
-        session.save_fn = lambda: {
-            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
-            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "goal_dim": agent.goal_dim, "continuous": agent.continuous,
-        }
         attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every)
 
         # ALGO Logic: storage setup (pixel observations stay uint8)
@@ -110,22 +102,19 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
         values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
-        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
-        start_iteration = global_step // batch_size + 1
         next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], device=device)
         next_done = torch.zeros(args.num_envs).to(device)
-        progress = Progress(session, enabled=args.progress_bar)
 
-        for iteration in range(start_iteration, num_iterations + 1):
+        for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
             if switched_obs is not None:  # the cut episodes bootstrap from the last value of the previous rollout
                 next_obs = torch.as_tensor(switched_obs, device=device)
                 next_done = torch.zeros(args.num_envs).to(device)
                 reward_scaler.episodes_cut()
             if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
+                frac = 1.0 - (iteration - 1.0) / session.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             t_rollout = time.time()
@@ -198,27 +187,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": time.time() - t_learn,
             })
             monitor.maybe_log()
-            progress.update()
-            if session.stop_signal is not None:
-                break
-
-        progress.close()
-        session.finish()
-        return session.run_dir
-    except TrainingError as e:
-        raise session.failure(e) from None
-    finally:
-        envs.close()
-        session.close()
-        if session.stop_signal is not None:
-            raise SystemExit(128 + session.stop_signal)
+    return session.run_dir
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="A2C")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "A2C", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -52,9 +52,9 @@ from agents import impala
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.config.validation import clear_replay_count
-from continual.errors import TrainingError, exit_on_user_error
+from continual.errors import TrainingError
 from continual.training.session import RunSession
-from continual.training.startup import parse_train_args, print_config
+from continual.training.startup import agent_main
 
 make_agent = impala.make_agent  # the same network: eval.py loads CLEAR checkpoints as IMPALA ones
 
@@ -149,7 +149,7 @@ class Clear(impala.LearnerExtension):
     """The learner extension agents/impala.py calls (see the module docstring for the order)."""
 
     def __init__(self, args: Args, session: RunSession, agent, optimizer, obs_space, n_actions: int,
-                 device: torch.device, resume_state: Optional[dict] = None):
+                 device: torch.device):
         self.args, self.session, self.device = args, session, device
         self.T = args.unroll_length
         self.n_replay = clear_replay_count(args)
@@ -158,8 +158,7 @@ class Clear(impala.LearnerExtension):
         folder = os.path.join(session.run_dir, "replay")
         self.buffer = ReservoirReplay(folder, capacity, self.T, obs_space.shape, obs_dtype, n_actions,
                                       seed=args.seed + 2_000_003)
-        if resume_state is not None:
-            self.buffer.load_state_dict(resume_state["clear"])
+        session.register("clear", self.buffer.state_dict, self.buffer.load_state_dict)  # resumed: loaded now
         self.pending: Optional[dict[str, np.ndarray]] = None
         self.replayed: Optional[dict[str, torch.Tensor]] = None
         new = args.batch_size * (args.num_envs // args.num_actors)
@@ -207,19 +206,13 @@ class Clear(impala.LearnerExtension):
             self.buffer.insert(self.pending)
             self.pending = None
 
-    def state_dict(self) -> dict:
-        return {"clear": self.buffer.state_dict()}
-
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
     return impala.train(args, curriculum, resume_state, make_extension=Clear)
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="CLEAR")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "CLEAR", __doc__, argv)
 
 
 if __name__ == "__main__":

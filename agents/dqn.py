@@ -55,19 +55,18 @@ from torch.distributions.categorical import Categorical
 from agents.networks import action_dims, obs_scale
 from continual.config.args import Args
 from continual.config.loading import Curriculum
-from continual.console import Progress
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.errors import TrainingError, UserError, exit_on_user_error
+from continual.errors import TrainingError, UserError
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.diagnostics import PlasticityMonitor
-from continual.plasticity.injection import restore_injection
+from continual.plasticity.injection import load_injected
 from continual.plasticity.methods import install_plasticity
 from continual.plasticity.networks import apply_network_options
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.callbacks import Callback
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+from continual.training.startup import agent_main, set_torch_threads, start_run
 
 # the default of CleanRL's evaluate(): sampled (non-greedy) evaluation plays 0.05-greedy (CleanRL's scripts pass their
 # end_e: 0.01 in dqn_atari.py, 0.05 in dqn.py)
@@ -270,14 +269,13 @@ class ReplayBuffer:
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
     iteration_size = args.rollout_size()  # num_envs x num_steps agent steps between two curriculum questions
     session = start_run(args, curriculum, resume_state, granularity=iteration_size)
-    num_iterations = session.total_timesteps // iteration_size
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     rng = session.np_rng  # exploration and replay sampling: checkpointed with the session
 
     # env setup
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
-    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
-    try:
+    envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
+    with session.running():
         obs_space, n_actions = envs.single_observation_space, envs.single_action_space.n
         q_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, q_network.obs_shape)
@@ -290,25 +288,31 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         print(f"replay buffer: {args.buffer_size} transitions, {rb.bytes_per_transition()} bytes each "
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
         explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
-        if resume_state is not None:
-            # --plasticity_injection: the injected heads first (the target network's too, and the optimizer's group)
-            restore_injection(q_network, resume_state["model"], optimizer, followers=(target_network,))
-            q_network.load_state_dict(resume_state["model"])
-            target_network.load_state_dict(resume_state["target_model"])
-            optimizer.load_state_dict(resume_state["optimizer"])
-            reward_scaler.load_state_dict(resume_state["reward_scaler"])
-            monitor.load_state_dict(resume_state["plasticity"])
-            explore_from = resume_state["explore_from"]
-            if resume_state.get("replay") is not None:
-                rb.load_state_dict(resume_state["replay"])
-            else:
-                print(f"resume: the checkpoint has no replay buffer (--save_replay_buffer): training resumes after "
-                      f"{args.learning_starts} new transitions")
+
+        def load_explore_from(step: int) -> None:
+            nonlocal explore_from
+            explore_from = step
+
+        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: the injected heads first,
+        # the target network's too, and the optimizer's group)
+        session.register("model", q_network.state_dict,
+                         lambda state: load_injected(q_network, state, optimizer, followers=(target_network,)))
+        session.register("target_model", target_network.state_dict, target_network.load_state_dict)
+        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
+        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
+        session.register("explore_from", lambda: explore_from, load_explore_from)
+        session.register("replay", lambda: rb.state_dict() if args.save_replay_buffer else None, rb.load_state_dict,
+                         optional=True)
+        if session.resuming and session.resume_state.get("replay") is None:
+            print(f"resume: the checkpoint has no replay buffer (--save_replay_buffer): training resumes after "
+                  f"{args.learning_starts} new transitions")
+        session.describe_policy(q_network)
         install_switch_remedies(session, q_network, optimizer,
                                 lambda: make_agent(obs_space, envs.single_action_space, args).to(device))
         plasticity = install_plasticity(session, q_network, optimizer,  # ReDo, L2, resets, ... (one object)
                                         lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
-                                        resume_state, followers=(target_network,))
+                                        followers=(target_network,))
 
         class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
             def on_switch_end(self, event) -> None:
@@ -319,33 +323,22 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     explore_from = event.global_step
 
         session.add_callback(ReplayAtSwitch())
-        session.save_fn = lambda: {
-            "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-            "optimizer": optimizer.state_dict(), "reward_scaler": reward_scaler.state_dict(),
-            "obs_shape": list(q_network.obs_shape), "n_actions": q_network.n_actions,
-            "obs_scale": q_network.obs_scale, "plasticity": monitor.state_dict(), "explore_from": explore_from,
-            "replay": rb.state_dict() if args.save_replay_buffer else None,
-            "plasticity_methods": plasticity.state_dict(),
-        }
         attach_evaluator(session, q_network, device, make_agent)  # continual evaluation (--eval_every)
 
-        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
-        start_iteration = global_step // iteration_size + 1
         obs, _ = envs.reset(seed=args.seed + global_step)
         rb.begin(range(args.num_envs))
         epsilon_duration = args.exploration_fraction * session.total_timesteps
-        progress = Progress(session, enabled=args.progress_bar)
 
-        for iteration in range(start_iteration, num_iterations + 1):
+        for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
             if switched_obs is not None:  # new episodes: the cut transition was stored with its real next obs
                 obs = switched_obs
                 rb.begin(range(args.num_envs))
                 reward_scaler.episodes_cut()
             if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
+                frac = 1.0 - (iteration - 1.0) / session.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             t_iteration = time.time()
@@ -422,27 +415,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "time/act_s": iteration_time - env_time - learn_time, **plasticity.take_log(),
             })
             monitor.maybe_log()
-            progress.update()
-            if session.stop_signal is not None:
-                break
-
-        progress.close()
-        session.finish()
-        return session.run_dir
-    except TrainingError as e:
-        raise session.failure(e) from None
-    finally:
-        envs.close()
-        session.close()
-        if session.stop_signal is not None:
-            raise SystemExit(128 + session.stop_signal)
+    return session.run_dir
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="DQN")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "DQN", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -68,14 +68,13 @@ import torch.optim as optim
 from agents import networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
-from continual.console import Progress
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env, uses_batched
-from continual.errors import TrainingError, exit_on_user_error
+from continual.errors import TrainingError
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
-from continual.plasticity.injection import folded_state_dict, restore_injection
+from continual.plasticity.injection import folded_state_dict, load_injected
 from continual.plasticity.methods import install_plasticity
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
@@ -83,7 +82,7 @@ from continual.testing.faults import inject, kill_at
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler, state_from_row, state_to_row
 from continual.training.session import RunSession
-from continual.training.startup import parse_train_args, print_config, start_run
+from continual.training.startup import agent_main, start_run
 
 STALL_TIMEOUT_S = 900.0  # no unroll from any live actor for this long: report a stall instead of waiting forever
 JOIN_TIMEOUT_S = 5.0  # per actor, before SIGTERM, then SIGKILL
@@ -348,7 +347,7 @@ class ActorFleet:
     """
 
     def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
-                 shared_agent: nn.Module, scaler_states: Optional[list] = None, make_agent_fn=None):
+                 shared_agent: nn.Module, make_agent_fn=None):
         self.args, self.settings, self.session = args, settings, session
         self.make_agent_fn = make_agent_fn  # None: make_agent (a variant's model, agents/pnc.py, otherwise)
         self.n = args.num_envs // args.num_actors
@@ -364,9 +363,6 @@ class ActorFleet:
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.stats = torch.zeros((args.num_actors, len(ACTOR_STATS)), dtype=torch.float64).share_memory_()
         self.scaler_state = torch.zeros((args.num_actors, 3 + self.n), dtype=torch.float64).share_memory_()
-        for i, st in enumerate(scaler_states or []):
-            if st is not None:
-                self.scaler_state[i] = torch.tensor(state_to_row(st), dtype=torch.float64)
         self.stop = torch.zeros(1, dtype=torch.uint8).share_memory_()  # written by the learner only
         self.processes: list = []
         self.conns: list = []  # the learner's end of each actor's pipe
@@ -492,6 +488,12 @@ class ActorFleet:
     def scaler_states(self) -> list[dict]:
         return [state_from_row(row, self.args.reward_scaling) for row in self.scaler_state.tolist()]
 
+    def load_scaler_states(self, states: list) -> None:
+        """The actors' reward scalers as a checkpoint had them (before `start`: each actor reads its row once)."""
+        for i, st in enumerate(states):
+            if st is not None:
+                self.scaler_state[i] = torch.tensor(state_to_row(st), dtype=torch.float64)
+
     # --- shutdown ------------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop flag, join with a timeout, then SIGTERM, then SIGKILL: no actor outlives the learner."""
@@ -526,10 +528,11 @@ def probe_spaces(settings: EnvSettings, modification: str):
 class LearnerExtension:
     """The extension point of IMPALA variants (CLEAR: agents/clear.py, Progress & Compress: agents/pnc.py).
 
-    `train(..., make_extension=cls)` builds `cls(args, session, agent, optimizer, obs_space, n_actions, device,
-    resume_state)` after the model and optimizer. In every update, in this order: `extend_batch` may append columns
-    to the time-major batch (CLEAR's replayed unrolls), `loss` returns the loss to minimise from IMPALA's and the
-    extra scalars to log, `commit` runs after the optimizer step; `state_dict` joins every checkpoint."""
+    `train(..., make_extension=cls)` builds `cls(args, session, agent, optimizer, obs_space, n_actions, device)`
+    after the model and optimizer; its state joins every checkpoint through `session.register` (a resumed run loads
+    it there). In every update, in this order: `extend_batch` may append columns to the time-major batch (CLEAR's
+    replayed unrolls), `loss` returns the loss to minimise from IMPALA's and the extra scalars to log, `commit` runs
+    after the optimizer step."""
 
     def extend_batch(self, batch: dict, obs, actions, behaviour_logits, rewards, dones):
         return obs, actions, behaviour_logits, rewards, dones
@@ -541,9 +544,6 @@ class LearnerExtension:
     def commit(self) -> None:
         pass
 
-    def state_dict(self) -> dict:
-        return {}
-
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_agent_fn=make_agent,
           make_extension: Optional[Callable[..., LearnerExtension]] = None) -> str:
@@ -552,47 +552,41 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
     session = start_run(args, curriculum, resume_state, granularity=steps_per_update)
-    num_iterations = session.total_timesteps // steps_per_update
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
                                      start_step=session.global_step)
     threads = torch.get_num_threads()
+    session.closing(lambda: torch.set_num_threads(threads))
     if device.type == "cpu":  # leave a core to each actor: oversubscribed OpenMP threads slow the learner 10-100x
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - args.num_actors))
 
-    fleet: Optional[ActorFleet] = None
-    try:
+    # a signal that reached the actors too (SIGTERM to the process group) is an interruption, not a failure
+    with session.running(interrupted_by=(ActorFailure,)):
         start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
         agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (networks.Agent)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
-        if resume_state is not None:
-            restore_injection(agent, resume_state["model"], optimizer)  # --plasticity_injection: its heads first
-            agent.load_state_dict(resume_state["model"])
-            optimizer.load_state_dict(resume_state["optimizer"])
+        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
+        session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
+        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
-        if resume_state is not None and "plasticity" in resume_state:
-            monitor.load_state_dict(resume_state["plasticity"])
+        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
+        session.describe_policy(agent)
         install_switch_remedies(session, agent, optimizer,
                                 lambda: make_agent_fn(obs_space, n_actions, args).to(device))
         plasticity = install_plasticity(session, agent, optimizer,  # ReDo, L2, resets, ... (one object)
-                                        lambda: make_agent_fn(obs_space, n_actions, args).to(device), resume_state)
-        ewc = install_ewc(session, agent, networks.policy_head, False, resume_state,  # --ewc: None without
+                                        lambda: make_agent_fn(obs_space, n_actions, args).to(device))
+        ewc = install_ewc(session, agent, networks.policy_head, False,  # --ewc: None without
                           ewc_batch_loss(args), row_steps=T)
-        extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device, resume_state) \
+        # a variant's extension registers its own state with the session (CLEAR's replay, P&C's knowledge base)
+        extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device) \
             if make_extension else LearnerExtension()
         shared_agent = make_agent_fn(obs_space, n_actions, args).share_memory()  # the actors' source of weights
-        fleet = ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
-                           resume_state.get("reward_scalers") if resume_state else None, make_agent_fn)
+        fleet = session.closing(ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
+                                           make_agent_fn))
+        session.register("reward_scalers", fleet.scaler_states, fleet.load_scaler_states, optional=True)
         fleet.publish(agent)
-        session.save_fn = lambda: {
-            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "reward_scalers": fleet.scaler_states(), "obs_shape": list(agent.obs_shape),
-            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "ewc": ewc.state_dict() if ewc else None, **extension.state_dict(),
-            "plasticity_methods": plasticity.state_dict(),
-        }
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
@@ -601,10 +595,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         print(f"learner pid {os.getpid()}, actor pids {fleet.pids()}; {args.num_actors} actors x {envs_per_actor} envs, "
               f"{steps_per_update} steps per update", flush=True)
         global_step = session.global_step
-        start_iteration = global_step // steps_per_update + 1
-        progress = Progress(session, enabled=args.progress_bar)
 
-        for iteration in range(start_iteration, num_iterations + 1):
+        for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             # wait for batch_size unrolls (raises ActorFailure if an actor died)
             t_iter = time.time()
             batch, _ = fleet.get_batch(args.batch_size)
@@ -617,7 +609,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 fleet.publish(agent)  # after-switch hooks (shrink & perturb) may have changed the weights
 
             if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
+                frac = 1.0 - (iteration - 1.0) / session.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             # ALGO LOGIC: [B, T(+1), n, ...] slots -> [T(+1), B*n, ...] time-major
@@ -697,34 +689,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 **fleet.stats_delta(),
             })
             monitor.maybe_log()
-            progress.update()
-            if session.stop_signal is not None:
-                break
-
-        progress.close()
-        session.finish()
-        return session.run_dir
-    except TrainingError as e:
-        if isinstance(e, ActorFailure) and session.stop_signal is not None:
-            # SIGTERM to the process group reached the actors too: an interruption, not a failure
-            session.finish()
-            return session.run_dir
-        # a dead or failed actor, a NaN loss caught before the step: checkpoint the last completed update
-        raise session.failure(e) from None
-    finally:
-        if fleet is not None:
-            fleet.close()
-        session.close()
-        torch.set_num_threads(threads)
-        if session.stop_signal is not None:
-            raise SystemExit(128 + session.stop_signal)
+    return session.run_dir
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="IMPALA")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "IMPALA", __doc__, argv)
 
 
 if __name__ == "__main__":

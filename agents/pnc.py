@@ -56,10 +56,9 @@ import torch.nn.functional as F
 from agents import impala, networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
-from continual.errors import exit_on_user_error
 from continual.plasticity.ewc import EWC
 from continual.training.callbacks import Callback, SwitchEvent
-from continual.training.startup import granularity_of, parse_train_args, print_config
+from continual.training.startup import agent_main, granularity_of
 
 # --------------------------------------------------------------------------------------------------------------------
 # network: a knowledge-base column and an active column with lateral adaptors from it
@@ -169,15 +168,15 @@ class PNC(Callback, impala.LearnerExtension):
     active column."""
 
     def __init__(self, args: Args, session, agent: PNCAgent, optimizer: torch.optim.Optimizer, obs_space,
-                 n_actions: int, device: torch.device, resume_state: Optional[dict]):
+                 n_actions: int, device: torch.device):
         self.agent, self.optimizer, self.args = agent, optimizer, args
         self.steps_per_update = granularity_of(args)  # agent steps per learner update
         # (start, end) of every regime visit of the curriculum, at the learner's update grid
         self.visits = [(a, b) for a, b, _ in session.factory.iter_schedule(self.steps_per_update)]
         self.ewc = session.add_callback(EWC(agent.kb, networks.policy_head, False, "online", args.pnc_ewc_lambda,
                                             args.ewc_gamma, args.ewc_samples, args.seed, args.pnc_ewc_normalize))
-        if resume_state is not None:
-            self.ewc.load_state_dict(resume_state["pnc"]["ewc"])
+        session.register("pnc", lambda: {"ewc": self.ewc.state_dict()},  # resumed: loaded now
+                         lambda state: self.ewc.load_state_dict(state["ewc"]))
         session.add_callback(self)
 
     def phase(self, step: int) -> str:
@@ -214,19 +213,13 @@ class PNC(Callback, impala.LearnerExtension):
             p.copy_(fresh_params[name])
             self.optimizer.state.pop(p, None)
 
-    def state_dict(self) -> dict:
-        return {"pnc": {"ewc": self.ewc.state_dict()}}
-
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
     return impala.train(args, curriculum, resume_state, make_agent_fn=make_agent, make_extension=PNC)
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="PNC")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "PNC", __doc__, argv)
 
 
 if __name__ == "__main__":

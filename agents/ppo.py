@@ -45,20 +45,18 @@ from agents.networks import (  # noqa: F401  (agents.ppo.Agent, ... as before th
 )
 from continual.config.args import Args
 from continual.config.loading import Curriculum
-from continual.console import Progress
 from continual.envs.goals import split_goal_space
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.errors import TrainingError, exit_on_user_error
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerExtension, weighted_mean
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
-from continual.plasticity.injection import restore_injection
+from continual.plasticity.injection import load_injected
 from continual.plasticity.methods import install_plasticity, plastic_optimizer
 from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import parse_train_args, print_config, set_torch_threads, start_run
+from continual.training.startup import agent_main, set_torch_threads, start_run
 
 
 def ewc_batch_loss(args: Args):
@@ -189,39 +187,31 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     batch_size = args.rollout_size()
     minibatch_size = args.minibatch_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
-    num_iterations = session.total_timesteps // batch_size
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
                                      start_step=session.global_step)
-    envs = make_vector_env(settings, args.num_envs, session.modification, args.vector_env)
-    try:
+    envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
+    with session.running():
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
         optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate), args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
-        if resume_state is not None:
-            restore_injection(agent, resume_state["model"], optimizer)  # --plasticity_injection: its heads first
-            agent.load_state_dict(resume_state["model"])
-            optimizer.load_state_dict(resume_state["optimizer"])
-            reward_scaler.load_state_dict(resume_state["reward_scaler"])
-            monitor.load_state_dict(resume_state["plasticity"])
+        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
+        session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
+        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
+        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
+        session.describe_policy(agent)
+
         def make_fresh() -> Agent:
             return make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
 
         install_switch_remedies(session, agent, optimizer, make_fresh)
-        plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)  # ReDo, L2, resets, ...
-        ewc = install_ewc(session, agent, policy_head, agent.continuous, resume_state,  # --ewc: None without
-                          ewc_batch_loss(args))
-        session.save_fn = lambda: {
-            "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "reward_scaler": reward_scaler.state_dict(), "obs_shape": list(agent.obs_shape),
-            "n_actions": agent.n_actions, "obs_scale": agent.obs_scale, "plasticity": monitor.state_dict(),
-            "goal_dim": agent.goal_dim, "continuous": agent.continuous,
-            "ewc": ewc.state_dict() if ewc else None, "plasticity_methods": plasticity.state_dict(),
-        }
+        plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # ReDo, L2, resets, ...
+        ewc = install_ewc(session, agent, policy_head, agent.continuous, ewc_batch_loss(args))  # --ewc: None without
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
         # --compile: the update's forward pass (and so its backward) as compiled graphs; the rollout stays eager
         update_forward = torch.compile(agent.get_action_and_value) if args.compile else agent.get_action_and_value
@@ -242,16 +232,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
         values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
-        session.restore_torch_rng()  # resumed: as the checkpoint had it (building the networks drew from it)
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
-        start_iteration = global_step // batch_size + 1
         next_obs_raw, _ = envs.reset(seed=args.seed + global_step)
         next_obs = torch.as_tensor(ext.observations(next_obs_raw), device=device)
         next_done = torch.zeros(args.num_envs).to(device)
-        progress = Progress(session, enabled=args.progress_bar)
 
-        for iteration in range(start_iteration, num_iterations + 1):
+        for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
             if switched_obs is not None:
                 next_obs = torch.as_tensor(ext.observations(switched_obs), device=device)
@@ -259,7 +246,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 reward_scaler.episodes_cut()
 
             if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / num_iterations
+                frac = 1.0 - (iteration - 1.0) / session.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             t_rollout = time.time()
@@ -414,28 +401,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 **ext.scalars(session),  # HER: success, relabelling
             })
             monitor.maybe_log()
-            progress.update()
-            if session.stop_signal is not None:
-                break
-
-        progress.close()
-        session.finish()
-        return session.run_dir
-    except TrainingError as e:
-        # a fault with good weights (a dead env worker, a NaN loss caught before the step) keeps the last iteration
-        raise session.failure(e) from None
-    finally:
-        envs.close()
-        session.close()
-        if session.stop_signal is not None:
-            raise SystemExit(128 + session.stop_signal)
+    return session.run_dir
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="PPO")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "PPO", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,8 @@ from agents import networks, ppo
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.goals import split_goal_space
-from continual.errors import exit_on_user_error
 from continual.plasticity.cbp import CBP, AdamGnT, UnitTracker
-from continual.training.startup import parse_train_args, print_config
+from continual.training.startup import agent_main
 
 
 class CBPAgent(networks.Agent):
@@ -99,11 +98,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                      make_extensions=lambda agent: [CBPExtension(agent)])
 
 
-@exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    args, curriculum, resume_state = parse_train_args(argv, description=__doc__.splitlines()[0], architecture="PPO_CBP")
-    print_config(args, curriculum, resume_state)  # validates everything first
-    return train(args, curriculum, resume_state)
+    return agent_main(train, "PPO_CBP", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -55,10 +55,11 @@ def main() -> None:
         scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = PlasticityMonitor(session, agent)  # keeps a probe batch from the first rollout (saved too)
         monitor.observe(torch.randint(0, 255, (args.num_steps, args.num_envs, *obs_shape), dtype=torch.uint8))
-        session.save_fn = lambda: {"model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                                   "reward_scaler": scaler.state_dict(), "obs_shape": list(agent.obs_shape),
-                                   "n_actions": agent.n_actions, "obs_scale": agent.obs_scale,
-                                   "plasticity": monitor.state_dict(), "goal_dim": agent.goal_dim}
+        session.register("model", agent.state_dict)  # what PPO's checkpoints hold
+        session.register("optimizer", optimizer.state_dict)
+        session.register("reward_scaler", scaler.state_dict)
+        session.register("plasticity", monitor.state_dict)
+        session.describe_policy(agent)
         times, size = [], 0
         try:
             for i in range(opts.repeats):

@@ -29,12 +29,15 @@ from agents import clear, impala
 from conftest import ROOT, run_script
 from continual.config.args import Args
 from continual.training.checkpoint import load_checkpoint, save_checkpoint
+from continual.training.session import StateRegistry
 from continual.training.startup import replay_buffer_bytes
 from continual.training.tracking import read_metrics
 
 
 def fake_session(run_dir: str, regimes=("", "gravity=15.0"), modification: str = ""):
-    return types.SimpleNamespace(run_dir=run_dir, modification=modification,
+    registry = StateRegistry()  # the session's: CLEAR registers its buffer
+    return types.SimpleNamespace(run_dir=run_dir, modification=modification, registry=registry,
+                                 register=registry.register,
                                  regime_index=lambda m: list(regimes).index(m) if m in regimes else -1)
 
 
@@ -240,7 +243,7 @@ def test_buffer_round_trips_a_checkpoint_exactly(tmp_path):
         a.commit()
     assert a.buffer.seen == 20 > a.buffer.capacity == 12
     path = save_checkpoint(str(tmp_path / "ck" / "x.cleanrl_model"), {
-        "architecture": "CLEAR", "args": {}, "model": {}, "global_step": 0, **a.state_dict()})
+        "architecture": "CLEAR", "args": {}, "model": {}, "global_step": 0, **a.session.registry.state_dicts()})
     b = make_clear(tmp_path / "b", clear_buffer_frames=60)
     b.buffer.load_state_dict(load_checkpoint(path)["clear"])
     for _ in range(4):

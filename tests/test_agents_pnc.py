@@ -29,6 +29,7 @@ from continual.evaluation.table import read_eval_table
 from continual.plasticity.ewc import EWC
 from continual.training.callbacks import SwitchEvent
 from continual.training.checkpoint import load_checkpoint
+from continual.training.session import StateRegistry
 from continual.training.tracking import read_metrics
 
 SPU = 64  # agent steps per update of ARGS: batch_size 2 x unroll 16 x 2 envs per actor
@@ -41,8 +42,11 @@ CURRICULUM = {"num_total_steps": 1024, "modifications": ["", "gravity=15"], "swi
 class FakeSession:
     """What PNC and EWC use of a RunSession, and its switch sequence (callbacks around the switch)."""
 
-    def __init__(self, args: Args, global_step: int = 0, switches: int = 0, modification: str = ""):
+    def __init__(self, args: Args, global_step: int = 0, switches: int = 0, modification: str = "",
+                 resume: dict | None = None):
         self.args = args
+        self.registry = StateRegistry(resume)  # the session's: PNC registers its state (resumed: loads it)
+        self.register = self.registry.register
         self.factory = make_run_factory("SequentialModificationFactory", CURRICULUM, seed=args.seed, rollout_size=SPU)
         self.global_step, self.switches, self.modification = global_step, switches, modification
         self.callbacks: list = []
@@ -69,13 +73,13 @@ def build(args: Args, resume: dict | None = None):
     torch.manual_seed(args.seed)
     agent = pnc.PNCAgent((4,), 2)
     opt = torch.optim.RMSprop(agent.parameters(), lr=6e-4, alpha=0.99, eps=0.01, momentum=0.0)
-    session = FakeSession(args)
+    session = FakeSession(args, resume=resume)
     if resume is not None:
         agent.load_state_dict(resume["model"])
         opt.load_state_dict(resume["optimizer"])
         session.global_step, session.switches, session.modification = (resume["global_step"], resume["switches"],
                                                                         resume["modification"])
-    ext = pnc.PNC(session.args, session, agent, opt, None, None, torch.device("cpu"), resume)
+    ext = pnc.PNC(session.args, session, agent, opt, None, None, torch.device("cpu"))
     return agent, opt, session, ext
 
 
@@ -287,14 +291,14 @@ def learner_run(stop_at=None, resume=None):
         opt.step()
         session.global_step += SPU
         records.append((session.global_step, scalars))
-    return records, agent.state_dict(), ext.state_dict()
+    return records, agent.state_dict(), session.registry.state_dicts()
 
 
 def checkpoint(agent, opt, session, ext, mid_switch=False) -> dict:
     buf = io.BytesIO()
     torch.save({"model": agent.state_dict(), "optimizer": opt.state_dict(), "global_step": session.global_step,
                 "switches": session.switches, "modification": session.modification, "mid_switch": mid_switch,
-                **ext.state_dict()}, buf)
+                **session.registry.state_dicts()}, buf)
     buf.seek(0)
     return torch.load(buf, weights_only=True)
 

@@ -84,7 +84,8 @@ def make_session(tmp_path):
         factory = make_factory("SequentialModificationFactory", KWARGS, seed=1)
         session = RunSession(args, Curriculum("SequentialModificationFactory", KWARGS), factory, 64, str(tmp_path),
                              FakeLogger(), ["", "b"], np.random.default_rng(0), None)
-        session.save_fn = lambda: {"model": {"w": torch.zeros(1)}}
+        session.register("model", lambda: {"w": torch.zeros(1)})
+        session.register("optimizer", dict)
         return session
 
     yield make

@@ -22,6 +22,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from conftest import ROOT, run_script
 from continual.config.args import Args
@@ -45,7 +46,7 @@ class FakeClock:
         return self.now
 
 
-def _session(tmp_path, monkeypatch, *flags: str):
+def _session(tmp_path, monkeypatch, *flags: str, register: bool = True):
     import continual.training.session as session_module
     from continual.training.startup import start_run
 
@@ -55,7 +56,9 @@ def _session(tmp_path, monkeypatch, *flags: str):
             "--runs_dir", str(tmp_path / "runs"), "--run_name", "r", "--total_timesteps", "64000", *flags]
     args, curriculum = parse_args(argv)
     session = start_run(args, curriculum, None, granularity=args.rollout_size())
-    session.save_fn = lambda: {"model": {}, "optimizer": {}}
+    if register:  # placeholders: checkpoints need a model and an optimizer state
+        session.register("model", dict)
+        session.register("optimizer", dict)
     return session, clock
 
 
@@ -123,6 +126,141 @@ def test_checkpoint_minutes_must_be_finite_and_non_negative(value):
                       f"--checkpoint_minutes={value}", check=False, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().startswith("error: checkpoint_minutes"), proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the state an agent registers, the RNGs, and the loop's tail (RunSession.register, iterations, running)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _registered(session, net: torch.nn.Module, opt: torch.optim.Optimizer, counter: dict, optional_extra=False):
+    session.register("model", net.state_dict, net.load_state_dict)
+    session.register("optimizer", opt.state_dict, opt.load_state_dict)
+    session.register("counter", lambda: dict(counter), counter.update)
+    if optional_extra:
+        session.register("extra", lambda: {"x": 1}, lambda state: counter.update(extra=state), optional=True)
+
+
+def _net_and_opt(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    return net, opt
+
+
+def test_registered_state_and_rngs_come_back_equal_after_resume(tmp_path, monkeypatch):
+    """Saved: a model, its Adam state after a step, a plain dict; torch's, Python's and the session's numpy RNG.
+    A resumed session loads each state as it is registered (into freshly built, different objects) and puts the
+    RNGs back before the first iteration, whatever was drawn while building."""
+    session, _ = _session(tmp_path, monkeypatch, "--no-progress-bar", register=False)
+    net, opt = _net_and_opt(0)
+    net(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    counter = {"updates": 7}
+    _registered(session, net, opt, counter)
+    session.global_step = 192
+    path = session.save("periodic__step192")
+    draws = (torch.rand(3), random.random(), session.np_rng.random())  # the draws that follow the checkpoint
+    session.close()
+
+    from continual.training.startup import parse_train_args, start_run
+
+    args, curriculum, resume_state = parse_train_args(["--resume", path, "--no-progress-bar"])
+    resumed = start_run(args, curriculum, resume_state, granularity=args.rollout_size())
+    try:
+        net2, opt2 = _net_and_opt(1)  # other weights, no optimizer state: building draws from torch's RNG
+        counter2: dict = {}
+        _registered(resumed, net2, opt2, counter2, optional_extra=True)  # "extra": not in the checkpoint, optional
+        for k, t in net.state_dict().items():
+            assert torch.equal(t, net2.state_dict()[k]), k
+        for p, p2 in zip(net.parameters(), net2.parameters()):
+            for k in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(opt.state[p][k], opt2.state[p2][k]), k
+        assert counter2 == {"updates": 7}
+        torch.rand(5), random.random(), resumed.np_rng.random()  # whatever the setup draws
+        iterations = resumed.iterations()
+        assert next(iterations) == 192 // 64 + 1  # the iteration after the checkpoint's
+        again = (torch.rand(3), random.random(), resumed.np_rng.random())
+        assert torch.equal(again[0], draws[0]) and again[1:] == draws[1:]
+        assert resumed.num_iterations == 64000 // 64
+    finally:
+        resumed.close()
+
+
+def test_an_agent_that_registers_no_model_or_optimizer_fails_clearly(tmp_path, monkeypatch):
+    session, _ = _session(tmp_path, monkeypatch, "--no-progress-bar", register=False)
+    try:
+        session.register("model", dict)
+        with pytest.raises(RuntimeError, match=r"registered no 'optimizer' state \(session.register\)"):
+            next(session.iterations())
+        with pytest.raises(RuntimeError, match=r"cannot checkpoint: the agent registered no 'optimizer'"):
+            session.save("x")
+        with pytest.raises(ValueError, match="'model' is already registered"):
+            session.register("model", dict)
+        with pytest.raises(ValueError, match="'global_step' is written by the session itself"):
+            session.register("global_step", int)
+    finally:
+        session.close()
+
+
+def test_resuming_a_checkpoint_that_lacks_a_required_state_is_one_line(tmp_path, monkeypatch):
+    session, _ = _session(tmp_path, monkeypatch, "--no-progress-bar", register=False)
+    net, opt = _net_and_opt(0)
+    _registered(session, net, opt, {})
+    path = session.save("periodic__step64")
+    session.close()
+    from continual.errors import UserError
+    from continual.training.startup import parse_train_args, start_run
+
+    args, curriculum, resume_state = parse_train_args(["--resume", path, "--no-progress-bar"])
+    resumed = start_run(args, curriculum, resume_state, granularity=args.rollout_size())
+    try:
+        _registered(resumed, *_net_and_opt(1), {})
+        with pytest.raises(UserError, match=r"cannot be resumed: it holds no 'target_model'"):
+            resumed.register("target_model", dict, lambda state: None)
+    finally:
+        resumed.close()
+
+
+def test_running_owns_the_tail_failure_interruption_and_close(tmp_path, monkeypatch):
+    """A TrainingError in the block: the last completed iteration is saved (crash__), the error comes back as one
+    line naming it; a signal: interrupted__ checkpoint, exit code 128 + signal; either way what `closing` was given
+    is closed, newest first, before the session's callbacks."""
+    from continual.errors import TrainingError
+
+    closed: list[str] = []
+    session, _ = _session(tmp_path, monkeypatch, "--no-progress-bar", register=False)
+    session.closing(lambda: closed.append("envs"))
+    session.closing(lambda: closed.append("fleet"))
+    _registered(session, *_net_and_opt(0), {})
+    with pytest.raises(TrainingError, match=r"env worker died; saved .*crash__step64\.cleanrl_model"):
+        with session.running():
+            for iteration in session.iterations():
+                session.global_step = 64 * iteration
+                if iteration == 2:
+                    raise TrainingError("env worker died")
+                session.end_iteration(iteration, {})
+    assert closed == ["fleet", "envs"]
+
+    session, _ = _session(tmp_path / "b", monkeypatch, "--no-progress-bar", register=False)
+    _registered(session, *_net_and_opt(0), {})
+    with pytest.raises(SystemExit) as stop:
+        with session.running():
+            for iteration in session.iterations():
+                session.global_step = 64 * iteration
+                session.end_iteration(iteration, {})
+                session.stop_signal = signal.SIGTERM if iteration == 3 else None
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert "interrupted__step192" in _names(session)
+
+    session, _ = _session(tmp_path / "c", monkeypatch, "--no-progress-bar", register=False)
+    _registered(session, *_net_and_opt(0), {})
+    with pytest.raises(SystemExit) as stop:  # the signal reached the actors too: an interruption, not a failure
+        with session.running(interrupted_by=(TrainingError,)):
+            session.global_step = 64
+            session.stop_signal = signal.SIGINT
+            raise TrainingError("actor 0 died")
+    assert stop.value.code == 128 + signal.SIGINT and "interrupted__step64" in _names(session)
 
 
 # --------------------------------------------------------------------------------------------------------------------

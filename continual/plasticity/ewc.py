@@ -279,17 +279,17 @@ class EWC(Callback):
 
 
 def install_ewc(session, model: nn.Module, policy_head: PolicyHead, continuous: bool,
-                resume_state: Optional[dict] = None, batch_loss: Optional[BatchLoss] = None, row_steps: int = 1
-                ) -> Optional[EWC]:
-    """Register `EWC` with a run session when `--ewc` asks for it (restoring its checkpointed state); else None.
-    `batch_loss` and `row_steps`: the agent's summed pg + value loss for `--ewc_fisher cora` (see `EWC`)."""
+                batch_loss: Optional[BatchLoss] = None, row_steps: int = 1) -> Optional[EWC]:
+    """Register `EWC` with a run session when `--ewc` asks for it, else None; either way its state is checkpointed
+    as "ewc" (None without EWC; restored now when resuming). `batch_loss` and `row_steps`: the agent's summed
+    pg + value loss for `--ewc_fisher cora` (see `EWC`)."""
     args = session.args
     if args.ewc == "none":
+        session.register("ewc", lambda: None)
         return None
     ewc = session.add_callback(EWC(model, policy_head, continuous, args.ewc, args.ewc_lambda, args.ewc_gamma,
                                    args.ewc_samples, args.seed, args.ewc_normalize, args.ewc_scale_by_tasks,
                                    args.ewc_omit_current, args.ewc_fisher, batch_loss, row_steps,
                                    args.ewc_fisher_batch, args.ewc_fisher_batches))
-    if resume_state is not None and resume_state.get("ewc") is not None:
-        ewc.load_state_dict(resume_state["ewc"])
+    session.register("ewc", ewc.state_dict, ewc.load_state_dict, optional=True)
     return ewc

@@ -164,3 +164,11 @@ def restore_injection(agent: nn.Module, state_dict: dict, optimizer: Optional[to
     for _ in range(n):
         inject(agent, agent, optimizer, followers)  # shapes only: load_state_dict overwrites every value
     return max(n, 0)
+
+
+def load_injected(agent: nn.Module, state_dict: dict, optimizer: Optional[torch.optim.Optimizer] = None,
+                  followers: Iterable[nn.Module] = ()) -> None:
+    """`agent.load_state_dict(state_dict)` once the injected structure it was saved with is rebuilt
+    (`restore_injection`): what an agent registers as its model's loader (`session.register("model", ...)`)."""
+    restore_injection(agent, state_dict, optimizer, followers)
+    agent.load_state_dict(state_dict)

@@ -2,13 +2,12 @@
 calls them in a few places:
 
     optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
-    plasticity = install_plasticity(session, agent, optimizer, make_fresh, resume_state)
+    plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # checkpointed by the session
     loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
     plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
     plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
                                              # ReDo (redo.py), layer resets (resets.py), injection, when due
     **plasticity.take_log()                  # in the iteration's scalars (units recycled)
-    "plasticity_methods": plasticity.state_dict()   # in the checkpoint
 
 Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) are due at every regime switch of
 the curriculum, never before the first regime: a layer reset happens when the envs run the new regime; ReDo at the
@@ -16,7 +15,7 @@ end of the first update of the new regime, on that regime's observations (the un
 With `--*_every N` they act on the first update at or after each multiple of N steps. Plasticity injection
 (injection.py) acts at switches as a layer reset does, or on the first update at or after each multiple of
 `--injection_every` steps, or once on the first update at or after `--injection_step`; a resumed run rebuilds the
-injected heads from the checkpoint's weights (`restore_injection`, called by the agent before it loads them). Network options (LayerNorm,
+injected heads from the checkpoint's weights (`load_injected`, the agent's model loader). Network options (LayerNorm,
 CReLU, Fourier features) change the network where it is built (networks.py), TRAC wraps the optimizer where it is
 made (`plastic_optimizer`, trac.py); shrink & perturb and optimizer resets
 stay in shrink_perturb.py, CBP in cbp.py.
@@ -168,14 +167,12 @@ def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
 
 
 def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
-                       make_fresh: Callable[[], nn.Module], resume_state: Optional[dict] = None,
-                       followers: Sequence[nn.Module] = ()) -> PlasticityMethods:
-    """The run's `PlasticityMethods` (registered with the session when a method acts at switches), restored from
-    `resume_state` when resuming. Call it after the agent's and the optimizer's states are loaded (with
-    --plasticity_injection, after `restore_injection`). `followers`: networks injected with the agent (DQN's target)."""
+                       make_fresh: Callable[[], nn.Module], followers: Sequence[nn.Module] = ()) -> PlasticityMethods:
+    """The run's `PlasticityMethods` (a session callback when a method acts at switches), its state registered with
+    the session as "plasticity_methods" (restored now when resuming). Call it after the agent's and the optimizer's
+    states are registered (loaded). `followers`: networks injected with the agent (DQN's target)."""
     methods = PlasticityMethods(session, agent, optimizer, make_fresh, followers)
     if methods.active:
         session.add_callback(methods)
-    if resume_state is not None:
-        methods.load_state_dict(resume_state.get("plasticity_methods"))
+    session.register("plasticity_methods", methods.state_dict, methods.load_state_dict, optional=True)
     return methods

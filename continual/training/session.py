@@ -1,26 +1,41 @@
-"""RunSession: what happens around an agent's loop once the run has started: regime switches, episode and iteration
-logging, checkpoints (after a crash or a signal, and those its callbacks request: periodic, time-based, at switches),
-the end of the run. What else happens at these moments is a callback (`continual.training.callbacks`).
+"""RunSession: what happens around an agent's loop once the run has started: the state a checkpoint holds and its
+restoration on resume, regime switches, episode and iteration logging, checkpoints (after a crash or a signal, and
+those its callbacks request: periodic, time-based, at switches), the end of the run. What else happens at these
+moments is a callback (`continual.training.callbacks`).
+
+An agent file is its algorithm plus a few session calls (docs/extending.md):
+
+    session = start_run(args, curriculum, resume_state, granularity=batch_size)
+    envs = session.closing(make_vector_env(...))       # closed when the run ends, whatever the reason
+    with session.running():                            # final checkpoint, failures, close, exit code
+        agent, optimizer = ...
+        session.register("model", agent.state_dict, agent.load_state_dict)   # saved; loaded now when resuming
+        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        for iteration in session.iterations():         # RNGs restored first; progress bar; stops after a signal
+            ...
+            session.end_iteration(iteration, {...})
+    return session.run_dir
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
-import torch
 
 from continual.config.args import Args
 from continual.config.loading import Curriculum, args_to_dict
+from continual.console import Progress
 from continual.curricula import ModificationFactory
 from continual.envs.vector import regime_slug, switch_seed
-from continual.errors import StorageError, TrainingError
+from continual.errors import StorageError, TrainingError, UserError
 from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
 from continual.training.callbacks import (
@@ -33,16 +48,60 @@ from continual.training.callbacks import (
 from continual.training.tracking import RunLogger
 
 C = TypeVar("C", bound=Callback)
+T = TypeVar("T")
+
+# what the session itself writes into every checkpoint (an agent registers the rest)
+SESSION_KEYS = ("format_version", "library_version", "architecture", "args", "curriculum", "global_step", "switches",
+                "modification", "regimes", "factory_state", "rng", "wandb_id")
+# without them a checkpoint can be neither evaluated (eval.py) nor resumed (checkpoint.REQUIRED_KEYS, RESUME_KEYS)
+REQUIRED_STATE = ("model", "optimizer")
+
+
+class StateRegistry:
+    """The named pieces of state an agent registers: each is saved under its name in every checkpoint and, when the
+    run resumes, loaded back at once from the checkpoint being resumed (`resume_state`)."""
+
+    def __init__(self, resume_state: Optional[dict] = None):
+        self.resume_state = resume_state
+        self._save: dict[str, Callable[[], Any]] = {}
+
+    def register(self, name: str, state_dict: Callable[[], Any],
+                 load_state_dict: Optional[Callable[[Any], None]] = None, *, optional: bool = False) -> None:
+        """Save `state_dict()` under `name` in every checkpoint. Resuming, `load_state_dict(saved)` runs now: register
+        in the order the states must load (the model before its optimizer). `optional`: a checkpoint may lack it or
+        hold None (older checkpoints, a feature that was off), and then nothing is loaded; otherwise its absence is
+        a one-line error. Without `load_state_dict` the value is saved only (what describes the policy to eval.py)."""
+        if name in self._save or name in SESSION_KEYS:
+            why = "is already registered" if name in self._save else "is written by the session itself"
+            raise ValueError(f"checkpoint state {name!r} {why}")
+        self._save[name] = state_dict
+        if self.resume_state is None or load_state_dict is None:
+            return
+        saved = self.resume_state.get(name)
+        if saved is not None:
+            load_state_dict(saved)
+        elif not optional:
+            raise UserError(f"checkpoint {self.resume_state.get('path', '')!r} cannot be resumed: it holds no "
+                            f"{name!r} (written by another version of the agent?)")
+
+    def missing(self, required: Sequence[str] = REQUIRED_STATE) -> list[str]:
+        return [name for name in required if name not in self._save]
+
+    def state_dicts(self) -> dict[str, Any]:
+        """Every registered state, as a checkpoint holds them."""
+        return {name: fn() for name, fn in self._save.items()}
 
 
 class RunSession:
-    """State shared by the agent files: factory, logger, per-regime statistics, callbacks, checkpoints."""
+    """What an agent's loop drives: the state it registers (checkpointed, restored on resume), the loop's iterations
+    and tail (`iterations`, `running`), the curriculum, logging, callbacks, checkpoints."""
 
     def __init__(self, args: Args, curriculum: Curriculum, factory: ModificationFactory, total: int,
                  run_dir: str, logger: RunLogger, regimes: list[str], np_rng: np.random.Generator,
-                 resume_state: Optional[dict]):
+                 resume_state: Optional[dict], granularity: int = 1):
         self.args, self.curriculum, self.factory = args, curriculum, factory
         self.total_timesteps, self.run_dir, self.logger = total, run_dir, logger
+        self.granularity = granularity  # agent steps per iteration
         self.regimes = regimes
         self.np_rng = np_rng
         self.resume_state = resume_state
@@ -56,7 +115,8 @@ class RunSession:
         self.checkpoint_dir = ckpt_lib.checkpoint_dir(run_dir)
         self.video_dir = os.path.join(run_dir, "videos")
         self._checkpoint_requests: list[str] = []
-        self.save_fn: Optional[Callable[[], dict]] = None
+        self.registry = StateRegistry(resume_state)
+        self._closers: list[Callable[[], None]] = []
         self.last_save_time = time.monotonic()  # the clock of --checkpoint_minutes starts with the (resumed) run
         # the newest checkpoint on disk (path, step): what a storage fault's message points --resume at
         self.last_checkpoint: Optional[tuple[str, int]] = (
@@ -73,11 +133,84 @@ class RunSession:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
 
-    def restore_torch_rng(self) -> None:
-        """Resumed runs: put torch's RNG back as the checkpoint had it. Call once the networks are built and loaded,
-        just before the training loop (building them drew from it after `start_run` had restored it)."""
+    # --- the state a checkpoint holds --------------------------------------------------------------------------------
+    @property
+    def resuming(self) -> bool:
+        return self.resume_state is not None
+
+    def register(self, name: str, state_dict: Callable[[], Any],
+                 load_state_dict: Optional[Callable[[Any], None]] = None, *, optional: bool = False) -> None:
+        """Checkpoint `name`: see `StateRegistry.register` (resuming, the saved state is loaded now)."""
+        self.registry.register(name, state_dict, load_state_dict, optional=optional)
+
+    def describe_policy(self, agent: Any) -> None:
+        """Save with every checkpoint what describes the policy network: obs_shape, n_actions, obs_scale, and
+        goal_dim and continuous where the network has them."""
+        self.register("obs_shape", lambda: list(agent.obs_shape))
+        for name in ("n_actions", "obs_scale", "goal_dim", "continuous"):
+            if hasattr(agent, name):
+                self.register(name, lambda name=name: getattr(agent, name))
+
+    def restore_rng(self) -> None:
+        """Resumed runs: torch's, Python's and the session's numpy generator as the checkpoint had them. `iterations`
+        calls it before the first iteration, once everything is built and loaded (building networks draws from
+        torch's generator)."""
         if self.resume_state is not None:
-            torch.set_rng_state(self.resume_state["rng"]["torch"])
+            ckpt_lib.restore_rng_state(self.resume_state["rng"], self.np_rng)
+
+    # --- the loop and its tail -----------------------------------------------------------------------------------
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.granularity
+
+    def closing(self, thing: T) -> T:
+        """Close `thing` (`thing.close()`, or `thing()` for a function) when the run ends, whatever the reason, before
+        the callbacks' on_close; the newest first. Returns it."""
+        self._closers.append(getattr(thing, "close", thing))
+        return thing
+
+    def iterations(self) -> Iterator[int]:
+        """The loop's iteration numbers, 1 to `num_iterations` (a resumed run goes on after its checkpoint's). Before
+        the first: the required state must be registered, and the RNGs are restored (`restore_rng`). After each:
+        the progress bar; after SIGINT/SIGTERM the loop ends (`running` then writes the interrupted checkpoint)."""
+        missing = self.registry.missing()
+        if missing:
+            raise RuntimeError(f"the agent registered no {', '.join(map(repr, missing))} state (session.register): "
+                               f"its checkpoints could be neither evaluated nor resumed")
+        self.restore_rng()
+        progress = Progress(self, enabled=self.args.progress_bar)
+        for iteration in range(self.global_step // self.granularity + 1, self.num_iterations + 1):
+            yield iteration
+            progress.update()
+            if self.stop_signal is not None:
+                break
+        progress.close()
+
+    @contextlib.contextmanager
+    def running(self, interrupted_by: tuple[type[TrainingError], ...] = ()) -> Iterator["RunSession"]:
+        """The tail of every run, around the agent's setup and loop. At the end of the block: the final checkpoint
+        (`finish`). A TrainingError (a dead env worker, a NaN loss caught before the step, a full disk) saves the
+        last completed iteration and is raised again as one line (`failure`); after a signal, an error of a type in
+        `interrupted_by` is the interruption itself (IMPALA: the signal reached its actors too). Whatever happens:
+        what `closing` was given, then the callbacks' on_close and the logger; after SIGINT/SIGTERM the process
+        exits with 128 + the signal number."""
+        try:
+            try:
+                yield self
+            except TrainingError as e:
+                if not (isinstance(e, interrupted_by) and self.stop_signal is not None):
+                    raise
+            self.finish()
+        except TrainingError as e:
+            raise self.failure(e) from None
+        finally:
+            try:
+                while self._closers:
+                    self._closers.pop()()
+            finally:
+                self.close()
+            if self.stop_signal is not None:
+                raise SystemExit(128 + self.stop_signal)
 
     def add_callback(self, callback: C) -> C:
         """Register a callback (called in the order registered, the periodic checkpoints last); returns it."""
@@ -202,7 +335,10 @@ class RunSession:
             self.save(self._checkpoint_requests.pop(0))
 
     def save(self, name: str) -> str:
-        assert self.save_fn is not None, "the agent must set session.save_fn"
+        missing = self.registry.missing()
+        if missing:
+            raise RuntimeError(f"cannot checkpoint: the agent registered no {', '.join(map(repr, missing))} state "
+                               f"(session.register)")
         payload = {
             "architecture": self.args.architecture,
             "args": args_to_dict(self.args),
@@ -214,7 +350,7 @@ class RunSession:
             "factory_state": self.factory.state_dict(),
             "rng": ckpt_lib.rng_state(self.np_rng),
             "wandb_id": self.logger.wandb_id,
-            **self.save_fn(),
+            **self.registry.state_dicts(),
         }
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
         self.last_checkpoint = (path, self.global_step)

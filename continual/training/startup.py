@@ -1,6 +1,6 @@
 """Everything before a run's first env: resolve flags (or a checkpoint to resume), build and check the curriculum,
-create the run directory and logger, seed. Agent files call `parse_train_args`, `print_config`, then `start_run`,
-which returns the `RunSession` their loop drives.
+create the run directory and logger, seed. An agent file's `main` is `agent_main` (`parse_train_args`,
+`print_config`, then its `train`); `train` calls `start_run`, which returns the `RunSession` its loop drives.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from continual.envs.backends import (
     validate_modification,
 )
 from continual.envs.vector import EnvSettings, make_env
-from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError
+from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, exit_on_user_error
 from continual.modstrings import parse_eval_modifs
 from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS
 from continual.training import checkpoint as ckpt_lib
@@ -397,13 +397,11 @@ def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict],
                        resume_step=resume_state["global_step"] if resume_state else None,
                        resume_modification=resume_state["modification"] if resume_state else None,
                        wandb_id=resume_state.get("wandb_id") if resume_state else None)
-    if resume_state is not None:
-        ckpt_lib.restore_rng_state(resume_state["rng"], np_rng)
     print(f"run directory: {run_dir}")
     note = rounding_note(args, factory, granularity, total)
     if note:
         print(note)
-    return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state)
+    return RunSession(args, curriculum, factory, total, run_dir, logger, regimes, np_rng, resume_state, granularity)
 
 
 def print_config(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> None:
@@ -416,3 +414,13 @@ def print_config(args: Args, curriculum: Curriculum, resume_state: Optional[dict
         print(f"  {k:<{width}} = {v!r}")
     if curriculum.factory:
         print(f"  {'curriculum':<{width}} = {curriculum.factory}")
+
+
+@exit_on_user_error
+def agent_main(train: Callable[[Args, Curriculum, Optional[dict]], str], architecture: str, doc: str,
+               argv: Optional[Sequence[str]] = None) -> str:
+    """`python agents/<name>.py`: flags (or --resume of the agent's own checkpoint), everything validated and the
+    configuration printed, then `train`; bad input is one line and exit 2, a training failure exit 1."""
+    args, curriculum, resume_state = parse_train_args(argv, description=doc.splitlines()[0], architecture=architecture)
+    print_config(args, curriculum, resume_state)  # validates everything first
+    return train(args, curriculum, resume_state)
