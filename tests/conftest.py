@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import subprocess
 import sys
@@ -7,6 +8,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+BENCH = os.path.join(ROOT, "bench")
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -23,6 +26,19 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
         raise AssertionError(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                              f"stderr:\n{proc.stderr[-3000:]}")
     return proc
+
+
+def load_bench(script: str):
+    """bench/<script>.py as a module, loaded with bench/ first on sys.path (as when run as a script: it imports
+    bench/common.py as `common`)."""
+    sys.path.insert(0, BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{script}", os.path.join(BENCH, f"{script}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(BENCH)
 
 
 @pytest.fixture
