@@ -124,8 +124,12 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
 # --- running benchmark processes ----------------------------------------------------------------------------------
 
 
-class RunFailed(RuntimeError):
-    """A benchmark process exited with an error; the message ends with its output's tail."""
+class RunFailed(subprocess.CalledProcessError):
+    """A benchmark process exited with an error (a CalledProcessError: `returncode`, `cmd`, `output`, its output's
+    tail); its message ends with that tail."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.output}"
 
 
 def train_command(flags: Sequence[str], runs_dir: str, name: str,
@@ -134,14 +138,14 @@ def train_command(flags: Sequence[str], runs_dir: str, name: str,
     return [sys.executable, script, *flags, "--runs_dir", runs_dir, "--run_name", name, "--no-progress-bar"]
 
 
-def run(cmd: Sequence[str], *, log: Optional[str] = None, env: Optional[dict[str, str]] = None,
+def run(cmd: Sequence[str], *, log: Optional[str] = None, log_mode: str = "w", env: Optional[dict[str, str]] = None,
         nice: Optional[int] = None, threads: Optional[int] = None, timeout: Optional[float] = None,
         cwd: str = REPO_ROOT, sample_load: bool = False, watch: Optional[Callable[[subprocess.Popen], Any]] = None,
         check: bool = True) -> dict[str, Any]:
     """Runs one benchmark process to its end and says what it cost.
 
-    `cmd` runs in `cwd` (under `nice -n <nice>`), stdout and stderr to `log` (None: a temporary file, kept only to
-    show its tail on failure), with os.environ + WANDB_MODE=disabled + `env` (+ OMP_NUM_THREADS=`threads`).
+    `cmd` runs in `cwd` (under `nice -n <nice>`), stdout and stderr to `log` (opened with `log_mode`: "a" appends;
+    None: a temporary file, kept only to show its tail on failure), with os.environ + WANDB_MODE=disabled + `env` (+ OMP_NUM_THREADS=`threads`).
     `watch(proc)`, if given, runs while the process does (e.g. reading its CPU ticks) and its result is "watch".
     With `sample_load`, a LoadSampler adds "cpu_s" (our process tree's CPU seconds: forkserver children included,
     which RUSAGE_CHILDREN misses) and "foreign_cores" (other processes' load meanwhile).
@@ -155,7 +159,8 @@ def run(cmd: Sequence[str], *, log: Optional[str] = None, env: Optional[dict[str
     out: dict[str, Any] = {"command": cmd, "loadavg_start": loadavg()}
     sampler = LoadSampler(interval=1.0) if sample_load else None
     t0, ru0 = time.time(), _children_cpu()
-    with (open(log, "w+", encoding="utf-8") if log else tempfile.TemporaryFile("w+", encoding="utf-8")) as lf:
+    with (open(log, log_mode + "+", encoding="utf-8") if log else tempfile.TemporaryFile("w+", encoding="utf-8")) as lf:
+        start = lf.tell()
         with sampler or contextlib.nullcontext():
             proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=lf, stderr=subprocess.STDOUT)
             try:
@@ -172,13 +177,13 @@ def run(cmd: Sequence[str], *, log: Optional[str] = None, env: Optional[dict[str
             out["cpu_s"] = max(tree, _children_cpu() - ru0)
             out["foreign_cores"] = sampler.summary()["foreign_cores"]
         if out["rc"] != 0:
-            lf.seek(0)
+            lf.seek(start)
             out["log_tail"] = lf.read()[-3000:]
     if out["rc"] != 0:
-        msg = f"{' '.join(map(str, cmd))}: exit {out['rc']}{f', log {log}' if log else ''}\n{out['log_tail']}"
         if check:
-            raise RunFailed(msg)
-        print(f"  FAILED: {msg}", flush=True)
+            raise RunFailed(out["rc"], cmd, out["log_tail"])
+        print(f"  FAILED: {' '.join(map(str, cmd))}: exit {out['rc']}{f', log {log}' if log else ''}\n"
+              f"{out['log_tail']}", flush=True)
     return out
 
 

@@ -90,13 +90,9 @@ def train(method: str, seed: int, cfg_path: str, runs_dir: str, extra: Sequence[
     """One training run in its own process; its directory gets DONE when it exits cleanly. Returns wall seconds."""
     name = run_slug(method, seed)
     run_dir = os.path.join(runs_dir, name)
-    cmd = [sys.executable, "continual_training_example.py", "--config", cfg_path, "--seed", str(seed),
-           "--runs_dir", runs_dir, "--run_name", name, "--no-progress-bar", "--torch_threads", "1",
-           "--checkpoint_minutes", "0", *METHODS[method], *extra]
-    t0 = time.time()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=log, stderr=subprocess.STDOUT,
-                   env={**os.environ, "WANDB_MODE": "disabled"})
-    wall = time.time() - t0
+    cmd = common.train_command(["--config", cfg_path, "--seed", str(seed), "--torch_threads", "1",
+                                "--checkpoint_minutes", "0", *METHODS[method], *extra], runs_dir, name)
+    wall = common.run(cmd, log=log.name, log_mode="a")["wall_s"]  # a failure: common.RunFailed, a CalledProcessError
     atomic_write_json(os.path.join(run_dir, DONE), {"method": method, "seed": seed, "wall_s": wall, "cmd": cmd,
                                                      "loadavg_end": common.loadavg()})
     return wall

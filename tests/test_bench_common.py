@@ -59,7 +59,7 @@ def test_run_records_exit_status_output_and_environment(tmp_path):
     assert open(log).read() == "disabled 1 y\n"
     assert r["cpu_s"] > 0 and "foreign_cores" in r and "log_tail" not in r
     bad = [sys.executable, "-c", "import sys; print('the cause'); sys.exit(3)"]
-    with pytest.raises(common.RunFailed, match="exit 3") as e:
+    with pytest.raises(common.RunFailed, match="exit status 3") as e:
         common.run(bad)
     assert "the cause" in str(e.value)
     r = common.run(bad, check=False)
