@@ -2,6 +2,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,37 @@ def assert_resume_matches(full: str, cut: str, final: str, after_step: int) -> N
     ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
            if r["kind"] == "episode" and r["global_step"] > after_step] for d in (full, cut)]
     assert ep[0] == ep[1] and len(ep[0]) > 10
+
+
+# a seed-style factory: a plain class with get_modification(step) (tests/test_curricula_*.py)
+SEED_STYLE_MODULE = '''
+import random
+
+import numpy as np
+
+
+class SeedStyleFactory:
+    """As the seed document describes it: num_total_steps + kwargs, get_modification(step) -> str.
+    Stateful on purpose: it counts its calls and re-draws from the *global* np.random / random every 2nd call."""
+
+    def __init__(self, num_total_steps, modifications, hold=2):
+        self.num_total_steps = num_total_steps
+        self.modifications = modifications
+        self.hold = hold
+        self.calls = 0
+        self.current = modifications[0]
+        self.offset = random.randrange(1000)  # constructors may draw too
+
+    def get_modification(self, step):
+        if self.calls % self.hold == self.hold - 1:
+            self.current = self.modifications[int(np.random.randint(len(self.modifications)))]
+        self.calls += 1
+        return self.current
+'''
+
+
+@pytest.fixture
+def seed_style_file(tmp_path: Path) -> Path:
+    file = tmp_path / "my_seed_factories.py"
+    file.write_text(SEED_STYLE_MODULE)
+    return file
