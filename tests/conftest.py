@@ -1,4 +1,5 @@
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,13 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
     return proc
 
 
+def write_config(folder, data, name: str = "run_config.json") -> str:
+    """A config file `folder`/`name` holding `data` (a dict as JSON, a str as it is); its path."""
+    path = Path(folder) / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
 def load_bench(script: str):
     """bench/<script>.py as a module, loaded with bench/ first on sys.path (as when run as a script: it imports
     bench/common.py as `common`)."""
@@ -36,6 +44,7 @@ def load_bench(script: str):
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{script}", os.path.join(BENCH, f"{script}.py"))
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # dataclasses look their module up there
         spec.loader.exec_module(mod)
         return mod
     finally:
