@@ -229,10 +229,7 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
     axes[0][0].set_ylabel("evaluation return / max |return|")
     axes[0][-1].legend(fontsize=8, loc="best")
     fig.suptitle(title + "; mean over seeds, band: 95% CI (t)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def plot_comparison(agg: dict, path: str, title: str) -> str:
@@ -262,10 +259,7 @@ def plot_comparison(agg: dict, path: str, title: str) -> str:
         ax.grid(alpha=0.25, axis="y")
     axes[0].set_ylabel("normalised return (max |return| per task = 1)")
     fig.suptitle(title + "; mean over runs x tasks, 95% stratified-bootstrap CI", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -229,10 +229,7 @@ def plot(summary: dict, path: str, title: str) -> str:
         ax.legend(fontsize=8, loc="center left")
     axes[0][0].set_ylabel("training game return (mean over 8 envs)")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:

@@ -147,10 +147,8 @@ def plot(results: list[dict], conditions: list[str], path: str, smooth: int, tot
     if random_success is not None:
         ax.axhline(random_success, color="k", ls=":", lw=1, label=f"uniformly random policy ({random_success:.2f})")
     ax.legend(loc="center right", fontsize=8)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
     print(f"plot written to {path}")
 
 

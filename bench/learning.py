@@ -279,11 +279,7 @@ def plot(summary: dict, steps: int, out_dir: str) -> list[str]:
                ylabel=f"mean return of episodes ending in each {steps // len(grid):,}-step bin")
         ax.grid(alpha=0.3)
         ax.legend(title="mean, 95% bootstrap CI over seeds")
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"learning_{game}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(common.save_figure(fig, os.path.join(out_dir, f"learning_{game}.png")))
     return paths
 
 

@@ -163,8 +163,7 @@ def plot(results: dict, a, path: str) -> None:
         ax.legend()
     fig.suptitle(f"CartPole with a flipping push direction: {a.regimes} regimes x {a.steps_per_regime} steps, "
                  f"{a.seeds} seeds (mean ± std)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    common.save_figure(fig, path)
 
 
 if __name__ == "__main__":
