@@ -35,8 +35,8 @@ def run_tree(tree: str, kinds: list[str], iterations: int, out: str, extra: list
     cmd = [sys.executable, os.path.join(tree, "bench", "ppo_throughput.py"), "--kinds", *kinds, "--repeats", "1",
            "--iterations", str(iterations), "--json", out, *extra]
     load = common.loadavg()
-    if subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL).returncode != 0:
-        raise SystemExit(f"error: ppo_throughput.py failed in {tree} (rerun it there to see why)")
+    if common.run(cmd, cwd=tree, check=False)["rc"] != 0:
+        raise SystemExit(f"error: ppo_throughput.py failed in {tree} (its output's tail is above)")
     with open(out, encoding="utf-8") as f:
         data = json.load(f)
     s = data["summary"]
@@ -72,7 +72,7 @@ def main() -> None:
     t0 = time.time()
     try:
         for r in range(args.repeats):
-            order = ["base", "work"] if r % 2 == 0 else ["work", "base"]
+            order = common.rotation(["base", "work"], r)
             for name in order:
                 out = os.path.join(tmp, f"{name}_{r}.json")
                 runs[name].append(run_tree(trees[name], args.kinds, args.iterations, out, extra))

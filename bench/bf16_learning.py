@@ -15,15 +15,12 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
 import numpy as np  # noqa: E402
-
-from continual.training.tracking import read_metrics  # noqa: E402
 
 TASKS = {
     "CartPole": (["--backend", "Gymnasium", "--env_id", "CartPole-v1", "--num_envs", "4", "--num_steps", "128",
@@ -43,12 +40,10 @@ def run(task: str, seed: int, variant: str, out_dir: str) -> dict:
     t = time.time()
     if not glob.glob(os.path.join(run_dir, "checkpoints", "final__*")):
         shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run starts over
-        cmd = [sys.executable, "continual_training_example.py", "--architecture", "PPO", *flags, "--seed", str(seed),
-               "--total_timesteps", str(steps), "--runs_dir", out_dir, "--run_name", name, "--no-progress-bar",
-               "--torch_threads", "1", "--checkpoint_minutes", "0", *VARIANTS[variant]]
-        subprocess.run(cmd, cwd=common.REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "WANDB_MODE": "offline"})
-    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+        common.run(common.train_command(["--architecture", "PPO", *flags, "--seed", str(seed), "--total_timesteps",
+                                         str(steps), "--torch_threads", "1", "--checkpoint_minutes", "0",
+                                         *VARIANTS[variant]], out_dir, name))
+    records = common.metrics(run_dir)
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     sps = [r["charts/SPS"] for r in records if r["kind"] == "iteration"]
     return {"task": task, "seed": seed, "variant": variant, "final_return": float(np.mean(returns[-20:])),

@@ -1,22 +1,30 @@
-"""Helpers shared by the benchmark scripts: machine info, statistics, tables, JSON output, process inspection."""
+"""Helpers shared by the benchmark scripts: machine info, statistics, tables, JSON output, process inspection, the
+one way to run a benchmark process (`run`, `train_command`) and to read a run's metrics (`metrics`, `steady`)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from importlib import metadata
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # `python bench/x.py` puts bench/ first; the library lives in the repository root
     sys.path.insert(0, REPO_ROOT)
 
 from continual import console  # noqa: E402
+from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 from continual.testing.processes import alive, descendants  # noqa: E402,F401  (the bench scripts use them as common.*)
+from continual.training.tracking import read_metrics  # noqa: E402
 
 PACKAGES = ("torch", "gymnasium", "ale-py", "hackatari", "ocatari", "stable-baselines3", "numpy")
 
@@ -83,6 +91,17 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
 
 
+# {"mean", "ci95": [lo, hi], "n"} of the finite values: a 95% percentile bootstrap of the mean (rliable's stratified
+# bootstrap with one task); one value: lo = hi = mean; none: mean and ci95 None
+bootstrap_ci = bootstrap_mean
+
+
+def rotation(names: Sequence[str], repeat: int) -> list[str]:
+    """The order of round-robin repeat `repeat`: `names` rotated by one per repeat (two kinds: they alternate)."""
+    k = repeat % len(names) if names else 0
+    return [*names[k:], *names[:k]]
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
@@ -102,23 +121,112 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
     console.print_table(title, columns, rows, width=160)
 
 
+# --- running benchmark processes ----------------------------------------------------------------------------------
+
+
+class RunFailed(subprocess.CalledProcessError):
+    """A benchmark process exited with an error (a CalledProcessError: `returncode`, `cmd`, `output`, its output's
+    tail); its message ends with that tail."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.output}"
+
+
+def train_command(flags: Sequence[str], runs_dir: str, name: str,
+                  script: str = "continual_training_example.py") -> list[str]:
+    """The command of one training run of this tree: `python <script> <flags>` into `<runs_dir>/<name>`."""
+    return [sys.executable, script, *flags, "--runs_dir", runs_dir, "--run_name", name, "--no-progress-bar"]
+
+
+def run(cmd: Sequence[str], *, log: Optional[str] = None, log_mode: str = "w", env: Optional[dict[str, str]] = None,
+        nice: Optional[int] = None, threads: Optional[int] = None, timeout: Optional[float] = None,
+        cwd: str = REPO_ROOT, sample_load: bool = False, watch: Optional[Callable[[subprocess.Popen], Any]] = None,
+        check: bool = True) -> dict[str, Any]:
+    """Runs one benchmark process to its end and says what it cost.
+
+    `cmd` runs in `cwd` (under `nice -n <nice>`), stdout and stderr to `log` (opened with `log_mode`: "a" appends;
+    None: a temporary file, kept only to show its tail on failure), with os.environ + WANDB_MODE=disabled + `env` (+ OMP_NUM_THREADS=`threads`).
+    `watch(proc)`, if given, runs while the process does (e.g. reading its CPU ticks) and its result is "watch".
+    With `sample_load`, a LoadSampler adds "cpu_s" (our process tree's CPU seconds: forkserver children included,
+    which RUSAGE_CHILDREN misses) and "foreign_cores" (other processes' load meanwhile).
+    Returns {"command", "rc", "wall_s", "loadavg_start", "loadavg_end", ...}; rc != 0 raises RunFailed with check,
+    else prints the output's tail and returns the record (its "log_tail" set).
+    """
+    cmd = [*(["nice", "-n", str(nice)] if nice is not None else []), *cmd]
+    full_env = {**os.environ, "WANDB_MODE": "disabled", **(env or {})}
+    if threads is not None:
+        full_env["OMP_NUM_THREADS"] = str(threads)
+    out: dict[str, Any] = {"command": cmd, "loadavg_start": loadavg()}
+    sampler = LoadSampler(interval=1.0) if sample_load else None
+    t0, ru0 = time.time(), _children_cpu()
+    with (open(log, log_mode + "+", encoding="utf-8") if log else tempfile.TemporaryFile("w+", encoding="utf-8")) as lf:
+        start = lf.tell()
+        with sampler or contextlib.nullcontext():
+            proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=lf, stderr=subprocess.STDOUT)
+            try:
+                if watch is not None:
+                    out["watch"] = watch(proc)
+                out["rc"] = proc.wait(timeout=timeout)
+            finally:
+                if proc.poll() is None:  # a timeout, or an error in watch: the process does not outlive us
+                    proc.kill()
+                    proc.wait()
+        out["wall_s"], out["loadavg_end"] = time.time() - t0, loadavg()
+        if sampler:
+            tree = sum(x["ours_cores"] * (x["t"] - x["t0"]) for x in sampler.samples)
+            out["cpu_s"] = max(tree, _children_cpu() - ru0)
+            out["foreign_cores"] = sampler.summary()["foreign_cores"]
+        if out["rc"] != 0:
+            lf.seek(start)
+            out["log_tail"] = lf.read()[-3000:]
+    if out["rc"] != 0:
+        if check:
+            raise RunFailed(out["rc"], cmd, out["log_tail"])
+        print(f"  FAILED: {' '.join(map(str, cmd))}: exit {out['rc']}{f', log {log}' if log else ''}\n"
+              f"{out['log_tail']}", flush=True)
+    return out
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_worker(cmd: Sequence[str], name: str, log: str, out: str, timeout: float, failures: list[dict],
                env: Optional[dict[str, str]] = None) -> Optional[dict[str, Any]]:
-    """One benchmark run in a subprocess (stdout+stderr to `log`, result JSON at `out`): the result, or None after
+    """A worker process that writes its result as JSON to `out` (`run`, output to `log`): the result, or None after
     recording and printing the failure."""
-    import subprocess
-
-    with open(log, "w", encoding="utf-8") as lf:
-        rc = subprocess.run(list(cmd), stdout=lf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
-                            timeout=timeout).returncode
-    if rc != 0 or not os.path.exists(out):
-        with open(log, encoding="utf-8") as lf:
-            tail = lf.read()[-3000:]
-        failures.append({"run": name, "rc": rc, "log_tail": tail})
-        print(f"  {name}: FAILED (rc={rc})\n{tail}", flush=True)
+    r = run(cmd, log=log, env=env, timeout=timeout, check=False)
+    if r["rc"] != 0 or not os.path.exists(out):
+        failures.append({"run": name, "rc": r["rc"], "log_tail": r.get("log_tail", "")})
+        if r["rc"] == 0:
+            print(f"  {name}: FAILED (no result file {out})", flush=True)
         return None
     with open(out, encoding="utf-8") as f:
         return json.load(f)
+
+
+# --- reading a run ------------------------------------------------------------------------------------------------
+
+
+def metrics(run_dir: str, kind: Optional[str] = None) -> list[dict]:
+    """A run's metrics.jsonl records, of one `kind` if given (the library's reader: a last line cut by a crash is
+    dropped, any other damaged line is an error)."""
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    return records if kind is None else [r for r in records if r.get("kind") == kind]
+
+
+def steady(iterations: Sequence[dict], warmup: int = 1) -> dict[str, float]:
+    """Steady-state rate from iteration records: steps and seconds between the end of iteration `warmup` (1-based)
+    and the end of the last (start-up and the first iterations excluded), their ratio "sps", and the env / act /
+    learn seconds of the iterations in between ("env_s", ...) where the records have them."""
+    a, b = iterations[warmup - 1], iterations[-1]
+    out = {"steps": b["global_step"] - a["global_step"], "seconds": b["time"] - a["time"]}
+    out["sps"] = ratio(out["steps"], out["seconds"])
+    for k in ("env", "act", "learn"):
+        if all(f"time/{k}_s" in r for r in iterations[warmup:]):
+            out[f"{k}_s"] = sum(r[f"time/{k}_s"] for r in iterations[warmup:])
+    return out
 
 
 def print_machine(info: dict[str, Any]) -> None:
@@ -140,6 +248,16 @@ def write_json(path: Optional[str], data: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=False, default=str)
     print(f"results written to {path}")
+
+
+def save_figure(fig, path: str, dpi: int = 110) -> str:
+    """A matplotlib figure laid out, written to `path` and closed; `path`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 # --- CPU load of other processes ----------------------------------------------------------------------------------

@@ -20,10 +20,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
@@ -48,16 +46,11 @@ def run_one(kind: str, args: argparse.Namespace, tmp: str, name: str) -> dict:
            *flags, *(["--train_frequency", str(args.train_frequency)] if kind == "DQN" else [])]
     if args.torch_threads:
         cmd += ["--torch_threads", str(args.torch_threads)]
-    t0 = time.time()
-    subprocess.run(cmd, cwd=common.REPO_ROOT, check=True, capture_output=True, text=True)
-    wall = time.time() - t0
-    rows = [json.loads(line) for line in open(os.path.join(tmp, name, "metrics.jsonl"), encoding="utf-8")]
-    its = [r for r in rows if r.get("kind") == "iteration"]
-    warm = max(1, args.warmup if kind != "A2C" else args.warmup * 128 // 5)
-    a, b = its[warm - 1], its[-1]
-    share = {k: sum(r[f"time/{k}_s"] for r in its[warm:]) for k in ("env", "act", "learn")}
-    return {"kind": kind, "steps": b["global_step"] - a["global_step"], "seconds": b["time"] - a["time"],
-            "sps": (b["global_step"] - a["global_step"]) / (b["time"] - a["time"]), "wall_s": wall, **share}
+    wall = common.run(cmd)["wall_s"]
+    s = common.steady(common.metrics(os.path.join(tmp, name), "iteration"),
+                      max(1, args.warmup if kind != "A2C" else args.warmup * 128 // 5))
+    return {"kind": kind, "steps": s["steps"], "seconds": s["seconds"], "sps": s["sps"], "wall_s": wall,
+            **{k: s[f"{k}_s"] for k in ("env", "act", "learn")}}
 
 
 def main() -> None:
@@ -77,8 +70,7 @@ def main() -> None:
     results = []
     try:
         for rep in range(args.repeats):
-            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
-            for kind in order:
+            for kind in common.rotation(kinds, rep):
                 results.append(run_one(kind, args, tmp, f"{kind}_{rep}"))
                 r = results[-1]
                 print(f"{kind:4s} repeat {rep}: {r['sps']:.0f} steps/s ({r['steps']} steps in {r['seconds']:.1f} s; "

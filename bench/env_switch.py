@@ -202,7 +202,7 @@ def bench_throughput(args: argparse.Namespace) -> dict:
         sps: dict[str, list[float]] = {n: [] for n in names}
         windows: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
         for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            order = common.rotation(names, rnd)
             for name in order:
                 e = envs[name]
                 actions = rng.integers(0, n_actions, size=(vsteps, args.num_envs))

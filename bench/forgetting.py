@@ -90,13 +90,9 @@ def train(method: str, seed: int, cfg_path: str, runs_dir: str, extra: Sequence[
     """One training run in its own process; its directory gets DONE when it exits cleanly. Returns wall seconds."""
     name = run_slug(method, seed)
     run_dir = os.path.join(runs_dir, name)
-    cmd = [sys.executable, "continual_training_example.py", "--config", cfg_path, "--seed", str(seed),
-           "--runs_dir", runs_dir, "--run_name", name, "--no-progress-bar", "--torch_threads", "1",
-           "--checkpoint_minutes", "0", *METHODS[method], *extra]
-    t0 = time.time()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=log, stderr=subprocess.STDOUT,
-                   env={**os.environ, "WANDB_MODE": "disabled"})
-    wall = time.time() - t0
+    cmd = common.train_command(["--config", cfg_path, "--seed", str(seed), "--torch_threads", "1",
+                                "--checkpoint_minutes", "0", *METHODS[method], *extra], runs_dir, name)
+    wall = common.run(cmd, log=log.name, log_mode="a")["wall_s"]  # a failure: common.RunFailed, a CalledProcessError
     atomic_write_json(os.path.join(run_dir, DONE), {"method": method, "seed": seed, "wall_s": wall, "cmd": cmd,
                                                      "loadavg_end": common.loadavg()})
     return wall
@@ -233,10 +229,7 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
     axes[0][0].set_ylabel("evaluation return / max |return|")
     axes[0][-1].legend(fontsize=8, loc="best")
     fig.suptitle(title + "; mean over seeds, band: 95% CI (t)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def plot_comparison(agg: dict, path: str, title: str) -> str:
@@ -266,10 +259,7 @@ def plot_comparison(agg: dict, path: str, title: str) -> str:
         ax.grid(alpha=0.25, axis="y")
     axes[0].set_ylabel("normalised return (max |return| per task = 1)")
     fig.suptitle(title + "; mean over runs x tasks, 95% stratified-bootstrap CI", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

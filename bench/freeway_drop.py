@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from typing import Optional, Sequence
@@ -35,8 +33,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
-
-from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 
 ROOT = common.REPO_ROOT
 CONFIG = os.path.join(ROOT, "configs", "freeway_obj_drop.json")
@@ -91,10 +87,6 @@ def window_means(episodes: Sequence[dict], visit: tuple[str, int, int], games: i
     return float(np.mean(first)), float(np.mean(last))
 
 
-# mean, 95% percentile-bootstrap CI of the mean over seeds and n, of the non-NaN values (one value: lo = hi)
-bootstrap_ci = bootstrap_mean
-
-
 def summarize(runs: dict[str, dict[int, list[dict]]], visits: Sequence[tuple[str, int, int]], games: int = 1,
               reps: int = 2000) -> dict:
     """runs[method][seed] = the run's episode records -> per method: per visit the first/last windows per seed with
@@ -108,11 +100,11 @@ def summarize(runs: dict[str, dict[int, list[dict]]], visits: Sequence[tuple[str
             firsts, lasts = zip(*(window_means(by_seed[s], v, games) for s in seeds))
             row = {"regime": v[0], "start": v[1], "end": v[2],
                    "first_by_seed": list(firsts), "last_by_seed": list(lasts),
-                   "first": bootstrap_ci(firsts, reps), "last": bootstrap_ci(lasts, reps)}
+                   "first": common.bootstrap_ci(firsts, reps), "last": common.bootstrap_ci(lasts, reps)}
             if i > 0:
                 drop = [f - p for f, p in zip(firsts, per_visit[-1]["last_by_seed"])]
                 row["change_at_switch_by_seed"] = drop
-                row["change_at_switch"] = bootstrap_ci(drop, reps)
+                row["change_at_switch"] = common.bootstrap_ci(drop, reps)
             per_visit.append(row)
         curve = {"step": [], "mean": [], "lo": [], "hi": [], "n": [], "by_seed": []}
         for v in visits:
@@ -122,7 +114,7 @@ def summarize(runs: dict[str, dict[int, list[dict]]], visits: Sequence[tuple[str
                 curve["by_seed"].append(each)
                 vals = [x for x in each if x is not None]
                 steps = [float(np.mean([e["global_step"] for e in g[k]])) for g in per_seed if k < len(g)]
-                ci = bootstrap_ci(vals, reps)
+                ci = common.bootstrap_ci(vals, reps)
                 curve["step"].append(float(np.mean(steps)))
                 curve["mean"].append(ci["mean"])
                 curve["lo"].append(ci["ci95"][0])
@@ -145,29 +137,18 @@ def run_one(method: str, seed: int, runs_dir: str, config: str) -> Optional[dict
     name = slug(method, seed)
     run_dir, log = os.path.join(runs_dir, name), os.path.join(runs_dir, name + ".log")
     shutil.rmtree(run_dir, ignore_errors=True)  # a run cut short: redo it from its start
-    cmd = ["nice", "-n", "10", sys.executable, "continual_training_example.py", "--config", config, "--seed", str(seed),
-           "--runs_dir", runs_dir, "--run_name", name, "--torch_threads", "1", "--no-progress-bar",
-           "--checkpoint_minutes", "0", *METHODS[method]]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-    load0, t0, ru0 = common.loadavg(), time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    with common.LoadSampler(interval=1.0) as sampler, open(log, "w", encoding="utf-8") as lf:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=lf, stderr=subprocess.STDOUT).returncode
-    wall, ru1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    tree_cpu = sum(x["ours_cores"] * (x["t"] - x["t0"]) for x in sampler.samples)
-    if rc != 0:
-        with open(log, encoding="utf-8") as lf:
-            print(f"  {name}: FAILED (rc={rc}), log {log}:\n{lf.read()[-2000:]}", flush=True)
+    cmd = common.train_command(["--config", config, "--seed", str(seed), "--torch_threads", "1", "--checkpoint_minutes",
+                                "0", *METHODS[method]], runs_dir, name)
+    r = common.run(cmd, log=log, nice=10, threads=1, env={"PYTHONPATH": ROOT}, sample_load=True, check=False)
+    if r["rc"] != 0:
         return None
-    from continual.training.tracking import read_metrics
-
-    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    records = common.metrics(run_dir)
     episodes = [{k: r[k] for k in ("global_step", "return", "length", "modification", "env")}
                 for r in records if r["kind"] == "episode"]
     shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)  # keep metrics and TensorBoard
-    result = {"method": method, "seed": seed, "command": cmd, "wall_s": wall,
-              "cpu_s": max(tree_cpu, (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)),
-              "foreign_cores": sampler.summary()["foreign_cores"], "loadavg_start": load0,
-              "loadavg_end": common.loadavg(), "episodes": episodes}
+    result = {"method": method, "seed": seed,
+              **{k: r[k] for k in ("command", "wall_s", "cpu_s", "foreign_cores", "loadavg_start", "loadavg_end")},
+              "episodes": episodes}
     tmp = os.path.join(runs_dir, name + ".json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f)
@@ -248,10 +229,7 @@ def plot(summary: dict, path: str, title: str) -> str:
         ax.legend(fontsize=8, loc="center left")
     axes[0][0].set_ylabel("training game return (mean over 8 envs)")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:

@@ -203,7 +203,7 @@ def main() -> None:
     t_start, durations = time.time(), {}
     try:
         for rep in range(args.repeats):
-            order = names[rep % len(names):] + names[:rep % len(names)]
+            order = common.rotation(names, rep)
             for name in order:
                 expected = durations.get(name, 60.0)
                 if time.time() - t_start + expected > args.budget_s:

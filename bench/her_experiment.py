@@ -22,7 +22,6 @@ Runs are in-process and sequential (one torch thread); ~30 s per run on a loaded
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -30,9 +29,8 @@ import tempfile
 import time
 from typing import Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # `python bench/her_experiment.py` puts bench/ first
-    sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (also puts the repository root on sys.path)
 
 from continual.console import print_table  # noqa: E402
 
@@ -49,26 +47,6 @@ HYPER = ["--env_id", "continual/GoalGrid-v0", "--backend", "Gymnasium", "--her",
          "--no-progress-bar"]
 
 
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def machine_info() -> dict:
-    import platform
-
-    import torch
-
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.lower().startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "nproc": len(os.sched_getaffinity(0)), "cpu_model": cpu, "torch": torch.__version__,
-            "loadavg_start": loadavg()}
-
-
 def run_one(condition: str, seed: int, total: int, runs_dir: str, eval_episodes: int) -> dict:
     import numpy as np
     import torch
@@ -78,13 +56,12 @@ def run_one(condition: str, seed: int, total: int, runs_dir: str, eval_episodes:
     from continual.envs.vector import EnvSettings, make_vector_env
     from continual.evaluation.episodes import agent_policy, evaluate
     from continual.training.checkpoint import load_checkpoint
-    from continual.training.tracking import read_metrics
 
     t0 = time.time()
     run_dir = ppo.main([*HYPER, *CONDITIONS[condition], "--seed", str(seed), "--total_timesteps", str(total),
                         "--runs_dir", runs_dir, "--run_name", f"{condition}__s{seed}"])
     train_s = time.time() - t0
-    its = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    its = common.metrics(run_dir, "iteration")
     curve = [(r["global_step"], r["her/success_rate"]) for r in its if "her/success_rate" in r]
 
     state = load_checkpoint(run_dir)
@@ -170,10 +147,8 @@ def plot(results: list[dict], conditions: list[str], path: str, smooth: int, tot
     if random_success is not None:
         ax.axhline(random_success, color="k", ls=":", lw=1, label=f"uniformly random policy ({random_success:.2f})")
     ax.legend(loc="center right", fontsize=8)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
     print(f"plot written to {path}")
 
 
@@ -206,7 +181,7 @@ def append_results(path: str, rows: list[list[str]], args: argparse.Namespace, p
     lines = ["", f"## HER vs no HER on a sparse goal task ({info['date'][:10]})", "",
              f"`python bench/her_experiment.py --seeds {' '.join(map(str, args.seeds))} --total_timesteps "
              f"{args.total_timesteps}` on {info['nproc']} CPU cores ({info['cpu_model']}, load average at start "
-             f"{info['loadavg_start']}), torch {info['torch']}, one torch thread.", "",
+             f"{info['loadavg_start']}), torch {info['versions']['torch']}, one torch thread.", "",
              "Task: `continual/GoalGrid-v0`, 15x15 grid, random start and goal cell per episode, 50 steps, goal reward "
              "1 only on the goal cell, env reward withheld. PPO with identical hyperparameters (8 envs x 64 steps, "
              "lr 1e-3, gamma 0.95, 4 epochs x 4 minibatches); the conditions differ only in relabelling. "
@@ -214,7 +189,7 @@ def append_results(path: str, rows: list[list[str]], args: argparse.Namespace, p
              "per run on unseen env seeds. Mean ± std over seeds.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["", f"Curves: `{os.path.relpath(png, REPO_ROOT)}`.", ""]
+    lines += ["", f"Curves: `{os.path.relpath(png, common.REPO_ROOT)}`.", ""]
     new = not os.path.exists(path)
     with open(path, "a", encoding="utf-8") as f:
         if new:
@@ -230,15 +205,15 @@ def main() -> None:
     p.add_argument("--conditions", nargs="+", default=["no_her", "her_future", "her_final"], choices=list(CONDITIONS))
     p.add_argument("--eval_episodes", type=int, default=200)
     p.add_argument("--smooth", type=int, default=10, help="moving average over this many iterations")
-    p.add_argument("--png", default=os.path.join(REPO_ROOT, "bench", "out", "her_success.png"))
-    p.add_argument("--json", default=os.path.join(REPO_ROOT, "bench", "out", "her_experiment.json"))
+    p.add_argument("--png", default=os.path.join(common.REPO_ROOT, "bench", "out", "her_success.png"))
+    p.add_argument("--json", default=os.path.join(common.REPO_ROOT, "bench", "out", "her_experiment.json"))
     p.add_argument("--results", default=None, help="append a section to this markdown file (e.g. bench/RESULTS.md)")
     args = p.parse_args()
 
     import torch
 
     torch.set_num_threads(1)
-    info = machine_info()
+    info = common.machine_info()
     results = []
     with tempfile.TemporaryDirectory(prefix="her_bench_") as runs_dir:
         for seed in args.seeds:
@@ -247,7 +222,7 @@ def main() -> None:
                 print(f"{cond:11s} seed {seed}: train success (last 10%) {r['train_success_last10pct']:.3f}, "
                       f"eval success {r['eval_success']:.3f}, {r['train_seconds']:.0f} s", flush=True)
                 results.append(r)
-    info["loadavg_end"] = loadavg()
+    info["loadavg_end"] = common.loadavg()
     chance = random_policy_success(1000)
     rows = summary_rows(results, args.conditions, args.smooth)
     rows.append(["uniformly random policy", "-", "-", f"{chance:.3f}", "-", "-", "-", "-"])

@@ -71,12 +71,8 @@ def worker(args: argparse.Namespace) -> dict:
     parsed, curriculum, _ = parse_train_args(argv)
     run_dir = agent_module.train(parsed, curriculum, None)
     t1 = time.time()
-    iterations = []
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("kind") == "iteration":
-                iterations.append({k: rec[k] for k in rec if k in ("global_step", "time") or k.startswith("time/")})
+    iterations = [{k: rec[k] for k in rec if k in ("global_step", "time") or k.startswith("time/")}
+                  for rec in common.metrics(run_dir, "iteration")]
     return {"start": t0, "end": t1, "iterations": iterations}
 
 
@@ -123,8 +119,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
     failures = []
     try:
         for rep in range(args.repeats):
-            order = args.kinds[rep % len(args.kinds):] + args.kinds[:rep % len(args.kinds)]
-            for kind in order:
+            for kind in common.rotation(args.kinds, rep):
                 name = f"{kind}_r{rep}"
                 out, log = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".log")
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--worker-out", out, "--tmp", tmp,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +18,8 @@ from typing import Optional
 
 import tyro
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (also puts the repository root on sys.path)
 
 
 @dataclasses.dataclass
@@ -32,22 +32,11 @@ class BenchArgs:
     """folder for the runs (default: a temporary folder)"""
 
 
-def loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
-def timed(cmd: list[str], env: dict) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-    return time.perf_counter() - t
-
-
 def main() -> None:
     args = tyro.cli(BenchArgs)
     out = args.out or tempfile.mkdtemp(prefix="launch-grid-")
     os.makedirs(out, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "WANDB_MODE": "offline"}
+    env = {"PYTHONPATH": common.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "WANDB_MODE": "offline"}
     flags = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64,
              "total_timesteps": args.total_timesteps}
     grid = {"architecture": ["PPO", "PPO_CBP"], "seed": [1, 2]}
@@ -55,18 +44,16 @@ def main() -> None:
     with open(exp, "w") as f:
         json.dump({"flags": flags, "grid": grid}, f)
     rows = []
-    before = loadavg()
-    t = timed([sys.executable, "-m", "continual.launch", exp, "--folder", os.path.join(out, "launched"),
-               "--num_cpus", str(args.num_cpus)], env)
-    rows.append(("launcher (local Ray)", t, before, loadavg()))
-    before = loadavg()
+    r = common.run([sys.executable, "-m", "continual.launch", exp, "--folder", os.path.join(out, "launched"),
+                    "--num_cpus", str(args.num_cpus)], env=env)
+    rows.append(("launcher (local Ray)", r["wall_s"], r["loadavg_start"], r["loadavg_end"]))
+    before = common.loadavg()
     t0 = time.perf_counter()
     for arch in grid["architecture"]:
         for seed in grid["seed"]:
             argv = [a for k, v in {**flags, "architecture": arch, "seed": seed}.items() for a in (f"--{k}", str(v))]
-            timed([sys.executable, "continual_training_example.py", *argv, "--runs_dir", os.path.join(out, "serial"),
-                   "--run_name", f"{arch}_{seed}", "--no-progress-bar"], env)
-    rows.append(("one after another", time.perf_counter() - t0, before, loadavg()))
+            common.run(common.train_command(argv, os.path.join(out, "serial"), f"{arch}_{seed}"), env=env)
+    rows.append(("one after another", time.perf_counter() - t0, before, common.loadavg()))
     print(f"2x2 CartPole grid, {args.total_timesteps} steps per run, {os.cpu_count()} cores; runs in {out}")
     print(f"{'how':<24}{'wall s':>10}   loadavg before -> after")
     for name, secs, b, a in rows:

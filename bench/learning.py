@@ -24,9 +24,7 @@ import argparse
 import json
 import math
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from typing import Optional, Sequence
@@ -35,8 +33,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
-
-from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 
 ROOT = common.REPO_ROOT
 GAMES = ("Breakout", "SpaceInvaders")
@@ -90,13 +86,10 @@ def binned_curve(steps: Sequence[int], returns: Sequence[float], grid: np.ndarra
     return out
 
 
-def bootstrap_ci(values: Sequence[float], reps: int = 2000, seed: int = 0) -> tuple[float, float, float, int]:
-    """(mean, lo, hi, n) of the non-NaN values (continual.evaluation.metrics.bootstrap_mean as a tuple; NaN when
-    there is none)."""
-    d = bootstrap_mean(values, reps, seed)
-    if not d["n"]:
-        return float("nan"), float("nan"), float("nan"), 0
-    return d["mean"], d["ci95"][0], d["ci95"][1], d["n"]
+def mean_ci(values: Sequence[float], reps: int) -> tuple[float, float, float, int]:
+    """(mean, lo, hi, n) of common.bootstrap_ci, NaN where there is no value (the summary's numbers and plots)."""
+    d = common.bootstrap_ci(values, reps)
+    return (d["mean"], *d["ci95"], d["n"]) if d["n"] else (float("nan"), float("nan"), float("nan"), 0)
 
 
 def summarize(results: dict[tuple[str, str, int], dict], steps: int, points: int = 50, reps: int = 2000) -> dict:
@@ -110,9 +103,9 @@ def summarize(results: dict[tuple[str, str, int], dict], steps: int, points: int
                 {a for a, g, _ in results if g == game and a not in AGENTS}):
             runs = {s: r for (a, g, s), r in sorted(results.items()) if a == agent and g == game}
             finals = {s: final_return(r["returns"]) for s, r in runs.items()}
-            m, lo, hi, n = bootstrap_ci(list(finals.values()), reps=reps)
+            m, lo, hi, n = mean_ci(list(finals.values()), reps)
             curves = np.array([binned_curve(r["steps"], r["returns"], grid) for r in runs.values()])
-            band = [bootstrap_ci(curves[:, i], reps=reps) for i in range(len(grid))]
+            band = [mean_ci(curves[:, i], reps) for i in range(len(grid))]
             per_agent[agent] = {
                 "seeds": sorted(runs), "final_by_seed": {str(s): f for s, f in finals.items()},
                 "final_mean": m, "final_ci95": [lo, hi], "n": n,
@@ -137,16 +130,13 @@ def run_name(agent: str, game: str, seed: int) -> str:
 
 def ours_command(agent: str, game: str, seed: int, steps: int, runs_dir: str) -> list[str]:
     ppo = [x for k, v in PPO.items() for x in (f"--{k}", str(v))] if agent == "PPO" else []
-    return [sys.executable, "continual_training_example.py", *AGENT_ARGS[agent], *ppo, "--backend", "MinAtar",
-            "--env_id", f"MinAtar/{game}", "--total_timesteps", str(steps), "--seed", str(seed),
-            "--torch_threads", "1", "--runs_dir", runs_dir, "--run_name", run_name(agent, game, seed),
-            "--no-progress-bar"]
+    return common.train_command([*AGENT_ARGS[agent], *ppo, "--backend", "MinAtar", "--env_id", f"MinAtar/{game}",
+                                 "--total_timesteps", str(steps), "--seed", str(seed), "--torch_threads", "1"],
+                                runs_dir, run_name(agent, game, seed))
 
 
 def read_episodes(run_dir: str) -> tuple[list[int], list[float]]:
-    from continual.training.tracking import read_metrics
-
-    eps = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "episode"]
+    eps = common.metrics(run_dir, "episode")
     return [int(r["global_step"]) for r in eps], [float(r["return"]) for r in eps]
 
 
@@ -214,17 +204,8 @@ def run_one(agent: str, game: str, seed: int, steps: int, runs_dir: str) -> Opti
         cmd = [sys.executable, os.path.abspath(__file__), "--sb3_worker", game, str(seed), str(steps), sb3_out]
     else:
         cmd = ours_command(agent, game, seed, steps, runs_dir)
-    cmd = ["nice", "-n", "10", *cmd]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-    load0, t0, ru0 = common.loadavg(), time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    # the sampler sees IMPALA's actors too (forkserver children, which RUSAGE_CHILDREN misses) and the machine's load
-    with common.LoadSampler(interval=1.0) as sampler, open(log, "w", encoding="utf-8") as lf:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=lf, stderr=subprocess.STDOUT).returncode
-    wall, ru1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    tree_cpu = sum(x["ours_cores"] * (x["t"] - x["t0"]) for x in sampler.samples)
-    if rc != 0:
-        with open(log, encoding="utf-8") as lf:
-            print(f"  {name}: FAILED (rc={rc}), log {log}:\n{lf.read()[-2000:]}", flush=True)
+    r = common.run(cmd, log=log, nice=10, threads=1, env={"PYTHONPATH": ROOT}, sample_load=True, check=False)
+    if r["rc"] != 0:
         return None
     if agent == "SB3_PPO":
         with open(sb3_out, encoding="utf-8") as f:
@@ -234,10 +215,9 @@ def run_one(agent: str, game: str, seed: int, steps: int, runs_dir: str) -> Opti
     else:
         ep_steps, ep_returns = read_episodes(run_dir)
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)  # keep metrics and TensorBoard
-    result = {"agent": agent, "game": game, "seed": seed, "total_timesteps": steps, "command": cmd,
-              "wall_s": wall, "cpu_s": max(tree_cpu, (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)),
-              "foreign_cores": sampler.summary()["foreign_cores"], "loadavg_start": load0,
-              "loadavg_end": common.loadavg(), "steps": ep_steps, "returns": ep_returns}
+    result = {"agent": agent, "game": game, "seed": seed, "total_timesteps": steps,
+              **{k: r[k] for k in ("command", "wall_s", "cpu_s", "foreign_cores", "loadavg_start", "loadavg_end")},
+              "steps": ep_steps, "returns": ep_returns}
     tmp = os.path.join(runs_dir, name + ".json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f)
@@ -299,11 +279,7 @@ def plot(summary: dict, steps: int, out_dir: str) -> list[str]:
                ylabel=f"mean return of episodes ending in each {steps // len(grid):,}-step bin")
         ax.grid(alpha=0.3)
         ax.legend(title="mean, 95% bootstrap CI over seeds")
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"learning_{game}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(common.save_figure(fig, os.path.join(out_dir, f"learning_{game}.png")))
     return paths
 
 

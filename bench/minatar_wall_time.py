@@ -23,11 +23,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-from continual.training.tracking import read_metrics  # noqa: E402
-
 
 def load(run_dir: str) -> dict:
-    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    records = common.metrics(run_dir)
     episodes = [(r["global_step"], r["return"]) for r in records if r["kind"] == "episode"]
     its = [r for r in records if r["kind"] == "iteration"]
     if not its:

@@ -14,10 +14,8 @@ Run from the repository root:  python bench/minihack_throughput.py [--env_id Min
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,16 +57,10 @@ def ppo(env_id: str, obs_mode: str, vector_env: str, args: argparse.Namespace, t
            env_id, "--obs_mode", obs_mode, "--vector_env", vector_env, "--num_envs", str(args.num_envs),
            "--num_steps", "128", "--total_timesteps", str(total), "--runs_dir", tmp, "--run_name", name,
            "--no-progress-bar", "--checkpoint_minutes", "0", "--no-metrics", "--no-cuda", "--seed", "1"]
-    t0 = time.time()
-    subprocess.run(cmd, cwd=common.REPO_ROOT, check=True, capture_output=True, text=True)
-    wall = time.time() - t0
-    rows = [json.loads(line) for line in open(os.path.join(tmp, name, "metrics.jsonl"), encoding="utf-8")]
-    its = [r for r in rows if r.get("kind") == "iteration"]
-    a, b = its[args.warmup - 1], its[-1]
-    share = {k: sum(r[f"time/{k}_s"] for r in its[args.warmup:]) for k in ("env", "act", "learn")}
-    return {"obs_mode": obs_mode, "vector_env": vector_env, "steps": b["global_step"] - a["global_step"],
-            "seconds": b["time"] - a["time"], "sps": (b["global_step"] - a["global_step"]) / (b["time"] - a["time"]),
-            "wall_s": wall, **share}
+    wall = common.run(cmd)["wall_s"]
+    s = common.steady(common.metrics(os.path.join(tmp, name), "iteration"), args.warmup)
+    return {"obs_mode": obs_mode, "vector_env": vector_env, "steps": s["steps"], "seconds": s["seconds"],
+            "sps": s["sps"], "wall_s": wall, **{k: s[f"{k}_s"] for k in ("env", "act", "learn")}}
 
 
 def main() -> None:

@@ -19,15 +19,16 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (also puts the repository root on sys.path)
+
+ROOT = common.REPO_ROOT
 METHODS = {
     "PPO": ["--architecture", "PPO"],
     "PPO_CBP": ["--architecture", "PPO_CBP", "--replacement_rate", "1e-4", "--maturity_threshold", "100"],
@@ -63,12 +64,8 @@ def curriculum(regimes: int, steps: int) -> dict:
 
 def run(method: str, seed: int, cfg_path: str, runs: str) -> dict:
     name = f"{method.replace('+', '_').replace('&', '')}_s{seed}"
-    t0 = time.time()
-    subprocess.run([sys.executable, "continual_training_example.py", "--config", cfg_path, "--seed", str(seed),
-                    "--runs_dir", runs, "--run_name", name, "--no-progress-bar", *METHODS[method]],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "WANDB_MODE": "disabled"})
-    records = [json.loads(line) for line in open(os.path.join(runs, name, "metrics.jsonl"))]
-    return {"wall_s": time.time() - t0, "records": records}
+    r = common.run(common.train_command(["--config", cfg_path, "--seed", str(seed), *METHODS[method]], runs, name))
+    return {"wall_s": r["wall_s"], "records": common.metrics(os.path.join(runs, name))}
 
 
 def per_regime(records: list[dict], steps: int, regimes: int) -> tuple[list[float], list[float]]:
@@ -166,8 +163,7 @@ def plot(results: dict, a, path: str) -> None:
         ax.legend()
     fig.suptitle(f"CartPole with a flipping push direction: {a.regimes} regimes x {a.steps_per_regime} steps, "
                  f"{a.seeds} seeds (mean ± std)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    common.save_figure(fig, path)
 
 
 if __name__ == "__main__":

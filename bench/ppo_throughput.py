@@ -86,16 +86,14 @@ def worker_ours(args: argparse.Namespace, switching: bool, flags: list[str]) -> 
     run_dir = ppo.train(parsed, curriculum, None)
     t1 = time.time()
     iterations, switches = [], []
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("kind") == "iteration":
-                iterations.append({"global_step": rec["global_step"], "end": rec["time"], "env": rec["time/env_s"],
-                                   "act": rec["time/act_s"], "learn": rec["time/learn_s"],
-                                   "sps_since_start": rec["charts/SPS"]})
-            elif rec.get("kind") == "switch":
-                switches.append({"global_step": rec["global_step"], "modification": rec["modification"],
-                                 "time": rec["time"]})
+    for rec in common.metrics(run_dir):
+        if rec.get("kind") == "iteration":
+            iterations.append({"global_step": rec["global_step"], "end": rec["time"], "env": rec["time/env_s"],
+                               "act": rec["time/act_s"], "learn": rec["time/learn_s"],
+                               "sps_since_start": rec["charts/SPS"]})
+        elif rec.get("kind") == "switch":
+            switches.append({"global_step": rec["global_step"], "modification": rec["modification"],
+                             "time": rec["time"]})
     return {"start": t0, "end": t1, "iterations": iterations, "switches": switches}
 
 
@@ -239,8 +237,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
     sampler = common.LoadSampler(interval=1.0).__enter__()
     try:
         for rep in range(args.repeats):
-            order = args.kinds[rep % len(args.kinds):] + args.kinds[:rep % len(args.kinds)]
-            for kind in order:
+            for kind in common.rotation(args.kinds, rep):
                 name = f"{kind}_r{rep}"
                 out = os.path.join(tmp, name + ".json")
                 log = os.path.join(tmp, name + ".log")

@@ -53,9 +53,7 @@ BATCH = {"breakout_purejaxrl": 8192, "spaceinvaders_purejaxrl": 8192, "a2c_break
 
 
 def steady_state(run_dir: str, warmup: int) -> dict:
-    from continual.training.tracking import read_metrics
-
-    its = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
+    its = common.metrics(run_dir, "iteration")
     if len(its) <= warmup + 1:
         raise RuntimeError(f"{run_dir}: {len(its)} iterations, need more than {warmup + 1}")
     a, b = its[warmup], its[-1]
@@ -79,15 +77,13 @@ def steady_state(run_dir: str, warmup: int) -> dict:
 def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, tag: str) -> dict:
     batch = BATCH.get(workload, 1024)
     runs = os.path.join(tmp, "runs")
-    cmd = [sys.executable, "continual_training_example.py", *WORKLOADS[workload], "--total_timesteps",
-           str(batch * iterations), "--runs_dir", runs, "--run_name", tag, "--no-progress-bar",
-           "--checkpoint_every", "0", "--eval_every", "0"]
-    load = common.loadavg()
-    proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
-                "load_before": load}
-    return {**steady_state(os.path.join(runs, tag), warmup), "load_before": load}
+    cmd = common.train_command([*WORKLOADS[workload], "--total_timesteps", str(batch * iterations),
+                                "--checkpoint_every", "0", "--eval_every", "0"], runs, tag)
+    r = common.run(cmd, cwd=tree, check=False)  # the tree measured: this one, or a worktree of --base
+    if r["rc"] != 0:
+        return {"error": (r["log_tail"].strip().splitlines() or [f"exit {r['rc']}"])[-1],
+                "load_before": r["loadavg_start"]}
+    return {**steady_state(os.path.join(runs, tag), warmup), "load_before": r["loadavg_start"]}
 
 
 def run_sb3(workload: str, iterations: int, warmup: int) -> dict:
@@ -162,7 +158,7 @@ def main() -> None:
     t0 = time.time()
     try:
         for r in range(args.repeats):
-            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+            order = common.rotation(kinds, r)
             for w, t in order:
                 if t == "sb3":
                     proc = subprocess.run([sys.executable, __file__, "--sb3-worker", w, "--iterations",

@@ -87,7 +87,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"float32": [], "bf16": []}
         loads = []
         for r in range(a.repeats):
-            order = ["float32", "bf16"] if r % 2 == 0 else ["bf16", "float32"]
+            order = common.rotation(["float32", "bf16"], r)
             for mode in order:
                 agent = Agent(obs_shape, n_actions, obs_scale=base.obs_scale)
                 opt = torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5)

@@ -1,12 +1,17 @@
+import importlib.util
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+BENCH = os.path.join(ROOT, "bench")
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -23,6 +28,27 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
         raise AssertionError(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                              f"stderr:\n{proc.stderr[-3000:]}")
     return proc
+
+
+def write_config(folder, data, name: str = "run_config.json") -> str:
+    """A config file `folder`/`name` holding `data` (a dict as JSON, a str as it is); its path."""
+    path = Path(folder) / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+def load_bench(script: str):
+    """bench/<script>.py as a module, loaded with bench/ first on sys.path (as when run as a script: it imports
+    bench/common.py as `common`)."""
+    sys.path.insert(0, BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{script}", os.path.join(BENCH, f"{script}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # dataclasses look their module up there
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(BENCH)
 
 
 @pytest.fixture
@@ -43,3 +69,37 @@ def assert_resume_matches(full: str, cut: str, final: str, after_step: int) -> N
     ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
            if r["kind"] == "episode" and r["global_step"] > after_step] for d in (full, cut)]
     assert ep[0] == ep[1] and len(ep[0]) > 10
+
+
+# a seed-style factory: a plain class with get_modification(step) (tests/test_curricula_*.py)
+SEED_STYLE_MODULE = '''
+import random
+
+import numpy as np
+
+
+class SeedStyleFactory:
+    """As the seed document describes it: num_total_steps + kwargs, get_modification(step) -> str.
+    Stateful on purpose: it counts its calls and re-draws from the *global* np.random / random every 2nd call."""
+
+    def __init__(self, num_total_steps, modifications, hold=2):
+        self.num_total_steps = num_total_steps
+        self.modifications = modifications
+        self.hold = hold
+        self.calls = 0
+        self.current = modifications[0]
+        self.offset = random.randrange(1000)  # constructors may draw too
+
+    def get_modification(self, step):
+        if self.calls % self.hold == self.hold - 1:
+            self.current = self.modifications[int(np.random.randint(len(self.modifications)))]
+        self.calls += 1
+        return self.current
+'''
+
+
+@pytest.fixture
+def seed_style_file(tmp_path: Path) -> Path:
+    file = tmp_path / "my_seed_factories.py"
+    file.write_text(SEED_STYLE_MODULE)
+    return file

@@ -19,7 +19,7 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.config.loading import args_from_dict
 from continual.testing.processes import alive, descendants
 from continual.training.checkpoint import load_checkpoint
@@ -46,12 +46,6 @@ if "RaisingCartPole-v0" not in gym.registry:
 
 CARTPOLE = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 4, "num_actors": 2, "unroll_length": 20,
             "batch_size": 2, "reward_scaling": "none"}  # 2 x 20 x 2 = 80 steps per update
-
-
-def write_config(tmp_path, data: dict, name: str = "cfg.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 # --- processes (from /proc) ---------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, assert_resume_matches, run_script
+from conftest import ROOT, assert_resume_matches, run_script, write_config
 from continual.training.tracking import read_metrics
 
 CARTPOLE_CURRICULUM = {
@@ -24,12 +24,6 @@ CARTPOLE_CURRICULUM = {
     "modification_factory_kwargs": {"num_total_steps": 2048, "modifications": ["", "gravity=15", "length=0.8", ""],
                                     "switching_thresholds": [512, 1024, 1536]},
 }
-
-
-def write_config(tmp_path, data: dict, name: str = "cfg.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 def only_run_dir(runs: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,22 +9,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import BENCH, ROOT, load_bench
 
-BENCH = os.path.join(ROOT, "bench")
 VISITS = [("", 0, 100), ("speed_mode", 100, 160), ("", 160, 260)]
 
 
 @pytest.fixture(scope="module")
 def fd():
-    sys.path.insert(0, BENCH)  # the script imports bench/common.py as `common`, as when run as a script
-    try:
-        spec = importlib.util.spec_from_file_location("bench_freeway_drop", os.path.join(BENCH, "freeway_drop.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.path.remove(BENCH)
+    return load_bench("freeway_drop")
 
 
 def ep(step, ret, env, mod=""):
@@ -77,18 +68,6 @@ def test_window_means_first_and_last_games(fd):
     assert fd.window_means(eps, VISITS[0], games=2) == (2.5, 4.5)  # (1+2+3+4)/4, (3+4+5+6)/4
     assert fd.window_means(eps, VISITS[1]) == (0.5, 0.0)
     assert fd.window_means(eps, VISITS[2], games=3) == (9.5, 9.5)
-
-
-def test_bootstrap_ci_by_hand(fd):
-    # two seeds a, b: resampled means are a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5/97.5 percentiles
-    # of 2000 draws are a and b
-    assert fd.bootstrap_ci([2.0, 6.0]) == {"mean": 4.0, "ci95": [2.0, 6.0], "n": 2}
-    # 0, 0, 9: P(mean = 0) = (2/3)^3 = 0.30 > 0.025; P(mean = 9) = 1/27 = 0.037 > 0.025
-    assert fd.bootstrap_ci([0.0, 0.0, 9.0]) == {"mean": 3.0, "ci95": [0.0, 9.0], "n": 3}
-    # 0, 0, 0, 8: P(mean = 8) = 1/256 < 0.025, P(mean >= 6) = P(three or four 8s) = 13/256 > 0.025 -> hi = 6
-    assert fd.bootstrap_ci([0.0, 0.0, 0.0, 8.0])["ci95"] == [0.0, 6.0]
-    assert fd.bootstrap_ci([5.0, float("nan")]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
-    assert fd.bootstrap_ci([]) == {"mean": None, "ci95": None, "n": 0}
 
 
 def test_summarize_drops_and_curve(fd):

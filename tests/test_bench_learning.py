@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
-
-BENCH = os.path.join(ROOT, "bench")
+from conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def learning():
-    sys.path.insert(0, BENCH)  # the script imports bench/common.py as `common`, as when run as a script
-    try:
-        spec = importlib.util.spec_from_file_location("bench_learning", os.path.join(BENCH, "learning.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.path.remove(BENCH)
+    return load_bench("learning")
 
 
 def test_final_return_is_the_mean_of_the_last_tenth_of_episodes(learning):
@@ -44,22 +31,6 @@ def test_binned_curve_by_hand(learning):
     # (0,10]: 1, 2 -> 1.5; (10,20]: 3; (20,30]: 4; (30,40]: 5 (40 ends the bin it closes); (40,50]: 100; (50,60]: none
     assert curve[:5].tolist() == [1.5, 3.0, 4.0, 5.0, 100.0]
     assert math.isnan(curve[5])
-
-
-def test_bootstrap_ci_by_hand(learning):
-    # three seeds 1, 2, 3: a resample is all 1s with probability 1/27 = 3.7% > 2.5%, all 3s likewise, so the 95%
-    # percentile interval of the resampled mean is exactly [1, 3]
-    assert learning.bootstrap_ci([1.0, 2.0, 3.0]) == (2.0, 1.0, 3.0, 3)
-    # the exact bootstrap distribution of the mean of 4 values (4^4 equally likely resamples), its percentiles
-    # (numpy's linear interpolation) vs the Monte Carlo interval with many reps
-    xs = [0.0, 1.0, 4.0, 10.0]
-    exact = np.array([np.mean(c) for c in itertools.product(xs, repeat=4)])
-    lo, hi = np.percentile(exact, [2.5, 97.5])
-    m, blo, bhi, n = learning.bootstrap_ci(xs, reps=40000, seed=1)
-    assert (m, n) == (3.75, 4)
-    assert abs(blo - lo) <= 0.25 and abs(bhi - hi) <= 0.25
-    assert learning.bootstrap_ci([5.0, float("nan"), None]) == (5.0, 5.0, 5.0, 1)  # one value: no interval
-    assert all(math.isnan(v) for v in learning.bootstrap_ci([float("nan")])[:3])
 
 
 def test_summarize_on_a_synthetic_record_set(learning):

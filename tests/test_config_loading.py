@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import types
 import typing
 from pathlib import Path
@@ -16,13 +15,10 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-import modification_factories as mf  # noqa: E402
-from continual.config.args import Args, field_names  # noqa: E402
-from continual.config.loading import (  # noqa: E402
+import modification_factories as mf
+from conftest import write_config
+from continual.config.args import Args, field_names
+from continual.config.loading import (
     DEFAULT_TOTAL_TIMESTEPS,
     Curriculum,
     args_from_dict,
@@ -30,8 +26,10 @@ from continual.config.loading import (  # noqa: E402
     parse_args,
     split_config,
 )
-from continual.errors import UserError  # noqa: E402
-from continual.training.startup import build_factory, check_modifications, resolve_total  # noqa: E402
+from continual.errors import UserError
+from continual.training.startup import build_factory, check_modifications, resolve_total
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CARTPOLE = ["--env_id", "CartPole-v1", "--backend", "Gymnasium"]
 
@@ -45,12 +43,6 @@ SEQ_KWARGS = {
 def rollout(args: Args) -> int:
     """PPO's rollout size (num_envs x num_steps): the curriculum granularity training uses."""
     return args.num_envs * args.num_steps
-
-
-def write_config(tmp_path: Path, data: Any, name: str = "run_config.json") -> str:
-    path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
-    return str(path)
 
 
 def parse_with(tmp_path: Path, config: dict | None, *flags: str) -> tuple[Args, Curriculum]:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.evaluation.continual import parse_eval_modifs
 from continual.testing.processes import alive
 from continual.training.tracking import read_metrics
@@ -37,8 +37,7 @@ EVAL_STEPS = {0, 512, 768, 1024, 1536, 2048, 2304}  # step 0, every 512, before 
 def runs(tmp_path_factory):
     """The same seeded run three times, in parallel: without evaluation, with it, with it in the background."""
     tmp = tmp_path_factory.mktemp("ce")
-    cfg = tmp / "cfg.json"
-    cfg.write_text(json.dumps(CURRICULUM))
+    cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs_dir = str(tmp / "runs")
     common = ["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir, "--no-progress-bar",
               "--save_agent_with_switch", "--plots"]

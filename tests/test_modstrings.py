@@ -3,6 +3,8 @@ metrics (they had three copies; the env-side one refused lists, the curriculum o
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import continual.curricula as curricula
@@ -37,3 +39,24 @@ def test_one_definition_everywhere():
 def test_the_places_that_normalise_agree():
     assert ceval.parse_eval_modifs("b a; ;a b") == ["a b", ""]
     assert vector.regime_slug("b a") == vector.regime_slug("a b")
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("", ""),
+        ("   ", ""),
+        ("a", "a"),
+        ("b a", "a b"),
+        ("  b   a  ", "a b"),
+        ("a a b a", "a b"),
+        ("all_blue_cars ", "all_blue_cars"),
+        ("\tx\ny ", "x y"),
+        (["b", "", "a"], "a b"),
+        (["reverse_car_speed_top", "all_green_cars"], "all_green_cars reverse_car_speed_top"),
+        ("length=0.7 gravity=12.0", "gravity=12.0 length=0.7"),
+        ([], ""),
+    ],
+)
+def test_normalize_modification(raw: Any, expected: str) -> None:
+    assert normalize_modification(raw) == expected

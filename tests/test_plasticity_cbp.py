@@ -1,4 +1,5 @@
-"""Continual backpropagation, shrink & perturb, and plasticity diagnostics on hand-computed cases."""
+"""Continual backpropagation (continual/plasticity/cbp.py: utility, replacement, AdamGnT) on hand-computed cases, and
+PPO_CBP trained on CartPole (with shrink & perturb, diagnostics and eval.py) and Freeway."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from agents.ppo_cbp import CBPAgent
 from conftest import run_script
 from continual.config.args import Args
 from continual.plasticity.cbp import AdamGnT, UnitTracker, init_bound
-from continual.plasticity.diagnostics import dormant_fraction, effective_rank
-from continual.plasticity.shrink_perturb import reset_optimizer_state, shrink_and_perturb
 
 
 def small_net(rate=0.0, maturity=0, eta=0.9, utility="contribution"):
@@ -355,86 +354,6 @@ def test_her_pixels_replaced_fused_unit_gets_fresh_goal_weights_and_state():
     raise AssertionError("no unit of the fused layer was replaced")
 
 
-def test_shrink_and_perturb_noise_form():
-    torch.manual_seed(0)
-    net = nn.Linear(3, 2)
-    before = [p.detach().clone() for p in net.parameters()]
-    shrink_and_perturb(net, 0.7, 0.01, "noise", generator=torch.Generator().manual_seed(5))
-    gen = torch.Generator().manual_seed(5)
-    for p, b in zip(net.parameters(), before):
-        expected = 0.7 * b + 0.01 * torch.randn(b.shape, generator=gen)
-        assert torch.allclose(p, expected, atol=1e-7)
-
-
-def test_shrink_and_perturb_fresh_init_form_and_optimizer_reset():
-    torch.manual_seed(0)
-    net, fresh = nn.Linear(3, 2), nn.Linear(3, 2)
-    before = [p.detach().clone() for p in net.parameters()]
-    shrink_and_perturb(net, 0.5, 0.3, "fresh_init", fresh=fresh)
-    for p, b, f in zip(net.parameters(), before, fresh.parameters()):
-        assert torch.allclose(p, 0.5 * b + 0.3 * f.detach(), atol=1e-7)
-    opt = torch.optim.Adam(net.parameters())
-    net(torch.randn(2, 3)).sum().backward()
-    opt.step()
-    assert opt.state
-    reset_optimizer_state(opt)
-    assert not opt.state
-
-
-def test_dormant_fraction_on_crafted_activations():
-    act = torch.zeros(10, 4)
-    act[:, 0] = 1.0
-    act[:, 1] = 1.0
-    act[:, 2] = 0.01  # score 0.01 / mean(0.5025) ~ 0.02 <= 0.025: dormant
-    # unit 3 is always 0: dormant
-    assert dormant_fraction(act, 0.025) == pytest.approx(0.5)
-    assert dormant_fraction(act, 0.0) == pytest.approx(0.25)
-    conv = torch.zeros(2, 3, 5, 5)
-    conv[:, 0] = 2.0
-    assert dormant_fraction(conv, 0.1) == pytest.approx(2 / 3)
-
-
-def test_dormant_fraction_all_counts_dormant_units_over_all_units():
-    """Sokar et al. 2023: the dormant share of a network is dormant units / all units, each unit scored against
-    the mean of its own layer. Layers of 4 and 12 units, 2 and 0 dormant: 2/16, not mean(2/4, 0/12)."""
-    from types import SimpleNamespace
-
-    from continual.plasticity.diagnostics import PlasticityMonitor
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.network = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 12), nn.ReLU())
-
-        def features(self, x):
-            return self.network(x)
-
-    net = Net()
-    with torch.no_grad():
-        for layer in (net.network[0], net.network[2]):
-            layer.weight.zero_()
-            layer.bias.fill_(1.0)
-        net.network[0].bias[:2] = -1.0  # two dead units in the first layer
-    session = SimpleNamespace(args=SimpleNamespace(dormant_tau=0.025, diagnostics_every=0), before_switch=[],
-                              global_step=0, np_rng=np.random.default_rng(0))
-    monitor = PlasticityMonitor(session, net)
-    monitor.observe(torch.randn(4, 2, 3))
-    out = monitor.compute()
-    assert out["plasticity/dormant_fraction/layer0"] == pytest.approx(2 / 4)
-    assert out["plasticity/dormant_fraction/layer1"] == pytest.approx(0.0)
-    assert out["plasticity/dormant_fraction/all"] == pytest.approx(2 / 16)
-
-
-def test_effective_rank_on_known_matrices():
-    eye = torch.eye(8)
-    assert effective_rank(eye) == pytest.approx(8.0)
-    rank_one = torch.ones(10, 1) @ torch.randn(1, 6)
-    assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-6)
-    diag = torch.diag(torch.tensor([3.0, 1.0]))
-    p = torch.tensor([0.75, 0.25])
-    assert effective_rank(diag) == pytest.approx(math.exp(-(p * p.log()).sum().item()))
-
-
 CARTPOLE = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
     "reward_scaling": "none", "modification_factory": "SequentialModificationFactory",
@@ -462,23 +381,6 @@ def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
     out = str(tmp_path / "ev")
     run_script("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "2", "--output", out)
     assert json.load(open(out + ".json"))["architecture"] == "PPO_CBP"
-
-
-def test_shrink_and_perturb_changes_weights_only_at_switches(tmp_path):
-    """The first regime is never perturbed: with S&P and no switch the run equals a run without S&P."""
-    base = {**CARTPOLE, "modification_factory_kwargs": {"num_total_steps": 512, "modifications": [""],
-                                                        "switching_thresholds": []}}
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps(base))
-    runs = str(tmp_path / "runs")
-    finals = {}
-    for name, extra in (("plain", []), ("sp", ["--shrink_and_perturb"])):
-        run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", name,
-                   "--no-progress-bar", *extra)
-        finals[name] = torch.load(glob.glob(os.path.join(runs, name, "checkpoints", "final__*"))[0],
-                                  weights_only=True)["model"]
-    for k in finals["plain"]:
-        assert torch.equal(finals["plain"][k], finals["sp"][k]), k
 
 
 def test_ppo_cbp_freeway_smoke(tmp_path):

@@ -1,5 +1,6 @@
-"""The plasticity metrics beside dormant units and effective rank: stable rank, active fraction and weight change,
-against float64 re-implementations, and the monitor's reference weights across a switch and a checkpoint."""
+"""The plasticity metrics (continual/plasticity/diagnostics.py): dormant units and effective rank on crafted inputs,
+stable rank, active fraction and weight change against float64 re-implementations, and the monitor's reference
+weights across a switch and a checkpoint."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from continual.config.args import Args
 from continual.plasticity.diagnostics import (
     PlasticityMonitor,
     active_fraction,
+    dormant_fraction,
+    effective_rank,
     stable_rank,
     weight_change,
     weight_snapshot,
@@ -121,3 +124,57 @@ def test_monitor_logs_the_new_metrics_and_measures_change_since_init_and_since_t
     again = other.compute() if other.probe is not None else None
     assert again is not None and again["plasticity/weight_change/init"] == pytest.approx(0.03, rel=1e-5)
     assert all(torch.equal(state["init_weights"][n], init[n]) for n in init)
+
+
+def test_dormant_fraction_on_crafted_activations():
+    act = torch.zeros(10, 4)
+    act[:, 0] = 1.0
+    act[:, 1] = 1.0
+    act[:, 2] = 0.01  # score 0.01 / mean(0.5025) ~ 0.02 <= 0.025: dormant
+    # unit 3 is always 0: dormant
+    assert dormant_fraction(act, 0.025) == pytest.approx(0.5)
+    assert dormant_fraction(act, 0.0) == pytest.approx(0.25)
+    conv = torch.zeros(2, 3, 5, 5)
+    conv[:, 0] = 2.0
+    assert dormant_fraction(conv, 0.1) == pytest.approx(2 / 3)
+
+
+def test_dormant_fraction_all_counts_dormant_units_over_all_units():
+    """Sokar et al. 2023: the dormant share of a network is dormant units / all units, each unit scored against
+    the mean of its own layer. Layers of 4 and 12 units, 2 and 0 dormant: 2/16, not mean(2/4, 0/12)."""
+    from types import SimpleNamespace
+
+    from continual.plasticity.diagnostics import PlasticityMonitor
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.network = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 12), nn.ReLU())
+
+        def features(self, x):
+            return self.network(x)
+
+    net = Net()
+    with torch.no_grad():
+        for layer in (net.network[0], net.network[2]):
+            layer.weight.zero_()
+            layer.bias.fill_(1.0)
+        net.network[0].bias[:2] = -1.0  # two dead units in the first layer
+    session = SimpleNamespace(args=SimpleNamespace(dormant_tau=0.025, diagnostics_every=0), before_switch=[],
+                              global_step=0, np_rng=np.random.default_rng(0))
+    monitor = PlasticityMonitor(session, net)
+    monitor.observe(torch.randn(4, 2, 3))
+    out = monitor.compute()
+    assert out["plasticity/dormant_fraction/layer0"] == pytest.approx(2 / 4)
+    assert out["plasticity/dormant_fraction/layer1"] == pytest.approx(0.0)
+    assert out["plasticity/dormant_fraction/all"] == pytest.approx(2 / 16)
+
+
+def test_effective_rank_on_known_matrices():
+    eye = torch.eye(8)
+    assert effective_rank(eye) == pytest.approx(8.0)
+    rank_one = torch.ones(10, 1) @ torch.randn(1, 6)
+    assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-6)
+    diag = torch.diag(torch.tensor([3.0, 1.0]))
+    p = torch.tensor([0.75, 0.25])
+    assert effective_rank(diag) == pytest.approx(math.exp(-(p * p.log()).sum().item()))

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_script, write_config
 
 CURRICULUM = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 1,
@@ -27,8 +27,7 @@ CURRICULUM = {
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seed_eval")
-    cfg = tmp / "cfg.json"
-    cfg.write_text(json.dumps(CURRICULUM))
+    cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs = str(tmp / "runs")
     proc = run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "cp",
                       "--exp_name", "ppo_cartpole", "--no-progress-bar")

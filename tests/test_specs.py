@@ -5,25 +5,18 @@ continual/ or agents/ compares an architecture with a literal (the spec says it)
 from __future__ import annotations
 
 import ast
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, write_config
 from continual.config.args import Args, default_args
 from continual.config.loading import parse_args
 from continual.specs import FEATURES, SPECS, docs_with_defaults
 from continual.training.startup import granularity_of, parse_train_args
 
 CARTPOLE = ["--env_id", "CartPole-v1", "--backend", "Gymnasium"]
-
-
-def write_config(tmp_path: Path, data: dict) -> str:
-    path = tmp_path / "run_config.json"
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.errors import UserError
 from continual.testing.processes import alive as _alive
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
@@ -70,8 +70,7 @@ def _assert_continuous(run_dir: str, total: int) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ref")
-    cfg = tmp / "cfg.json"
-    cfg.write_text(json.dumps(CURRICULUM))
+    cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs = str(tmp / "runs")
     run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "ref",
                "--no-progress-bar")

@@ -1,0 +1,106 @@
+"""bench/common.py: the bootstrap CI by hand, the one run helper (exit status, output tail, environment, CPU and
+load sampling) on real processes, and the metrics reader and steady-state rate on hand-made run directories."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import load_bench
+
+common = load_bench("common")
+
+
+def test_bootstrap_ci_by_hand():
+    # two seeds a, b: resampled means are a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5/97.5 percentiles
+    # of 2000 draws are a and b
+    assert common.bootstrap_ci([2.0, 6.0]) == {"mean": 4.0, "ci95": [2.0, 6.0], "n": 2}
+    # 0, 0, 9: P(mean = 0) = (2/3)^3 = 0.30 > 0.025; P(mean = 9) = 1/27 = 0.037 > 0.025
+    assert common.bootstrap_ci([0.0, 0.0, 9.0]) == {"mean": 3.0, "ci95": [0.0, 9.0], "n": 3}
+    # 0, 0, 0, 8: P(mean = 8) = 1/256 < 0.025, P(mean >= 6) = P(three or four 8s) = 13/256 > 0.025 -> hi = 6
+    assert common.bootstrap_ci([0.0, 0.0, 0.0, 8.0])["ci95"] == [0.0, 6.0]
+    assert common.bootstrap_ci([5.0, float("nan")]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
+    assert common.bootstrap_ci([]) == {"mean": None, "ci95": None, "n": 0}
+
+
+def test_bootstrap_ci_against_the_exact_bootstrap_distribution():
+    # three seeds 1, 2, 3: a resample is all 1s with probability 1/27 = 3.7% > 2.5%, all 3s likewise, so the 95%
+    # percentile interval of the resampled mean is exactly [1, 3]
+    assert common.bootstrap_ci([1.0, 2.0, 3.0]) == {"mean": 2.0, "ci95": [1.0, 3.0], "n": 3}
+    # the exact bootstrap distribution of the mean of 4 values (4^4 equally likely resamples), its percentiles
+    # (numpy's linear interpolation) vs the Monte Carlo interval with many reps
+    xs = [0.0, 1.0, 4.0, 10.0]
+    exact = np.array([np.mean(c) for c in itertools.product(xs, repeat=4)])
+    lo, hi = np.percentile(exact, [2.5, 97.5])
+    d = common.bootstrap_ci(xs, reps=40000, seed=1)
+    assert (d["mean"], d["n"]) == (3.75, 4)
+    assert abs(d["ci95"][0] - lo) <= 0.25 and abs(d["ci95"][1] - hi) <= 0.25
+    assert common.bootstrap_ci([5.0, float("nan"), None]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
+    assert common.bootstrap_ci([float("nan")]) == {"mean": None, "ci95": None, "n": 0}
+
+
+def test_rotation_rotates_by_one_per_repeat():
+    assert [common.rotation(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert [common.rotation(["x", "y"], r) for r in range(3)] == [["x", "y"], ["y", "x"], ["x", "y"]]
+
+
+def test_run_records_exit_status_output_and_environment(tmp_path):
+    log = str(tmp_path / "ok.log")
+    code = "import os; print(os.environ['WANDB_MODE'], os.environ['OMP_NUM_THREADS'], os.environ['X'])"
+    r = common.run([sys.executable, "-c", code], log=log, threads=1, env={"X": "y"}, nice=1, sample_load=True)
+    assert r["rc"] == 0 and r["command"][:3] == ["nice", "-n", "1"] and r["wall_s"] > 0
+    assert open(log).read() == "disabled 1 y\n"
+    assert r["cpu_s"] > 0 and "foreign_cores" in r and "log_tail" not in r
+    bad = [sys.executable, "-c", "import sys; print('the cause'); sys.exit(3)"]
+    with pytest.raises(common.RunFailed, match="exit status 3") as e:
+        common.run(bad)
+    assert "the cause" in str(e.value)
+    r = common.run(bad, check=False)
+    assert r["rc"] == 3 and r["log_tail"] == "the cause\n"
+
+
+def test_run_watch_sees_the_running_process_and_a_timeout_kills_it():
+    r = common.run([sys.executable, "-c", "import time; time.sleep(0.3)"], watch=lambda p: p.poll() is None)
+    assert r["watch"] is True
+    failures: list = []
+    with pytest.raises(Exception, match="timed out"):
+        common.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert common.run_worker([sys.executable, "-c", "pass"], "w", os.devnull, "/nonexistent.json", 10, failures) is None
+    assert failures == [{"run": "w", "rc": 0, "log_tail": ""}]
+
+
+def write_metrics(run_dir, records, cut: str = "") -> str:
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+        f.write(cut)
+    return str(run_dir)
+
+
+def test_metrics_drops_a_line_cut_by_a_crash_and_filters_by_kind(tmp_path):
+    recs = [{"kind": "iteration", "global_step": 8}, {"kind": "episode", "global_step": 9, "return": 1.0}]
+    d = write_metrics(tmp_path / "run", recs, cut='{"kind": "iteration", "glo')
+    assert common.metrics(d) == recs
+    assert common.metrics(d, "episode") == recs[1:]
+    bad = write_metrics(tmp_path / "bad", [], cut='{"kind": "iter\n{"kind": "episode"}\n')
+    with pytest.raises(Exception, match="only the last line may be cut"):
+        common.metrics(bad)
+
+
+def test_steady_rate_by_hand():
+    its = [{"global_step": 100 * i, "time": t, "time/env_s": 1.0, "time/act_s": 0.5, "time/learn_s": 2.0}
+           for i, t in ((1, 10.0), (2, 13.0), (3, 15.0), (4, 19.0))]
+    # warm-up 1: from the end of iteration 1 (step 100, t 10) to the last (step 400, t 19); iterations 2-4 summed
+    assert common.steady(its) == {"steps": 300, "seconds": 9.0, "sps": 300 / 9.0, "env_s": 3.0, "act_s": 1.5,
+                                  "learn_s": 6.0}
+    assert common.steady(its, warmup=2)["sps"] == 200 / 6.0
+    assert set(common.steady([{"global_step": 1, "time": 0.0}, {"global_step": 3, "time": 1.0}])) == {
+        "steps", "seconds", "sps"}
+    assert math.isnan(common.steady([{"global_step": 1, "time": 0.0}] * 2)["sps"])
