@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 from continual.evaluation.metrics import mean_ci  # noqa: E402
-from continual.training.tracking import read_metrics  # noqa: E402
 
 # (protocol, game) -> (label, value); only numbers we have a source for
 PAPER = "MinAtar paper DQN / AC(0.8), 5M frames, read from its README figures"
@@ -53,9 +52,8 @@ def run_summary(run_dir: str) -> dict | None:
         return None
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
-    records = read_metrics(path)
-    episodes = [(r["global_step"], r["return"]) for r in records if r["kind"] == "episode"]
-    its = [r for r in records if r["kind"] == "iteration"]
+    episodes = [(r["global_step"], r["return"]) for r in common.metrics(run_dir, "episode")]
+    its = common.metrics(run_dir, "iteration")
     if not its or not episodes:
         return None
     total = cfg.get("resolved_total_timesteps") or cfg["total_timesteps"]
