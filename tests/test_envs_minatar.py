@@ -254,3 +254,24 @@ def test_task_id_follows_switches_in_the_workers():
             assert np.array_equal(obs[:, 7:].max(axis=(2, 3)), np.eye(3)[[i, i]]), m
     finally:
         envs.close()
+
+
+def test_minatar_imports_without_its_display_libraries():
+    """minatar's environment module imports seaborn and pyplot (~2 s a process): the backend makes them load on
+    first use; they still work when used, and an import after that gets the real modules."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from continual.envs.backends import make_backend_env
+make_backend_env("MinAtar", "MinAtar/Breakout", "").reset(seed=0)
+print(sorted(m for m in ("seaborn", "scipy.stats", "matplotlib.pyplot") if m in sys.modules))
+import minatar.environment as me
+assert len(me.sns.color_palette("cubehelix", 3)) == 3 and callable(me.plt.figure)
+import seaborn
+import matplotlib.pyplot as plt
+print(seaborn is me.sns._real and plt is me.plt._real and type(seaborn).__name__ == "module")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout + out.stderr

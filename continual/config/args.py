@@ -450,6 +450,15 @@ def sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
 
     src = inspect.getsource(__import__(__name__, fromlist=["Args"]))
     lines = src.splitlines()
+    encoded = [line.encode() for line in lines]  # ast's column offsets count UTF-8 bytes
+
+    def segment(node: ast.AST) -> str:  # ast.get_source_segment re-splits the whole file per call: 0.6 s a startup
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            return encoded[first][node.col_offset:node.end_col_offset].decode()
+        parts = [encoded[first][node.col_offset:], *encoded[first + 1:last], encoded[last][:node.end_col_offset]]
+        return b"\n".join(parts).decode()
+
     cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "Args")
     out: list[tuple[str, list[tuple[str, str, str]]]] = []
     for i, node in enumerate(cls.body):
@@ -460,7 +469,7 @@ def sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
             out.append((comment.strip("#- ").strip(), []))
         nxt = cls.body[i + 1] if i + 1 < len(cls.body) else None
         doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else ""
-        default = ast.get_source_segment(src, node.value) if node.value is not None else ""
+        default = segment(node.value) if node.value is not None else ""
         out[-1][1].append((node.target.id, default, " ".join(doc.split())))
     return out
 

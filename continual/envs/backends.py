@@ -35,6 +35,8 @@ import importlib
 import math
 import os
 import random
+import sys
+import types
 from typing import Any, Optional, Sequence
 
 import gymnasium as gym
@@ -321,6 +323,39 @@ def minatar_module(env_id: str) -> str:
     return MINATAR_GAMES[game]
 
 
+class _OnFirstUse(types.ModuleType):
+    """Stands for a module that is imported on its first attribute access (see `import_minatar`)."""
+
+    def __getattr__(self, attr: str):
+        real = self.__dict__.get("_real")
+        if real is None:
+            real = self.__dict__["_real"] = importlib.import_module(self.__name__)
+        return getattr(real, attr)
+
+
+def import_minatar() -> types.ModuleType:
+    """The `minatar` package. Its `environment` module imports seaborn and pyplot for `display_state` (~2 s a
+    process, scipy.stats under seaborn, in every training run, actor and evaluator): while minatar imports, the ones
+    not imported yet are stand-ins that import them on first use, removed from sys.modules right after, so nothing
+    else ever sees them."""
+    if "minatar" in sys.modules:
+        return sys.modules["minatar"]
+    import matplotlib  # minatar imports matplotlib.colors: cheap
+
+    standins = {name: _OnFirstUse(name) for name in ("seaborn", "matplotlib.pyplot") if name not in sys.modules}
+    sys.modules.update(standins)
+    if "matplotlib.pyplot" in standins:
+        matplotlib.pyplot = standins["matplotlib.pyplot"]
+    try:
+        return importlib.import_module("minatar")
+    finally:
+        for name, module in standins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+        if getattr(matplotlib, "pyplot", None) is standins.get("matplotlib.pyplot"):
+            del matplotlib.pyplot
+
+
 @functools.lru_cache(maxsize=None)
 def minatar_actions(env_id: str) -> tuple[int, ...]:
     """The MinAtar actions an env id's action indices stand for: all 6, or the game's minimal set for a `-v1` id."""
@@ -330,6 +365,7 @@ def minatar_actions(env_id: str) -> tuple[int, ...]:
     if version != "v1":
         raise UserError(f"env_id {env_id!r}: MinAtar ids are MinAtar/<Game> or -v0 (all 6 actions) or -v1 (the "
                         f"game's minimal action set)")
+    import_minatar()
     env = importlib.import_module(f"minatar.environments.{minatar_module(env_id)}").Env(ramping=True)
     return tuple(int(a) for a in env.minimal_action_set())
 
@@ -385,7 +421,7 @@ class MinAtarEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
 
     def __init__(self, env_id: str, modification: str = "", render_mode: Optional[str] = None):
-        from minatar import Environment
+        Environment = import_minatar().Environment
 
         self.env_id = env_id
         self.render_mode = render_mode

@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
-from continual.evaluation import metrics, plots
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
@@ -431,6 +430,8 @@ class ContinualEvaluator(Callback):
     # --- end of run ------------------------------------------------------------------------------------------------
     def _reports(self, session) -> None:
         """metrics.json and plots; a failure here is reported but never loses the finished run."""
+        from continual.evaluation import metrics, plots  # scipy, rliable, matplotlib: ~1 s a startup, used only here
+
         args = session.args
         if args.metrics and self.enabled:
             try:

@@ -66,8 +66,6 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 import tyro
-from rliable import metrics as rl
-from scipy import stats
 
 from continual.config.loading import cli
 from continual.console import print_table
@@ -75,6 +73,18 @@ from continual.errors import UserError
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
 from continual.modstrings import normalize_modification
+
+
+def __getattr__(name: str):
+    """`metrics.rl` (rliable's metrics) and `metrics.stats` (scipy's) on first use: importing them costs a training
+    run ~1 s at startup, and only reports need them."""
+    if name == "rl":
+        from rliable import metrics as rl
+        return rl
+    if name == "stats":
+        from scipy import stats
+        return stats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 METRICS_FILE = "metrics.json"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
@@ -468,6 +478,8 @@ def _write_json(path: str, data: Any) -> None:
 
 def t_quantile_975(df: int) -> float:
     """Two-sided 95% Student-t critical value."""
+    from scipy import stats
+
     return float(stats.t.ppf(0.975, df)) if df >= 1 else float("nan")
 
 
@@ -557,6 +569,8 @@ def robust_aggregate(results: Sequence[dict], configs: Sequence[dict], group_by:
     """Per method and key (final, average): IQM, mean, median and optimality gap (at `gamma`, on normalised scores)
     with stratified-bootstrap 95% CIs; the probability that each method improves on each other one; performance
     profiles."""
+    from rliable import metrics as rl
+
     out: dict = {"reps": reps, "seed": seed, "gamma": gamma, "keys": {}}
     for key in ROBUST_KEYS:
         mats, tasks = score_matrices(results, configs, key, group_by)
