@@ -13,6 +13,7 @@ the load average around every run.
 Workloads (`--workloads`):
   breakout_purejaxrl / spaceinvaders_purejaxrl   configs/minatar_ppo.json: PureJaxRL's MinAtar settings (64 envs x
                                                  128 steps, 4 epochs x 8 minibatches, 64-64 relu actor and critic)
+  breakout_purejaxrl_2threads                    the same with --torch_threads 2 (ours uses 1 for small inputs)
   breakout_default / spaceinvaders_default       PPO's defaults on MinAtar (8 envs x 128, 4 epochs x 4 minibatches,
                                                  MinAtar's CNN)
   cartpole_default                               PPO's defaults on CartPole-v1 (Gymnasium backend)
@@ -42,6 +43,9 @@ MINATAR = ["--backend", "MinAtar"]
 WORKLOADS = {
     "breakout_purejaxrl": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/Breakout"],
     "spaceinvaders_purejaxrl": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/SpaceInvaders"],
+    # the same with 2 torch threads (our default for small observations is 1: --torch_threads)
+    "breakout_purejaxrl_2threads": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/Breakout",
+                                    "--torch_threads", "2"],
     "breakout_default": [*MINATAR, "--env_id", "MinAtar/Breakout"],
     "spaceinvaders_default": [*MINATAR, "--env_id", "MinAtar/SpaceInvaders"],
     "cartpole_default": ["--backend", "Gymnasium", "--env_id", "CartPole-v1"],
@@ -49,7 +53,8 @@ WORKLOADS = {
                      "--num_steps", "5"],
     "impala_breakout": ["--architecture", "IMPALA", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_actors", "2"],
 }
-BATCH = {"breakout_purejaxrl": 8192, "spaceinvaders_purejaxrl": 8192, "a2c_breakout": 80}
+BATCH = {"breakout_purejaxrl": 8192, "breakout_purejaxrl_2threads": 8192, "spaceinvaders_purejaxrl": 8192,
+         "a2c_breakout": 80}
 
 
 def steady_state(run_dir: str, warmup: int) -> dict:
