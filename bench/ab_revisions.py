@@ -55,22 +55,17 @@ def main() -> None:
     args, extra = p.parse_known_args()  # the rest goes to ppo_throughput.py (e.g. --env-id)
     if args.repeats < 1 or args.iterations < 3:
         p.error("--repeats must be >= 1 and --iterations >= 3 (2 warm-up iterations are excluded)")
-    rev = subprocess.run(["git", "rev-parse", "--verify", args.base + "^{commit}"], cwd=ROOT, capture_output=True,
-                         text=True)
-    if rev.returncode != 0:
+    base_sha = common.resolve_revision(args.base)
+    if base_sha is None:
         p.error(f"--base: not a git revision here: {args.base}")
-    base_sha = rev.stdout.strip()
 
     info = common.machine_info()
     common.print_machine(info)
     tmp = tempfile.mkdtemp(prefix="ab_revisions_")
-    base_tree = os.path.join(tmp, "base")
-    subprocess.run(["git", "worktree", "add", "--detach", base_tree, base_sha], cwd=ROOT, check=True,
-                   capture_output=True)
-    trees = {"base": base_tree, "work": ROOT}
     runs: dict[str, list[dict]] = {"base": [], "work": []}
     t0 = time.time()
-    try:
+    with common.revision_tree(base_sha, tmp) as base_tree:
+        trees = {"base": base_tree, "work": ROOT}
         for r in range(args.repeats):
             order = common.rotation(["base", "work"], r)
             for name in order:
@@ -78,8 +73,6 @@ def main() -> None:
                 runs[name].append(run_tree(trees[name], args.kinds, args.iterations, out, extra))
                 print(f"repeat {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in runs[name][-1]["sps"].items())
                       + f" steps/s (load {runs[name][-1]['load_before']})", flush=True)
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, capture_output=True)
 
     summary = {}
     rows = []

@@ -114,6 +114,27 @@ def fmt(x: Optional[float], digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
+# --- another revision of this repository --------------------------------------------------------------------------
+
+
+def resolve_revision(rev: str) -> Optional[str]:
+    """The commit `rev` names in this repository, or None."""
+    out = subprocess.run(["git", "rev-parse", "--verify", rev + "^{commit}"], cwd=REPO_ROOT, capture_output=True,
+                         text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def revision_tree(sha: str, tmp: str):
+    """A detached git worktree of `sha` under `tmp` (the baseline of a same-run A/B), removed afterwards."""
+    tree = os.path.join(tmp, "base")
+    subprocess.run(["git", "worktree", "add", "--detach", tree, sha], cwd=REPO_ROOT, check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO_ROOT, capture_output=True)
+
+
 # --- output -------------------------------------------------------------------------------------------------------
 
 

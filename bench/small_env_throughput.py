@@ -28,6 +28,7 @@ DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -148,20 +149,17 @@ def main() -> None:
     common.print_machine(info)
     tmp = tempfile.mkdtemp(prefix="small_env_")
     trees = {"ours": ROOT}
-    if args.base:
-        rev = subprocess.run(["git", "rev-parse", "--verify", args.base + "^{commit}"], cwd=ROOT, capture_output=True,
-                             text=True)
-        if rev.returncode != 0:
-            p.error(f"--base: not a git revision here: {args.base}")
-        trees["base"] = os.path.join(tmp, "base")
-        subprocess.run(["git", "worktree", "add", "--detach", trees["base"], rev.stdout.strip()], cwd=ROOT,
-                       check=True, capture_output=True)
-    kinds = [(w, t) for w in args.workloads for t in trees]
+    base_sha = common.resolve_revision(args.base) if args.base else None
+    if args.base and base_sha is None:
+        p.error(f"--base: not a git revision here: {args.base}")
+    kinds = [(w, t) for w in args.workloads for t in [*trees, *(["base"] if base_sha else [])]]
     if args.sb3:
         kinds += [(w, "sb3") for w in args.workloads if w.endswith("_purejaxrl")]
     results: dict = {f"{w}/{t}": [] for w, t in kinds}
     t0 = time.time()
-    try:
+    with common.revision_tree(base_sha, tmp) if base_sha else contextlib.nullcontext() as base_tree:
+        if base_tree:
+            trees["base"] = base_tree
         for r in range(args.repeats):
             order = common.rotation(kinds, r)
             for w, t in order:
@@ -176,9 +174,6 @@ def main() -> None:
                 results[f"{w}/{t}"].append(out)
                 shown = f"{out['sps']:.0f} steps/s" if "sps" in out else out["error"]
                 print(f"repeat {r + 1} {w}/{t}: {shown} (load {out['load_before']})", flush=True)
-    finally:
-        if "base" in trees:
-            subprocess.run(["git", "worktree", "remove", "--force", trees["base"]], cwd=ROOT, capture_output=True)
 
     summary, rows = {}, []
     for w in args.workloads:
