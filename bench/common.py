@@ -162,7 +162,7 @@ def train_command(flags: Sequence[str], runs_dir: str, name: str,
 def run(cmd: Sequence[str], *, log: Optional[str] = None, log_mode: str = "w", env: Optional[dict[str, str]] = None,
         nice: Optional[int] = None, threads: Optional[int] = None, timeout: Optional[float] = None,
         cwd: str = REPO_ROOT, sample_load: bool = False, watch: Optional[Callable[[subprocess.Popen], Any]] = None,
-        check: bool = True) -> dict[str, Any]:
+        check: bool = True, expect_rc: int = 0) -> dict[str, Any]:
     """Runs one benchmark process to its end and says what it cost.
 
     `cmd` runs in `cwd` (under `nice -n <nice>`), stdout and stderr to `log` (opened with `log_mode`: "a" appends;
@@ -170,8 +170,8 @@ def run(cmd: Sequence[str], *, log: Optional[str] = None, log_mode: str = "w", e
     `watch(proc)`, if given, runs while the process does (e.g. reading its CPU ticks) and its result is "watch".
     With `sample_load`, a LoadSampler adds "cpu_s" (our process tree's CPU seconds: forkserver children included,
     which RUSAGE_CHILDREN misses) and "foreign_cores" (other processes' load meanwhile).
-    Returns {"command", "rc", "wall_s", "loadavg_start", "loadavg_end", ...}; rc != 0 raises RunFailed with check,
-    else prints the output's tail and returns the record (its "log_tail" set).
+    Returns {"command", "rc", "wall_s", "loadavg_start", "loadavg_end", ...}; an exit status other than `expect_rc`
+    raises RunFailed with check, else prints the output's tail and returns the record (its "log_tail" set).
     """
     cmd = [*(["nice", "-n", str(nice)] if nice is not None else []), *cmd]
     full_env = {**os.environ, "WANDB_MODE": "disabled", **(env or {})}
@@ -197,10 +197,10 @@ def run(cmd: Sequence[str], *, log: Optional[str] = None, log_mode: str = "w", e
             tree = sum(x["ours_cores"] * (x["t"] - x["t0"]) for x in sampler.samples)
             out["cpu_s"] = max(tree, _children_cpu() - ru0)
             out["foreign_cores"] = sampler.summary()["foreign_cores"]
-        if out["rc"] != 0:
+        if out["rc"] != expect_rc:
             lf.seek(start)
             out["log_tail"] = lf.read()[-3000:]
-    if out["rc"] != 0:
+    if out["rc"] != expect_rc:
         if check:
             raise RunFailed(out["rc"], cmd, out["log_tail"])
         print(f"  FAILED: {' '.join(map(str, cmd))}: exit {out['rc']}{f', log {log}' if log else ''}\n"

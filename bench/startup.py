@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-NO_EVAL = ["--eval_every", "0", "--eval_at_switches", "False"]
+NO_EVAL = ["--eval_every", "0"]
 WORKLOADS = {
     "help": (["--help"], 0),
     "bad_flag": (["--backend", "Gymnasium", "--env_id", "CartPole-v1", "--num_envs", "0"], 2),
@@ -40,7 +40,7 @@ def run_one(tree: str, workload: str, tmp: str, tag: str) -> dict:
     flags, expected_rc = WORKLOADS[workload]
     cmd = (common.train_command(flags, os.path.join(tmp, "runs"), tag) if expected_rc == 0 and "--help" not in flags
            else [sys.executable, "continual_training_example.py", *flags])
-    out = common.run(cmd, cwd=tree, check=False, sample_load=True)
+    out = common.run(cmd, cwd=tree, check=False, sample_load=True, expect_rc=expected_rc)
     if out["rc"] != expected_rc:
         return {"error": f"exit {out['rc']} (expected {expected_rc})", "load_before": out["loadavg_start"]}
     return {"cpu_s": out["cpu_s"], "wall_s": out["wall_s"], "load_before": out["loadavg_start"]}

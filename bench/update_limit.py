@@ -1,14 +1,17 @@
 """Benchmark: the compute limit of PPO's update, float32 against --bf16 (bfloat16 autocast of the forward pass).
 
-The update alone: CleanRL's 4 epochs x 4 minibatches over a stored rollout of 8 envs x 128 steps (uint8 frames),
-with the network and loss of `agents.ppo` (the clipped surrogate, clipped value loss and entropy, gradient clipping,
-Adam). Its steps/s (rollout size / update seconds) is what a PPO run could reach if acting and env stepping were
+The update alone: 4 epochs over a stored rollout (`--games`: CleanRL's 4 x 4 minibatches of 8 envs x 128 steps on
+Freeway frames or MinAtar grids; `minatar_purejaxrl`: PureJaxRL's MinAtar settings, 8 minibatches of 64 envs x 128
+with separate 64-64 MLPs), with the network and loss of `agents.ppo` (the clipped surrogate, clipped value loss and
+entropy, gradient clipping, foreach Adam). Its steps/s (rollout size / update seconds) is what a PPO run could reach if acting and env stepping were
 free: the run's steps/s over this number is its share of the compute limit.
 
-Same process, the modes alternate round-robin (the order rotates every repeat); medians with min/max. Also checks
-that one bf16 update lands close to the float32 one from the same weights (relative weight-change difference).
+Same process, the modes (precision x torch thread count) alternate round-robin (the order rotates every repeat);
+medians with min/max. With both precisions, also checks that one bf16 update lands close to the float32 one from
+the same weights (relative weight-change difference).
 
 Run from the repository root:  python bench/update_limit.py [--repeats 5] [--json bench/results/update_limit.json]
+    python bench/update_limit.py --games minatar_purejaxrl --precisions float32 --threads 1,2 --repeats 5
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ import torch.nn as nn  # noqa: E402
 
 from agents.ppo import Agent  # noqa: E402
 
-SHAPES = {"freeway": ((4, 84, 84), 18), "minatar": ((7, 10, 10), 6)}
+# workload: observation shape, actions, network, rollout size, minibatches, clip coefficient
+WORKLOADS = {
+    "freeway": ((4, 84, 84), 18, "default", 1024, 4, 0.1),  # PPO's Atari defaults, 8 envs x 128
+    "minatar": ((7, 10, 10), 6, "default", 1024, 4, 0.1),  # the same on MinAtar's grid with its small CNN
+    # PureJaxRL's MinAtar settings (configs/minatar_ppo.json): Breakout's 4 channels, 64 envs x 128, 8 minibatches,
+    # separate 64-64 actor and critic MLPs
+    "minatar_purejaxrl": ((4, 10, 10), 3, "mlp", 8192, 8, 0.2),
+}
 
 
 def rollout(obs_shape, n_actions, n: int, gen: torch.Generator):
@@ -38,7 +48,8 @@ def rollout(obs_shape, n_actions, n: int, gen: torch.Generator):
                 returns=torch.randn(n, generator=gen), values=torch.randn(n, generator=gen))
 
 
-def update(agent: Agent, opt, b: dict, bf16: bool, epochs: int = 4, minibatches: int = 4, seed: int = 0) -> None:
+def update(agent: Agent, opt, b: dict, bf16: bool, epochs: int = 4, minibatches: int = 4, seed: int = 0,
+           clip: float = 0.1) -> None:
     n = len(b["actions"])
     rng = np.random.default_rng(seed)
     mb = n // minibatches
@@ -51,9 +62,9 @@ def update(agent: Agent, opt, b: dict, bf16: bool, epochs: int = 4, minibatches:
             ratio = (logp - b["logprobs"][i]).exp()
             adv = b["advantages"][i]
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            pg = torch.max(-adv * ratio, -adv * ratio.clamp(0.9, 1.1)).mean()
+            pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
             v = v.view(-1)
-            vc = b["values"][i] + (v - b["values"][i]).clamp(-0.1, 0.1)
+            vc = b["values"][i] + (v - b["values"][i]).clamp(-clip, clip)
             vl = 0.5 * torch.max((v - b["returns"][i]) ** 2, (vc - b["returns"][i]) ** 2).mean()
             loss = pg - 0.01 * ent.mean() + 0.5 * vl
             opt.zero_grad()
@@ -65,50 +76,65 @@ def update(agent: Agent, opt, b: dict, bf16: bool, epochs: int = 4, minibatches:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--games", default="freeway,minatar")
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--games", default="freeway,minatar", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    p.add_argument("--threads", default=str(torch.get_num_threads()),
+                   help="torch intra-op thread counts, comma-separated: each is a mode of the round-robin")
+    p.add_argument("--precisions", default="float32,bf16", help="float32 and/or bf16 (comma-separated)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    results = {"machine": common.machine_info(), "threads": a.threads, "games": {}}
-    for game in a.games.split(","):
-        obs_shape, n_actions = SHAPES[game]
-        b = rollout(obs_shape, n_actions, 1024, torch.Generator().manual_seed(0))
+    threads = [int(t) for t in a.threads.split(",")]
+    precisions = a.precisions.split(",")
+    games = a.games.split(",")
+    if any(g not in WORKLOADS for g in games) or any(x not in ("float32", "bf16") for x in precisions) or \
+            any(t < 1 for t in threads):
+        p.error(f"--games of {', '.join(WORKLOADS)}; --precisions float32/bf16; --threads >= 1")
+    modes = [f"{x}/{t}t" for x in precisions for t in threads]
+    results = {"machine": common.machine_info(), "threads": threads, "games": {}}
+    for game in games:
+        obs_shape, n_actions, network, n, minibatches, clip = WORKLOADS[game]
+        b = rollout(obs_shape, n_actions, n, torch.Generator().manual_seed(0))
+        scale = 1 / 255 if obs_shape[1] > 36 else 1.0
+
+        def make() -> Agent:
+            return Agent(obs_shape, n_actions, obs_scale=scale, network=network)
+
         torch.manual_seed(0)
-        base = Agent(obs_shape, n_actions, obs_scale=1 / 255 if game == "freeway" else 1.0)
-        # closeness: one update from the same weights in each mode
+        base = make()
         moved = {}
-        for bf16 in (False, True):
-            agent = Agent(obs_shape, n_actions, obs_scale=base.obs_scale)
-            agent.load_state_dict(base.state_dict())
-            update(agent, torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5), b, bf16)
-            moved[bf16] = torch.cat([(p1 - p0).detach().flatten() for p1, p0 in zip(agent.parameters(), base.parameters())])
-        rel = float((moved[True] - moved[False]).norm() / moved[False].norm().detach())
-        times: dict[str, list[float]] = {"float32": [], "bf16": []}
+        if "bf16" in precisions and "float32" in precisions:  # closeness: one update from the same weights each
+            for bf16 in (False, True):
+                agent = make()
+                agent.load_state_dict(base.state_dict())
+                update(agent, torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5), b, bf16,
+                       minibatches=minibatches, clip=clip)
+                moved[bf16] = torch.cat([(p1 - p0).detach().flatten()
+                                         for p1, p0 in zip(agent.parameters(), base.parameters())])
+        rel = float((moved[True] - moved[False]).norm() / moved[False].norm()) if moved else None
+        times: dict[str, list[float]] = {m: [] for m in modes}
         loads = []
         for r in range(a.repeats):
-            order = common.rotation(["float32", "bf16"], r)
-            for mode in order:
-                agent = Agent(obs_shape, n_actions, obs_scale=base.obs_scale)
-                opt = torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5)
-                update(agent, opt, b, mode == "bf16", epochs=1)  # warm-up (oneDNN primitive caches)
-                t = time.perf_counter()
-                update(agent, opt, b, mode == "bf16", seed=r)
-                times[mode].append(time.perf_counter() - t)
+            for mode in common.rotation(modes, r):
+                precision, t = mode.split("/")
+                torch.set_num_threads(int(t[:-1]))
+                agent = make()
+                opt = torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5, foreach=True)
+                update(agent, opt, b, precision == "bf16", epochs=1, minibatches=minibatches, clip=clip)  # warm-up
+                start = time.perf_counter()
+                update(agent, opt, b, precision == "bf16", minibatches=minibatches, seed=r, clip=clip)
+                times[mode].append(time.perf_counter() - start)
             loads.append(common.loadavg())
         row = {m: {"median_s": common.median(ts), "min_s": min(ts), "max_s": max(ts),
-                   "steps_per_s": 1024 / common.median(ts)} for m, ts in times.items()}
-        row["bf16_speedup"] = common.ratio(row["float32"]["median_s"], row["bf16"]["median_s"])
+                   "steps_per_s": n / common.median(ts)} for m, ts in times.items()}
         row["bf16_rel_update_diff"] = rel
         row["loadavg"] = loads
         results["games"][game] = row
-        common.print_table(f"PPO update of 1024 samples, 4 epochs x 4 minibatches ({game}, {a.threads} threads)",
+        common.print_table(f"PPO update of {n} samples, 4 epochs x {minibatches} minibatches ({game})",
                            ["mode", "median s", "min", "max", "steps/s (compute limit)"],
                            [[m, common.fmt(row[m]["median_s"], 3), common.fmt(row[m]["min_s"], 3),
-                             common.fmt(row[m]["max_s"], 3), common.fmt(row[m]["steps_per_s"])]
-                            for m in ("float32", "bf16")])
-        print(f"bf16 speed-up {row['bf16_speedup']:.2f}x; one update's weight change differs by {rel:.3f} "
-              f"(relative L2) from float32's; load {loads[-1]}")
+                             common.fmt(row[m]["max_s"], 3), common.fmt(row[m]["steps_per_s"])] for m in modes])
+        if rel is not None:
+            print(f"one bf16 update's weight change differs by {rel:.3f} (relative L2) from float32's")
+        print(f"load {loads[-1]}")
     if a.json:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as f:
