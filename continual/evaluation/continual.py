@@ -429,12 +429,13 @@ class ContinualEvaluator(Callback):
 
     # --- end of run ------------------------------------------------------------------------------------------------
     def _reports(self, session) -> None:
-        """metrics.json and plots; a failure here is reported but never loses the finished run."""
-        from continual.evaluation import metrics, plots  # scipy, rliable, matplotlib: ~1 s a startup, used only here
-
+        """metrics.json and plots; a failure here is reported but never loses the finished run. Their modules load
+        here, when asked for (scipy, rliable, matplotlib: ~1 s of every process otherwise)."""
         args = session.args
         if args.metrics and self.enabled:
             try:
+                from continual.evaluation import metrics
+
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
                 session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
@@ -444,6 +445,8 @@ class ContinualEvaluator(Callback):
                 print(f"warning: metrics.json could not be written:{_why(e)}", file=sys.stderr)
         if args.plots:
             try:
+                from continual.evaluation import plots
+
                 paths = plots.plot_run(session.run_dir)
                 print(f"plots: {', '.join(paths)}")
                 wandb_run = session.logger.wandb_run
