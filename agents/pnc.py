@@ -91,7 +91,7 @@ class PNCAgent(nn.Module):
         layers = [(f"network_{i}", m) for i, m in enumerate(self.active.network) if isinstance(m, (nn.Linear, nn.Conv2d))]
         layers += [("actor", self.active.actor), ("critic", self.active.critic)]
         self.adaptors = nn.ModuleDict({name: adaptor(m) for name, m in layers[1:]})  # not the first layer
-        if len(self.obs_shape) == 3:
+        if networks.channels_last(self.obs_shape):
             self.adaptors.to(memory_format=torch.channels_last)  # as networks.Agent's convolutions
 
     # --- the KB column: evaluation's policy ------------------------------------------------------------------------

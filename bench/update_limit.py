@@ -6,12 +6,13 @@ with separate 64-64 MLPs), with the network and loss of `agents.ppo` (the clippe
 entropy, gradient clipping, foreach Adam). Its steps/s (rollout size / update seconds) is what a PPO run could reach if acting and env stepping were
 free: the run's steps/s over this number is its share of the compute limit.
 
-Same process, the modes (precision x torch thread count) alternate round-robin (the order rotates every repeat);
+Same process, the modes (precision x torch thread count x the convolutions' memory layout) alternate round-robin (the order rotates every repeat);
 medians with min/max. With both precisions, also checks that one bf16 update lands close to the float32 one from
 the same weights (relative weight-change difference).
 
 Run from the repository root:  python bench/update_limit.py [--repeats 5] [--json bench/results/update_limit.json]
     python bench/update_limit.py --games minatar_purejaxrl --precisions float32 --threads 1,2 --repeats 5
+    python bench/update_limit.py --games minatar --precisions float32 --threads 1 --layouts channels_last,contiguous
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ WORKLOADS = {
     # separate 64-64 actor and critic MLPs
     "minatar_purejaxrl": ((4, 10, 10), 3, "mlp", 8192, 8, 0.2),
 }
+
+
+LAYOUTS = ("agent", "channels_last", "contiguous")
 
 
 def rollout(obs_shape, n_actions, n: int, gen: torch.Generator):
@@ -80,23 +84,33 @@ def main() -> None:
     p.add_argument("--threads", default=str(torch.get_num_threads()),
                    help="torch intra-op thread counts, comma-separated: each is a mode of the round-robin")
     p.add_argument("--precisions", default="float32,bf16", help="float32 and/or bf16 (comma-separated)")
+    p.add_argument("--layouts", default="agent",
+                   help="the convolutions' memory layout, comma-separated: agent (the network's own choice), "
+                        "channels_last, contiguous")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     precisions = a.precisions.split(",")
+    layouts = a.layouts.split(",")
     games = a.games.split(",")
     if any(g not in WORKLOADS for g in games) or any(x not in ("float32", "bf16") for x in precisions) or \
-            any(t < 1 for t in threads):
-        p.error(f"--games of {', '.join(WORKLOADS)}; --precisions float32/bf16; --threads >= 1")
-    modes = [f"{x}/{t}t" for x in precisions for t in threads]
+            any(t < 1 for t in threads) or any(x not in LAYOUTS for x in layouts):
+        p.error(f"--games of {', '.join(WORKLOADS)}; --precisions float32/bf16; --threads >= 1; --layouts of "
+                f"{', '.join(LAYOUTS)}")
+    modes = [f"{x}/{t}t/{lay}" for x in precisions for t in threads for lay in layouts]
     results = {"machine": common.machine_info(), "threads": threads, "games": {}}
     for game in games:
         obs_shape, n_actions, network, n, minibatches, clip = WORKLOADS[game]
         b = rollout(obs_shape, n_actions, n, torch.Generator().manual_seed(0))
         scale = 1 / 255 if obs_shape[1] > 36 else 1.0
 
-        def make() -> Agent:
-            return Agent(obs_shape, n_actions, obs_scale=scale, network=network)
+        def make(layout: str = "agent") -> Agent:
+            agent = Agent(obs_shape, n_actions, obs_scale=scale, network=network)
+            if layout != "agent":  # weights and input in the layout asked for, whatever the agent's own choice
+                fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+                agent.to(memory_format=fmt)
+                agent.scaled_input = lambda x: x.to(dtype=torch.float32, memory_format=fmt, copy=True) * scale
+            return agent
 
         torch.manual_seed(0)
         base = make()
@@ -114,9 +128,9 @@ def main() -> None:
         loads = []
         for r in range(a.repeats):
             for mode in common.rotation(modes, r):
-                precision, t = mode.split("/")
+                precision, t, layout = mode.split("/")
                 torch.set_num_threads(int(t[:-1]))
-                agent = make()
+                agent = make(layout)
                 opt = torch.optim.Adam(agent.parameters(), 2.5e-4, eps=1e-5, foreach=True)
                 update(agent, opt, b, precision == "bf16", epochs=1, minibatches=minibatches, clip=clip)  # warm-up
                 start = time.perf_counter()

@@ -81,6 +81,9 @@ def apply_network_options(agent: nn.Module, args, orthogonal: bool = True) -> nn
         return agent
     mods = list(agent.network)
     weights = _weight_layers(agent.network)
+    # the layout the agent chose for its convolutions (channels-last for pixel images) is kept for the new layers
+    keep_channels_last = any(isinstance(m, nn.Conv2d) and not m.weight.is_contiguous()
+                             and m.weight.is_contiguous(memory_format=torch.channels_last) for m in mods)
     out: list[nn.Module] = []
     widen_next = False
     for i, m in enumerate(mods):
@@ -99,6 +102,6 @@ def apply_network_options(agent: nn.Module, args, orthogonal: bool = True) -> nn
             head = getattr(agent, name, None)
             if isinstance(head, nn.Linear):
                 setattr(agent, name, _widened(head, orthogonal))
-    if any(isinstance(m, nn.Conv2d) for m in agent.network) and orthogonal:
-        agent.to(memory_format=torch.channels_last)  # as ppo.Agent keeps its convolutions
+    if keep_channels_last:
+        agent.to(memory_format=torch.channels_last)
     return agent
