@@ -234,6 +234,25 @@ def active_column(run: M.RunData, normalizer: M.Normalizer, tail: float = 0.1) -
     return out
 
 
+def heldout_table(results: dict[str, list[dict]], reps: int = 2000, seed: int = 0) -> dict[str, dict]:
+    """method -> {final, average} over the held-out tasks (evaluated, never trained: CORA's paired evaluation tasks,
+    `--eval_modifs`): mean over the runs x held-out tasks matrix with its stratified-bootstrap 95% CI, and per task
+    the mean over runs. Empty without held-out tasks."""
+    out: dict[str, dict] = {}
+    for method, rs in results.items():
+        tasks = [t for t, d in rs[0]["regimes"].items() if d.get("heldout")
+                 and all(t in r["regimes"] for r in rs)] if rs else []
+        if not tasks:
+            continue
+        out[method] = {"tasks": tasks}
+        for key in ("final", "average"):
+            mat = np.array([[r["regimes"][t][key] for t in tasks] for r in rs], dtype=np.float64)
+            lo, hi = M.stratified_bootstrap(mat, M.rl.aggregate_mean, reps, seed)
+            out[method][key] = {"mean": float(mat.mean()), "ci95": [lo, hi], "runs": len(rs),
+                                "per_task": dict(zip(tasks, mat.mean(axis=0).tolist()))}
+    return out
+
+
 def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tail: float = 0.1) -> dict:
     runs, refs, unfinished = load_folder(folder)
     if not runs:
@@ -260,7 +279,7 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
         "folder": os.path.abspath(folder), "normalize": normalize, "reps": reps,
         "scale": {t: norm.abs_max.get(t) for t in all_runs[0].regimes},
         "unfinished": unfinished, "references": {k: [r.run_dir for r in v] for k, v in refs.items()},
-        "table": table, "lambda_sweeps": sweeps,
+        "table": table, "lambda_sweeps": sweeps, "heldout": heldout_table(results, reps),
         "improvement": improvements(results, runs, pairs, reps),
         "learned": learned_check(runs, refs),
         "pnc": pnc,
@@ -307,6 +326,14 @@ def markdown(rep: dict) -> str:
         for base, s in rep["lambda_sweeps"].items():
             vals = ", ".join(f"lambda {v}: {p:.3f}" for v, p in s["values"].items())
             lines.append(f"- {base}: {vals} -> **{s['chosen']}**")
+    if rep.get("heldout"):
+        tasks = next(iter(rep["heldout"].values()))["tasks"]
+        lines += ["", "## Held-out tasks (evaluated, never trained), normalised scores", "",
+                  "| method | runs | final, mean [95% CI] | time-average, mean [95% CI] | "
+                  + " | ".join(f"final: {_task(t)}" for t in tasks) + " |", "|---|---|---|---|" + "---|" * len(tasks)]
+        for m, row in rep["heldout"].items():
+            lines.append(f"| {m} | {row['final']['runs']} | {_cell(row['final'])} | {_cell(row['average'])} | "
+                         + " | ".join(f"{row['final']['per_task'].get(t, float('nan')):.3f}" for t in tasks) + " |")
     lines += ["", "## Probability of improvement (X > Y; forgetting: X forgets less), [95% bootstrap CI]", "",
               "| X > Y | P(T) | forgetting (CORA isolated) | forgetting (CW, tasks not trained last) |", "|---|---|---|---|"]
     for pair, row in rep["improvement"].items():

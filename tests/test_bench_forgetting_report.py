@@ -174,3 +174,23 @@ def test_report_on_a_tiny_folder_of_real_runs(tmp_path):
     assert rep["learned"]["PPO"][SI]["reference_runs"] == 1
     assert len(rep["pnc"]["PNC"][0]) == 4 and all(v["kb"] is not None for v in rep["pnc"]["PNC"][0])
     assert "PNC > IMPALA" not in rep["improvement"]  # no IMPALA runs: no pair
+
+
+def test_heldout_table_by_hand():
+    """Held-out tasks (eval_modifs, never trained) get their own cells: the mean over runs x held-out tasks of
+    final and time-average scores; trained tasks stay out of it, and a method without held-out tasks is absent."""
+    def run(final_a, final_b, avg_a, avg_b):
+        return {"regimes": {"train": {"heldout": False, "final": 9.0, "average": 9.0},
+                            "A": {"heldout": True, "final": final_a, "average": avg_a},
+                            "B": {"heldout": True, "final": final_b, "average": avg_b}}}
+
+    results = {"m": [run(0.2, 0.6, 0.1, 0.3), run(0.4, 1.0, 0.5, 0.7)],
+               "no_heldout": [{"regimes": {"train": {"heldout": False, "final": 1.0, "average": 1.0}}}]}
+    table = R.heldout_table(results, reps=200)
+    assert list(table) == ["m"] and table["m"]["tasks"] == ["A", "B"]
+    assert table["m"]["final"]["mean"] == pytest.approx((0.2 + 0.6 + 0.4 + 1.0) / 4)
+    assert table["m"]["average"]["mean"] == pytest.approx((0.1 + 0.3 + 0.5 + 0.7) / 4)
+    assert table["m"]["final"]["per_task"] == pytest.approx({"A": 0.3, "B": 0.8})
+    lo, hi = table["m"]["final"]["ci95"]
+    # runs resampled within each task: the extremes are both runs' low values and both runs' high values
+    assert (0.2 + 0.6) / 2 - 1e-12 <= lo <= hi <= (0.4 + 1.0) / 2 + 1e-12
