@@ -35,6 +35,7 @@ from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, exit_on_
 from continual.modstrings import parse_eval_modifs
 from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS
 from continual.training import checkpoint as ckpt_lib
+from continual.training.provenance import code_revision
 from continual.training.session import RunSession
 from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
 
@@ -386,7 +387,8 @@ def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict],
         run_dir = create_run_dir(args.runs_dir, args.run_name)
     config = {**args_to_dict(args), "modification_factory": curriculum.factory,
               "modification_factory_kwargs": curriculum.kwargs, "resolved_total_timesteps": total,
-              "possible_modifications": regimes, "library_version": ckpt_lib.LIBRARY_VERSION}
+              "possible_modifications": regimes, "library_version": ckpt_lib.LIBRARY_VERSION,
+              "code_revision": code_revision()}
     if resume_state is None:
         write_json(os.path.join(run_dir, "config.json"), config)
     np_rng = seed_everything(args.seed, args.torch_deterministic)
@@ -397,6 +399,9 @@ def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict],
                        resume_step=resume_state["global_step"] if resume_state else None,
                        resume_modification=resume_state["modification"] if resume_state else None,
                        wandb_id=resume_state.get("wandb_id") if resume_state else None)
+    # every start, resumes too: which code produced the steps from here on
+    logger.record("start", resume_state["global_step"] if resume_state else 0, resumed=resume_state is not None,
+                  code_revision=config["code_revision"], library_version=ckpt_lib.LIBRARY_VERSION)
     print(f"run directory: {run_dir}")
     note = rounding_note(args, factory, granularity, total)
     if note:
