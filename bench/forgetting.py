@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -222,7 +223,8 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
             ax.plot(x, y, color=colors[method], lw=1.8, marker="o", ms=2.5, label=f"{method} (n={c['n']})")
             ax.fill_between(x, y - h, y + h, color=colors[method], alpha=0.15, lw=0)
         scale = agg["scale"].get(task)
-        ax.set_title(f"{task.replace('env=MinAtar/', '')} (1 = return {scale:g})" if scale else task, fontsize=11)
+        name = re.sub(r"^env=(MinAtar/|MiniHack-)?", "", task)
+        ax.set_title(f"{name} (1 = return {scale:g})" if scale else name, fontsize=11)
         ax.set_xlabel("agent steps (grey: this task trained)")
         ax.xaxis.set_major_formatter(STEPS)
         ax.grid(alpha=0.25)

@@ -305,7 +305,8 @@ def _cell(d: Optional[dict], digits: int = 3) -> str:
 
 
 def _task(t: str) -> str:
-    return t.replace("env=MinAtar/", "")
+    """A task as tables and titles show it: the env id without `env=` and its backend's prefix."""
+    return re.sub(r"^env=(MinAtar/|MiniHack-)?", "", t)
 
 
 def markdown(rep: dict) -> str:
@@ -334,8 +335,10 @@ def markdown(rep: dict) -> str:
         for m, row in rep["heldout"].items():
             lines.append(f"| {m} | {row['final']['runs']} | {_cell(row['final'])} | {_cell(row['average'])} | "
                          + " | ".join(f"{row['final']['per_task'].get(t, float('nan')):.3f}" for t in tasks) + " |")
-    lines += ["", "## Probability of improvement (X > Y; forgetting: X forgets less), [95% bootstrap CI]", "",
-              "| X > Y | P(T) | forgetting (CORA isolated) | forgetting (CW, tasks not trained last) |", "|---|---|---|---|"]
+    if rep["improvement"]:
+        lines += ["", "## Probability of improvement (X > Y; forgetting: X forgets less), [95% bootstrap CI]", "",
+                  "| X > Y | P(T) | forgetting (CORA isolated) | forgetting (CW, tasks not trained last) |",
+                  "|---|---|---|---|"]
     for pair, row in rep["improvement"].items():
         lines.append(f"| {pair} | " + " | ".join(_cell(row.get(k), 2) for k in ("final", "forgetting_isolated",
                                                                                "forgetting_cw")) + " |")
@@ -414,7 +417,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     with open(os.path.join(a.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(md)
     atomic_write_json(os.path.join(a.out, "report.json"), rep, default=lambda x: None)
-    title = "MinAtar " + " -> ".join(_task(v[0]) for v in rep["visits"])
+    title = " -> ".join(_task(v[0]) for v in rep["visits"])
     F.plot_curves(rep, os.path.join(a.out, "curves.png"), title)
     F.plot_comparison(rep, os.path.join(a.out, "comparison.png"), title)
     plot_improvement(rep, os.path.join(a.out, "improvement.png"))
