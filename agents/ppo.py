@@ -213,8 +213,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # ReDo, L2, resets, ...
         ewc = install_ewc(session, agent, policy_head, agent.continuous, ewc_batch_loss(args))  # --ewc: None without
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
-        # --compile: the update's forward pass (and so its backward) as compiled graphs; the rollout stays eager
-        update_forward = torch.compile(agent.get_action_and_value) if args.compile else agent.get_action_and_value
 
         her = [HerExtension(args, envs.single_observation_space, device, session.np_rng)] if args.her else []
         ext = Extensions([*her, *make_extensions(agent)], device)
@@ -332,7 +330,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     mb_obs, mb_inputs, mb_weights = ext.minibatch(batch, mb_inds)  # HER: goals, IS weights
 
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                        _, newlogprob, entropy, newvalue = update_forward(mb_obs, b_actions[mb_inds], **mb_inputs)
+                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
+                                                                                      **mb_inputs)
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 

@@ -1,11 +1,12 @@
-"""Benchmark: does --bf16 (bfloat16 autocast of PPO's update) or --compile (the update compiled by torch.compile)
-change learning? Same seeds, the default update vs the variant (`--variant bf16|compile`).
+"""Benchmark: does --bf16 (bfloat16 autocast of PPO's update) change learning? Same seeds, the default update vs
+the variant (`--variant bf16`; its `compile` variant went with --compile in issue 31, its runs are in
+bench/results/compile_learning*.json).
 
 PPO on MinAtar Breakout (MinAtar's small CNN; --tasks CartPole adds the MLP case), each seed trained twice (float32,
 then with the variant's flag) with everything else equal; the final return is the mean of the last 20 finished games
 of each run. Runs one at a time in subprocesses (resumable: a run whose directory has a final checkpoint is read, not retrained).
 
-Run from the repository root:  python bench/bf16_learning.py [--variant compile] [--seeds 1,2] [--json ...]
+Run from the repository root:  python bench/bf16_learning.py [--seeds 1,2] [--json ...]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ TASKS = {
 }
 
 
-VARIANTS = {"fp32": [], "bf16": ["--bf16"], "compile": ["--compile"]}
+VARIANTS = {"fp32": [], "bf16": ["--bf16"]}
 
 
 def run(task: str, seed: int, variant: str, out_dir: str) -> dict:
@@ -54,7 +55,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="1,2")
     p.add_argument("--tasks", default="Breakout")
-    p.add_argument("--variant", default="bf16", choices=["bf16", "compile"])
+    p.add_argument("--variant", default="bf16", choices=["bf16"])
     p.add_argument("--out", default=os.path.join(common.REPO_ROOT, "bench", "out", "bf16_learning"))
     p.add_argument("--json", default=None)
     a = p.parse_args()

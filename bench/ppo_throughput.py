@@ -7,7 +7,6 @@
 (c) where the time goes: per-iteration env / act / learn seconds (ours: from metrics.jsonl; SB3: a timing callback
     and a timing VecEnv wrapper).
 (d) (`--kinds ours ours_t1`) our PPO with torch threads 1 (the env workers get the other core).
-(e) (issue 18, `--kinds ours ours_compile ours_bf16 ours_compile_bf16 sb3`) our PPO with `--compile`.
 
 Every training run is a fresh subprocess; the three kinds run round-robin (the order rotates every repeat).
 Steady-state steps/s = steps of the iterations after the first `--warmup` ones / time between the end of iteration
@@ -35,17 +34,12 @@ KINDS = ("ours", "sb3", "ours_switch")
 EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
 # *_t1: torch threads 1 in our process (the env workers get the other core), whatever --torch-threads says
 GROUP_KINDS = ("ours_t1",)
-# --compile (issue 18): the update's forward and backward compiled by torch.compile (compiled in the first update,
-# inside the warmup iterations; its cost shows in "median wall s (incl. startup)")
-COMPILE_KINDS = ("ours_compile", "ours_compile_bf16")
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
           "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
           "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)",
-          "ours_t1": "ours, 1 thread",
-          "ours_compile": "ours --compile", "ours_compile_bf16": "ours --compile --bf16"}
+          "ours_t1": "ours, 1 thread"}
 # our worker's flags per kind
-OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_t1": [],
-              "ours_compile": ["--compile"], "ours_compile_bf16": ["--compile", "--bf16"]}
+OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_t1": []}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -329,8 +323,7 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
         out["switch_vs_noswitch"]["other_s_switch_iterations_median"] = common.median(sw_other)
         out["switch_vs_noswitch"]["other_s_plain_iterations_median"] = common.median(plain_other)
     pairs = [("ours_passive", "ours"), ("sb3_passive", "sb3"), ("ours_passive", "sb3_passive"),
-             ("ours_switch_passive", "ours_passive"), ("ours_t1", "ours"), ("ours_compile", "ours"), ("ours_compile", "sb3"),
-             ("ours_compile_bf16", "ours_bf16"), ("ours_compile_bf16", "sb3")]
+             ("ours_switch_passive", "ours_passive"), ("ours_t1", "ours")]
     out["diagnostic_ratios"] = {f"{a} / {b}": {"ratio_of_medians": common.ratio(med[a], med[b]),
                                                "median_paired_ratio": paired(a, b)}
                                 for a, b in pairs if a in med and b in med}
@@ -423,7 +416,7 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--warmup", type=int, default=2, help="first iterations excluded from steady-state steps/s")
-    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + GROUP_KINDS + COMPILE_KINDS, default=list(KINDS),
+    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + GROUP_KINDS, default=list(KINDS),
                    help="run kinds to compare (the *_passive kinds set OMP_WAIT_POLICY=PASSIVE for that run)")
     p.add_argument("--modification", default="all_green_cars", help="the regime alternated with '' in switch runs")
     p.add_argument("--switch-every", type=int, default=2, help="iterations between switches in switch runs")
@@ -444,7 +437,7 @@ def main() -> None:
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch threads of every run (ours: --torch_threads; SB3: torch.set_num_threads); default: "
                         "each program's own default")
-    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + GROUP_KINDS + COMPILE_KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + GROUP_KINDS, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     p.add_argument("--run-name", help=argparse.SUPPRESS)

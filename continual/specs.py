@@ -19,7 +19,6 @@ from continual.io import between_markers, update_between_markers
 
 # features an agent may support (validation names the flag that needs one)
 BF16 = "bf16"                    # --bf16: the update's forward pass under bfloat16 autocast
-COMPILE = "compile"              # --compile: torch.compile of the update's forward pass
 HER = "her"                      # --her: goal-conditioned policy with relabelled samples
 BOX_ACTIONS = "box_actions"      # continuous (Box) action spaces
 NORM_OBS = "norm_obs"            # --norm_obs: running observation standardisation
@@ -34,7 +33,7 @@ ACTORS = "actors"                # --num_actors processes share --num_envs envs 
 CLEAR_REPLAY = "clear_replay"    # a replay buffer of --clear_buffer_frames under <run>/replay (disk checked first)
 NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases)
 
-FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
+FEATURES = (BF16, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
             SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES)
 
 
@@ -75,7 +74,7 @@ _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}
 
 SPECS: dict[str, AgentSpec] = {s.name: s for s in (
     AgentSpec("PPO", "agents.ppo", "CleanRL's ppo_atari (Args' defaults are its values)",
-              features=_PPO_FEATURES | {COMPILE, MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
+              features=_PPO_FEATURES | {MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
     AgentSpec("PPO_CBP", "agents.ppo_cbp", "PPO with continual backpropagation (Dohare et al. 2024)",
               features=_PPO_FEATURES),
     AgentSpec("IMPALA", "agents.impala", "IMPALA with V-trace, actor processes and a learner (TorchBeast)",

@@ -18,7 +18,7 @@ import torch
 
 import eval as eval_script
 from agents import a2c
-from conftest import ROOT, assert_resume_matches, run_script
+from conftest import ROOT, assert_resume_matches, run_script, write_config
 from continual.config.loading import args_from_dict
 from continual.training.startup import seed_everything
 from continual.training.tracking import read_metrics
@@ -75,8 +75,7 @@ CORRIDOR = {
 
 
 def _train(tmp_path, *flags: str, name: str = "full") -> str:
-    cfg = tmp_path / f"{name}.json"
-    cfg.write_text(json.dumps(CORRIDOR))
+    cfg = write_config(tmp_path, CORRIDOR, f"{name}.json")
     runs = str(tmp_path / "runs")
     a2c.main(["--config", str(cfg), "--runs_dir", runs, "--run_name", name, "--no-progress-bar", "--no-cuda",
               "--checkpoint_minutes", "0", "--no-metrics", *flags])
@@ -90,8 +89,7 @@ def test_one_update_is_the_a2c_loss_step(tmp_path):
                                                          "num_total_steps": 20, "switching_thresholds": []},
             "modification_factory": "SequentialModificationFactory"}
     data["modification_factory_kwargs"]["modifications"] = [""]
-    cfg = tmp_path / "one.json"
-    cfg.write_text(json.dumps(data))
+    cfg = write_config(tmp_path, data, "one.json")
     captured = {}
     orig = a2c.advantages_and_returns
 
@@ -204,8 +202,7 @@ def test_a2c_learns_cartpole(tmp_path):
     cfg = json.load(open(os.path.join(ROOT, "configs", "a2c_cartpole.json")))
     for k in ("modification_factory", "modification_factory_kwargs"):
         cfg.pop(k, None)
-    path = tmp_path / "cfg.json"
-    path.write_text(json.dumps(cfg))
+    path = write_config(tmp_path, cfg, "cfg.json")
     runs = str(tmp_path / "runs")
     run_script("agents/a2c.py", "--config", str(path), "--total_timesteps", "300000", "--seed", "1",
                "--runs_dir", runs, "--no-progress-bar")

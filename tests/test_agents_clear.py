@@ -26,7 +26,7 @@ from test_agents_impala_vtrace import reference_vtrace
 
 import eval as eval_script
 from agents import clear, impala
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.config.args import Args
 from continual.training.checkpoint import load_checkpoint, save_checkpoint
 from continual.training.session import StateRegistry
@@ -282,8 +282,7 @@ def test_resume_from_a_switch_checkpoint_keeps_the_schedule_and_the_buffer(tmp_p
     """An uninterrupted run and one resumed from its switch checkpoint (step 800): the same iteration and switch
     records, replay share 0.5 in every update, the same number of unrolls seen and the same sampler state at the end;
     the resumed run's buffer starts with the checkpoint's unrolls (restored, not re-collected); eval.py loads it."""
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps(SWITCHING))
+    cfg = write_config(tmp_path, SWITCHING, "cfg.json")
     runs = str(tmp_path / "runs")
     full = os.path.join(runs, "full")
     run_script("continual_training_example.py", "--architecture", "CLEAR", "--config", str(cfg), "--runs_dir", runs,

@@ -19,7 +19,7 @@ import torch
 import continual_training_example
 import eval as eval_script
 from agents import dqn
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.errors import TrainingError
 from continual.training.tracking import read_metrics
 
@@ -244,8 +244,7 @@ CORRIDOR = {
 
 
 def _train(tmp_path, *flags: str, data: dict = CORRIDOR, name: str = "full") -> str:
-    cfg = tmp_path / f"{name}.json"
-    cfg.write_text(json.dumps(data))
+    cfg = write_config(tmp_path, data, f"{name}.json")
     runs = str(tmp_path / "runs")
     dqn.main(["--config", str(cfg), "--runs_dir", runs, "--run_name", name, "--no-progress-bar",
               "--checkpoint_minutes", "0", "--no-metrics", *flags])
@@ -349,8 +348,7 @@ def test_dqn_learns_cartpole(tmp_path):
     cfg = json.load(open(os.path.join(ROOT, "configs", "dqn_cartpole.json")))
     for k in ("modification_factory", "modification_factory_kwargs"):
         cfg.pop(k, None)
-    path = tmp_path / "cfg.json"
-    path.write_text(json.dumps(cfg))
+    path = write_config(tmp_path, cfg, "cfg.json")
     runs = str(tmp_path / "runs")
     run_script("agents/dqn.py", "--config", str(path), "--total_timesteps", "60000", "--seed", "1",
                "--runs_dir", runs, "--no-progress-bar")

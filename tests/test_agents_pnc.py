@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import eval as eval_script
 from agents import pnc
-from conftest import run_script
+from conftest import run_script, write_config
 from continual.config.args import Args
 from continual.curricula import make_run_factory
 from continual.evaluation.table import read_eval_table
@@ -337,8 +337,7 @@ RUN_CONFIG.update(ewc_samples=64, modification_factory="SequentialModificationFa
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pnc")
-    cfg = tmp / "cfg.json"
-    cfg.write_text(json.dumps(RUN_CONFIG))
+    cfg = write_config(tmp, RUN_CONFIG, "cfg.json")
     runs = tmp / "runs"
     proc = run_script("continual_training_example.py", "--architecture", "PNC", "--config", str(cfg), "--runs_dir",
                       str(runs), "--run_name", "full", "--save_agent_with_switch", "--checkpoint_every", str(SPU),
@@ -444,8 +443,7 @@ def test_eval_py_plays_the_knowledge_base(full_run):
     ({"shrink_and_perturb": True}, "error: shrink_and_perturb: not with --architecture PNC"),
 ])
 def test_bad_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, extra, match):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**RUN_CONFIG, **extra}))
+    cfg = write_config(tmp_path, {**RUN_CONFIG, **extra}, "cfg.json")
     scripts = [["continual_training_example.py", "--architecture", "PNC"], ["agents/pnc.py"]]
     for script in scripts if "modification_factory_kwargs" in extra else scripts[:1]:
         proc = run_script(*script, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar",

@@ -360,65 +360,6 @@ def test_bf16_update_gradient_is_the_float32_gradient_to_bfloat16_precision(obs_
     assert cos > 0.99 and (grads[1] - grads[0]).norm() / grads[0].norm() < 0.05, (cos, grads)
 
 
-@pytest.mark.parametrize("config,extra", [
-    ("cartpole", ["--norm_obs", "--reward_scaling", "normalize", "--max_episode_steps", "40"]),
-    ("her", ["--num_envs", "4", "--num_steps", "32", "--total_timesteps", "1024", "--max_episode_steps", "20"]),
-])
-def test_compiled_update_trains_as_the_eager_update_does(tmp_path, config, extra):
-    """Reference: the eager update. --compile changes only how the update's forward and backward are computed, so a
-    run plays the same games (through switches, observation normalisation and HER relabelling) and ends with the same
-    weights to float rounding."""
-    from agents import ppo
-
-    if config == "her":
-        argv = ["--config", os.path.join(ROOT, "configs", "her_goalgrid.json")]
-    else:
-        argv = ["--config", write_config(tmp_path, CARTPOLE_CURRICULUM)]
-    runs = str(tmp_path / "runs")
-    common = [*argv, "--runs_dir", runs, "--no-progress-bar", "--no-cuda", "--checkpoint_minutes", "0", *extra]
-    from torch._dynamo.utils import counters
-
-    from continual.training.startup import parse_train_args
-
-    ppo.main([*common, "--run_name", "eager"])
-    graphs = counters["stats"]["unique_graphs"]
-    ppo.main([*common, "--run_name", "compiled", "--compile"])
-    assert counters["stats"]["unique_graphs"] > graphs  # the update did run compiled
-
-    def played(name: str) -> list:
-        return [{k: v for k, v in r.items() if k not in ("time", "seconds")}
-                for r in read_metrics(os.path.join(runs, name, "metrics.jsonl")) if r["kind"] in ("episode", "switch")]
-
-    assert played("eager") == played("compiled") and sum(r["kind"] == "episode" for r in played("eager")) > 10
-    final = os.path.basename(glob.glob(os.path.join(runs, "eager", "checkpoints", "final__*"))[0])
-    a, b = (torch.load(os.path.join(runs, d, "checkpoints", final), weights_only=True)["model"]
-            for d in ("eager", "compiled"))
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
-    # a speed flag: a run may be resumed with it (or without it)
-    resumed, _, _ = parse_train_args(["--resume", os.path.join(runs, "eager", "checkpoints", final), "--compile"])
-    assert resumed.compile
-
-
-def test_compiled_cnn_update_gives_the_eager_gradient():
-    """The convolutional torso compiled (MinAtar's CNN: the Nature CNN takes ~20 s to compile): the same gradient as
-    the eager forward and backward, to float rounding."""
-    from agents.ppo import Agent
-
-    torch.manual_seed(0)
-    agent = Agent((6, 10, 10), 6)
-    x = torch.randint(0, 2, (64, 6, 10, 10)).float()
-    actions = torch.randint(0, 6, (64,))
-    grads = []
-    for forward in (agent.get_action_and_value, torch.compile(agent.get_action_and_value)):
-        agent.zero_grad()
-        _, logp, ent, value = forward(x, actions)
-        (-(logp * torch.linspace(-1, 1, 64)).mean() - 0.01 * ent.mean() + (value.view(-1) - 1).pow(2).mean()).backward()
-        grads.append(torch.cat([p.grad.flatten() for p in agent.parameters()]))
-    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
-
-
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
 def test_pixel_input_conversion_gives_the_reference_loss_and_gradient_bit_for_bit(bf16):
     """Agent.scaled_input puts uint8 frames straight into float32 channels-last: the Nature CNN's loss and every

@@ -15,7 +15,7 @@ import torch
 
 import box_envs  # noqa: F401  (registers Target2x2-v0, Target2x2Bounded-v0)
 from agents import ppo, ppo_cbp
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.config.args import Args
 from continual.envs.vector import EnvSettings, make_vector_env
 from continual.evaluation.continual import PolicyActor
@@ -173,8 +173,7 @@ PENDULUM = {
 
 @pytest.mark.parametrize("architecture", ["PPO", pytest.param("PPO_CBP", marks=pytest.mark.slow)])
 def test_pendulum_curriculum_checkpoint_resume_and_eval(tmp_path, architecture):
-    cfg = tmp_path / "pendulum.json"
-    cfg.write_text(json.dumps(PENDULUM))
+    cfg = write_config(tmp_path, PENDULUM, "pendulum.json")
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", str(cfg), "--architecture", architecture,
                "--runs_dir", runs, "--run_name", "p", "--total_timesteps", "1024", "--no-progress-bar",

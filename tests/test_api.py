@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, write_config
 from continual import api
 from continual.config.args import Args
 from continual.config.loading import Curriculum
@@ -106,10 +106,9 @@ def test_train_messages_are_the_cli_ones(tmp_path):
 
 
 def test_make_args_order_args_then_config_then_kwargs(tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"seed": 5, "learning_rate": 1e-3, "modification_factory": "Sequential",
-                               "modification_factory_kwargs": {"num_total_steps": 256, "modifications": [""],
-                                                               "switching_thresholds": []}}))
+    cfg = write_config(tmp_path, {"seed": 5, "learning_rate": 1e-3, "modification_factory": "Sequential",
+                                  "modification_factory_kwargs": {"num_total_steps": 256, "modifications": [""],
+                                                                  "switching_thresholds": []}}, "cfg.json")
     args, curriculum = api.make_args(Args(seed=2, gamma=0.9, **CARTPOLE), config=str(cfg), learning_rate=2e-3)
     assert (args.seed, args.gamma, args.learning_rate, args.config) == (5, 0.9, 2e-3, str(cfg))
     assert curriculum.factory == "Sequential"

@@ -355,7 +355,6 @@ cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), 
 # (--total_timesteps smaller than one rollout is not bad input: it is rounded up to whole rollouts with a note)
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
-cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
 cartpole("redo-on-an-agent-without-it", ("redo", "PNC"), {}, "--architecture", "PNC", "--redo")
 cartpole("trac-on-an-agent-without-it", ("trac", "IMPALA"), {}, "--architecture", "IMPALA", "--trac")
 cartpole("trac-with-redo", ("trac", "redo"), {}, "--trac", "--redo")
@@ -394,6 +393,7 @@ flags("minatar-permute-obs-not-an-integer", ("permute_obs=1.5", "integer"), "--b
 flags("minatar-permute-actions-negative", ("permute_actions=-2", "integer"), "--backend", "MinAtar", "--env_id",
       "MinAtar/Breakout", "--modifs", "permute_actions=-2")
 cartpole("removed-key-env-groups", ("env_groups", "removed"), {"env_groups": 2})
+cartpole("removed-flag-compile-in-config", ("unknown key", "compile"), {"compile": True})  # a run saved with it resumes
 flags("mlp-for-dqn", ("network", "DQN"), "--architecture", "DQN", "--network", "mlp")
 flags("mlp-hidden-size-zero", "hidden_size", "--network", "mlp", "--hidden_size", "0")
 flags("mlp-with-layer-norm", ("network", "layer_norm"), "--network", "mlp", "--layer_norm")
@@ -619,7 +619,8 @@ CORE = {
     # modification names, ranges, environments, command line
     "hackatari-unknown-modification", "hackatari-typo-in-nested-combined-phase", "gym-bad-value",
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
-    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "compile-on-an-agent-without-it", "batched-for-gymnasium", "removed-key-env-groups",
+    "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "batched-for-gymnasium", "removed-key-env-groups",
+    "removed-flag-compile-in-config",
     "cli-unknown-flag", "cli-literal-lists-choices",
     "output-run-name-exists", "output-runs-dir-unwritable-for-root", "save-agent-wandb-without-track",
     # --resume and eval.py

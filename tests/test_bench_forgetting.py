@@ -17,6 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import forgetting as F  # noqa: E402
 
+from conftest import write_config  # noqa: E402
+
 A, B = "env=MinAtar/Breakout", "env=MinAtar/SpaceInvaders"
 # schedule A (0,10], B (10,20], A (20,30], B (30,40]; evaluations at 0 and at every switch and the end
 STEPS = [0, 10, 20, 30, 40]
@@ -30,8 +32,7 @@ RUNS = {  # (method, seed) -> task -> evaluation returns at STEPS
 def write_run(runs_dir: str, method: str, seed: int, curves: dict, done: bool = True) -> str:
     d = os.path.join(runs_dir, F.run_slug(method, seed))
     os.makedirs(d)
-    json.dump({"architecture": method.split("+")[0], "possible_modifications": [A, B]},
-              open(os.path.join(d, "config.json"), "w"))
+    write_config(d, {"architecture": method.split("+")[0], "possible_modifications": [A, B]}, "config.json")
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for step, prev, new in ((10, A, B), (20, B, A), (30, A, B)):
             f.write(json.dumps({"kind": "switch", "global_step": step, "previous": prev, "modification": new}) + "\n")

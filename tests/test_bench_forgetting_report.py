@@ -18,6 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import forgetting_report as R  # noqa: E402
 
+from conftest import write_config  # noqa: E402
+
 SI, BR = "env=MinAtar/SpaceInvaders", "env=MinAtar/Breakout"
 STEPS = [0, 10, 20, 30, 40]  # SI (0,10], BR (10,20], SI (20,30], BR (30,40]; evaluations at 0, every switch, the end
 
@@ -26,8 +28,8 @@ def write_run(folder, name, label, seed, arch, curves, steps=STEPS, switches=((1
               episodes=(), done=True):
     d = os.path.join(folder, "runs", name)
     os.makedirs(d)
-    json.dump({"exp_name": label, "seed": seed, "architecture": arch, "possible_modifications": list(curves)},
-              open(os.path.join(d, "config.json"), "w"))
+    write_config(d, {"exp_name": label, "seed": seed, "architecture": arch, "possible_modifications": list(curves)},
+                 "config.json")
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for step, prev, new in switches:
             f.write(json.dumps({"kind": "switch", "global_step": step, "previous": prev, "modification": new}) + "\n")
@@ -156,8 +158,7 @@ def test_report_on_a_tiny_folder_of_real_runs(tmp_path):
                                "total_timesteps": 256, "modification_factory_kwargs": {"cycles": 1, "tasks": seq["tasks"][:1]}}}
     os.makedirs(folder / "configs")
     for name, kw in runs.items():
-        cfg = folder / "configs" / f"{name}.json"
-        cfg.write_text(json.dumps({**base, **kw}))
+        cfg = write_config(folder / "configs", {**base, **kw}, f"{name}.json")
         subprocess.run([sys.executable, "continual_training_example.py", "--config", str(cfg), "--runs_dir",
                         str(folder / "runs"), "--run_name", name, "--torch_threads", "1", "--no-progress-bar"],
                        cwd=ROOT, check=True, capture_output=True, env={**os.environ, "WANDB_MODE": "disabled"})

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from conftest import write_config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "bench", "minatar_report.py")
 TOTAL = 1000
@@ -23,8 +25,7 @@ def write_run(folder, name, env_id, seed, returns, cap=None, last_step=TOTAL):
     """`returns`: (global_step, return) of the training episodes; iterations every 100 steps up to `last_step`."""
     d = os.path.join(folder, "runs", name)
     os.makedirs(d)
-    json.dump({"env_id": env_id, "seed": seed, "total_timesteps": TOTAL, "max_episode_steps": cap},
-              open(os.path.join(d, "config.json"), "w"))
+    write_config(d, {"env_id": env_id, "seed": seed, "total_timesteps": TOTAL, "max_episode_steps": cap}, "config.json")
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for step, ret in returns:
             f.write(json.dumps({"kind": "episode", "global_step": step, "return": ret}) + "\n")

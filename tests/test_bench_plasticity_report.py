@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import plasticity_report as R  # noqa: E402
 
+from conftest import write_config  # noqa: E402
 from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 from continual.modstrings import normalize_modification  # noqa: E402
 
@@ -29,8 +30,8 @@ def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int 
     at steps 10k+1, 10k+2, ..., and plasticity records at the first switch and the end."""
     d = os.path.join(runs_dir, name)
     os.makedirs(d)
-    json.dump({"architecture": "PPO", "seed": 1, "resolved_total_timesteps": total, "modification_factory_kwargs": {
-        "modifications": REGIMES, "switching_thresholds": [10, 20, 30]}}, open(os.path.join(d, "config.json"), "w"))
+    write_config(d, {"architecture": "PPO", "seed": 1, "resolved_total_timesteps": total, "modification_factory_kwargs": {
+        "modifications": REGIMES, "switching_thresholds": [10, 20, 30]}}, "config.json")
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for k, rets in enumerate(episodes):
             if k:
@@ -108,8 +109,7 @@ def tiny_folder(tmp_path_factory):
            "modification_factory_kwargs": {"num_total_steps": 8192, "modifications": [
                f"permute_obs={k} permute_actions={k} sticky_action_prob=0" for k in (1, 2, 3, 4)],
                "switching_thresholds": [2048, 4096, 6144]}}
-    path = folder / "cfg.json"
-    path.write_text(json.dumps(cfg))
+    path = write_config(folder, cfg, "cfg.json")
     procs = []
     for i, (method, flags) in enumerate([("PPO", []), ("PPO_SP", ["--shrink_and_perturb"])] * 2):
         seed = 1 + i // 2

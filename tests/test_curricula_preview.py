@@ -18,6 +18,7 @@ from curricula_cases import (
 )
 
 import modification_factories as mf
+from conftest import write_config
 from modification_factories import make_factory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -47,8 +48,7 @@ def test_cli_prints_table(tmp_path: Path) -> None:
         "num_steps": 25,
         "learning_rate": 0.1,
     }
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = write_config(tmp_path, config, "config.json")
     result = run_cli(str(path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -70,8 +70,7 @@ def test_cli_prints_table(tmp_path: Path) -> None:
 
 
 def test_cli_readme_config_default_granularity(tmp_path: Path) -> None:
-    path = tmp_path / "readme.json"
-    path.write_text(json.dumps(README_CONFIG))
+    path = write_config(tmp_path, README_CONFIG, "readme.json")
     result = run_cli(str(path))
     assert result.returncode == 0, result.stderr
     assert "granularity 1," in result.stdout and "seed 1" in result.stdout
@@ -121,10 +120,10 @@ def test_preview_plain_text_without_rich(monkeypatch: pytest.MonkeyPatch, capsys
 
 
 def test_cli_user_factory_preview_uses_the_rollout_size(seed_style_file: Path, tmp_path: Path) -> None:
-    path = tmp_path / "user.json"
-    path.write_text(json.dumps({"modification_factory": f"{seed_style_file}:SeedStyleFactory", "num_envs": 2,
-                                "num_steps": 16, "modification_factory_kwargs": {"num_total_steps": 320,
-                                                                                 "modifications": SEED_MODS}}))
+    path = write_config(tmp_path, {"modification_factory": f"{seed_style_file}:SeedStyleFactory", "num_envs": 2,
+                                   "num_steps": 16, "modification_factory_kwargs": {"num_total_steps": 320,
+                                                                                    "modifications": SEED_MODS}},
+                        "user.json")
     result = run_cli(str(path))
     assert result.returncode == 0, result.stderr
     assert "granularity 32," in result.stdout

@@ -4,7 +4,6 @@ alone, trained and resumed with the same schedule, failures as one-line config e
 
 from __future__ import annotations
 
-import json
 import random
 import textwrap
 from pathlib import Path
@@ -19,7 +18,7 @@ from curricula_cases import (
 )
 
 import modification_factories as mf
-from conftest import SEED_STYLE_MODULE
+from conftest import SEED_STYLE_MODULE, write_config
 from modification_factories import (
     FACTORIES,
     FactoryConfigError,
@@ -286,9 +285,8 @@ def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, 
         launcher = tmp_path / "launch.py"
         launcher.write_text(MAPPING_LAUNCHER.format(dir=str(seed_style_file.parent), repo=str(REPO_ROOT)))
         name, script = "SeedStyleFactory", [str(launcher)]
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**SEED_TRAIN_CONFIG, "modification_factory": name, "modification_factory_kwargs": {
-        "num_total_steps": 1024, "modifications": SEED_MODS}}))
+    cfg = write_config(tmp_path, {**SEED_TRAIN_CONFIG, "modification_factory": name, "modification_factory_kwargs": {
+        "num_total_steps": 1024, "modifications": SEED_MODS}}, "cfg.json")
     runs = tmp_path / "runs"
     common = ["--runs_dir", str(runs), "--no-progress-bar", "--seed", "5"]
     run_script(*script, "--config", str(cfg), "--run_name", "full", *common)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 from continual.config.args import Args
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
@@ -114,8 +114,8 @@ def test_two_game_ale_sequence_switches_in_the_same_workers():
         envs.close()
 
 
-def write_config(path: str, cycles: int = 2) -> str:
-    config = {
+def sequence_config(cycles: int = 2) -> dict:
+    return {
         "env_id": "MinAtar/Breakout", "backend": "MinAtar", "num_envs": 4, "num_steps": 32, "num_minibatches": 1,
         "update_epochs": 1, "eval_every": 0, "metrics": False, "progress_bar": False, "task_id_input": True,
         "modification_factory": "TaskSequence",
@@ -123,9 +123,6 @@ def write_config(path: str, cycles: int = 2) -> str:
             {"env_id": "MinAtar/Breakout", "steps": 512},
             {"env_id": "MinAtar/SpaceInvaders", "modifications": "sticky_action_prob=0", "steps": 512}]},
     }
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path
 
 
 def records(run_dir: str, kind: str) -> list[dict]:
@@ -137,7 +134,7 @@ def test_minatar_sequence_trains_resumes_and_evaluates_each_task(tmp_path):
     """Two games x 2 cycles (2048 steps), with --task_id_input: stopped at 1024 (the end of cycle 1) and resumed,
     the switches land exactly on the schedule; the episodes of each task are that game's; the agent sees 6 grid
     channels + 2 task channels; eval.py evaluates the checkpoint on either task and on a game that fits."""
-    config = write_config(str(tmp_path / "seq.json"))
+    config = write_config(tmp_path, sequence_config(), "seq.json")
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "seq",
                "--total_timesteps", "1024", timeout=300)
@@ -186,8 +183,7 @@ def test_incompatible_sequences_exit_2_with_one_line(tmp_path, case):
     config = {"env_id": first, "backend": backend, "modification_factory": "TaskSequence",
               "modification_factory_kwargs": {"cycles": 2, "tasks": [
                   {"env_id": first, "steps": 1000}, {"env_id": env2, "modifications": mods, "steps": 1000}]}}
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(config))
+    path = write_config(tmp_path, config, "bad.json")
     runs = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "continual_training_example.py", "--config", str(path), "--runs_dir",
                            str(runs), *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)

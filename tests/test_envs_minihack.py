@@ -28,7 +28,7 @@ except UserError as e:  # .ci/run installs nle and minihack: this skips only a h
 
 from nle import nethack  # noqa: E402
 
-from conftest import ROOT, run_script  # noqa: E402
+from conftest import ROOT, run_script, write_config  # noqa: E402
 from continual.envs.backends import TaskCompat, make_backend_env, task_compat, validate_modification  # noqa: E402
 from continual.envs.vector import EnvSettings, make_vector_env  # noqa: E402
 
@@ -196,17 +196,14 @@ def test_two_tasks_switch_in_the_same_workers():
         envs.close()
 
 
-def write_sequence(path, architecture: str) -> str:
-    data = {"env_id": ROOM, "backend": "MiniHack", "obs_mode": "glyphs_crop", "architecture": architecture,
+def sequence(architecture: str) -> dict:
+    return {"env_id": ROOM, "backend": "MiniHack", "obs_mode": "glyphs_crop", "architecture": architecture,
             "num_envs": 2, "num_steps": 64, "num_minibatches": 2, "update_epochs": 1, "vector_env": "async",
             "num_actors": 1, "batch_size": 2, "unroll_length": 16, "eval_at_switches": True, "eval_episodes": 2,
             "eval_modifs": "env=MiniHack-Room-Random-15x15-v0", "progress_bar": False, "checkpoint_minutes": 0,
             "modification_factory": "TaskSequence",
             "modification_factory_kwargs": {"cycles": 2, "tasks": [{"env_id": ROOM, "steps": 128},
                                                                     {"env_id": CORRIDOR, "steps": 128}]}}
-    with open(path, "w") as f:
-        json.dump(data, f)
-    return str(path)
 
 
 def records(run_dir: str, kind: str) -> list[dict]:
@@ -242,7 +239,7 @@ def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path, requ
     work = tmp_path / "work"
     work.mkdir()
     env = {"TMPDIR": str(tmp), "MINIHACK_TEST_MARKER": str(tmp)}
-    config = write_sequence(tmp_path / "seq.json", "PPO")
+    config = write_config(tmp_path, sequence("PPO"), "seq.json")
     run_dir = str(work / "runs" / "seq")
     run_script("continual_training_example.py", "--config", config, "--runs_dir", str(work / "runs"), "--run_name",
                "seq", "--total_timesteps", "256", timeout=300, env=env)
@@ -273,7 +270,7 @@ def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path, requ
 
 
 def test_impala_trains_on_a_minihack_sequence(tmp_path):
-    config = write_sequence(tmp_path / "seq.json", "IMPALA")
+    config = write_config(tmp_path, sequence("IMPALA"), "seq.json")
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "im",
                "--obs_mode", "pixel_crop", "--total_timesteps", "256", timeout=300)

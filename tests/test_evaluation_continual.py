@@ -170,9 +170,9 @@ def test_background_worker_exits_when_the_trainer_dies(tmp_path):
 
 
 def test_interrupted_background_run_stops_its_worker_and_resumes_the_table(tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**CURRICULUM, "modification_factory_kwargs": {
-        **CURRICULUM["modification_factory_kwargs"], "num_total_steps": 4608, "switching_thresholds": [1536, 3072]}}))
+    cfg = write_config(tmp_path, {**CURRICULUM, "modification_factory_kwargs": {
+        **CURRICULUM["modification_factory_kwargs"], "num_total_steps": 4608, "switching_thresholds": [1536, 3072]}},
+        "cfg.json")
     runs_dir = str(tmp_path / "runs")
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir,

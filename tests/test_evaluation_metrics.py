@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from rliable import metrics as rl
 
+from conftest import write_config
 from continual.evaluation import metrics as M
 from continual.evaluation import plots
 
@@ -332,9 +333,8 @@ def test_aggregate_groups_runs_by_method():
 
 def write_run_dir(path, curves=CURVES, steps=STEPS, visits=VISITS, episodes=EPISODES, arch="PPO", plasticity=True):
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"architecture": arch, "env_id": "CartPole-v1", "shrink_and_perturb": False,
-                   "possible_modifications": ["A", "B", "C"], "resolved_total_timesteps": 400}, f)
+    write_config(path, {"architecture": arch, "env_id": "CartPole-v1", "shrink_and_perturb": False,
+                        "possible_modifications": ["A", "B", "C"], "resolved_total_timesteps": 400}, "config.json")
     with open(os.path.join(path, M.EVAL_TABLE), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from agents.ppo_cbp import CBPAgent
-from conftest import run_script
+from conftest import run_script, write_config
 from continual.config.args import Args
 from continual.plasticity.cbp import AdamGnT, UnitTracker, init_bound
 
@@ -363,8 +363,7 @@ CARTPOLE = {
 
 
 def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps(CARTPOLE))
+    cfg = write_config(tmp_path, CARTPOLE, "c.json")
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
                "--replacement_rate", "0.01", "--maturity_threshold", "5", "--shrink_and_perturb",
@@ -384,12 +383,11 @@ def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
 
 
 def test_ppo_cbp_freeway_smoke(tmp_path):
-    cfg = tmp_path / "f.json"
-    cfg.write_text(json.dumps({
+    cfg = write_config(tmp_path, {
         "env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 32, "num_minibatches": 2,
         "update_epochs": 1, "max_episode_steps": 60, "modification_factory": "Sequential",
         "modification_factory_kwargs": {"num_total_steps": 256, "modifications": ["", "all_green_cars"],
-                                        "switching_thresholds": [128]}}))
+                                        "switching_thresholds": [128]}}, "f.json")
     runs = str(tmp_path / "runs")
     run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
                "--replacement_rate", "0.05", "--maturity_threshold", "1", "--shrink_and_perturb", "--runs_dir", runs,

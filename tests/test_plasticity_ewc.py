@@ -7,7 +7,6 @@ checkpoint does not consolidate twice)."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import types
@@ -17,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import run_script
+from conftest import run_script, write_config
 from continual.config.args import Args
 from continual.config.validation import validate_ewc_args
 from continual.errors import UserError
@@ -281,9 +280,8 @@ CARTPOLE = {
 
 
 def test_a_curriculum_that_never_switches_is_refused_before_any_env(tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**CARTPOLE, "modification_factory_kwargs": {
-        "num_total_steps": 1024, "modifications": ["gravity=15"], "switching_thresholds": []}}))
+    cfg = write_config(tmp_path, {**CARTPOLE, "modification_factory_kwargs": {
+        "num_total_steps": 1024, "modifications": ["gravity=15"], "switching_thresholds": []}}, "cfg.json")
     proc = run_script("agents/ppo.py", "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--ewc", "ewc",
                       "--no-progress-bar", check=False)
     assert proc.returncode == 2, proc.stderr
@@ -297,8 +295,7 @@ def _ewc_state(run_dir: str, name: str) -> dict:
 
 
 def test_ppo_cartpole_gravity_switch_penalty_and_switch_checkpoint_resume(tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps(CARTPOLE))
+    cfg = write_config(tmp_path, CARTPOLE, "cfg.json")
     runs = tmp_path / "runs"
     run_script("agents/ppo.py", "--config", str(cfg), "--runs_dir", str(runs), "--run_name", "full", "--ewc", "ewc",
                "--ewc_lambda", "1000", "--save_agent_with_switch", "--no-progress-bar")
@@ -331,11 +328,10 @@ def test_ppo_cartpole_gravity_switch_penalty_and_switch_checkpoint_resume(tmp_pa
 
 @pytest.mark.slow
 def test_impala_cartpole_online_ewc(tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**CARTPOLE, "num_envs": 2, "num_actors": 1, "unroll_length": 16, "batch_size": 2,
-                               "modification_factory_kwargs": {**CARTPOLE["modification_factory_kwargs"],
-                                                               "num_total_steps": 2048,
-                                                               "switching_thresholds": [1024]}}))
+    cfg = write_config(tmp_path, {**CARTPOLE, "num_envs": 2, "num_actors": 1, "unroll_length": 16, "batch_size": 2,
+                                  "modification_factory_kwargs": {**CARTPOLE["modification_factory_kwargs"],
+                                                                  "num_total_steps": 2048,
+                                                                  "switching_thresholds": [1024]}}, "cfg.json")
     run_script("agents/impala.py", "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--run_name", "r",
                "--ewc", "online", "--ewc_lambda", "100", "--no-progress-bar")
     run_dir = str(tmp_path / "runs" / "r")

@@ -4,13 +4,12 @@ reset, and, in training, weights changed only at switches."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 
 import torch
 import torch.nn as nn
 
-from conftest import run_script
+from conftest import run_script, write_config
 from continual.plasticity.shrink_perturb import reset_optimizer_state, shrink_and_perturb
 
 
@@ -45,8 +44,7 @@ def test_shrink_and_perturb_changes_weights_only_at_switches(tmp_path):
     base = {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 2,
             "reward_scaling": "none", "modification_factory": "SequentialModificationFactory",
             "modification_factory_kwargs": {"num_total_steps": 512, "modifications": [""], "switching_thresholds": []}}
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps(base))
+    cfg = write_config(tmp_path, base, "c.json")
     runs = str(tmp_path / "runs")
     finals = {}
     for name, extra in (("plain", []), ("sp", ["--shrink_and_perturb"])):

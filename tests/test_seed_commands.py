@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, write_config
 
 pytest.importorskip("hackatari")
 
@@ -76,8 +76,7 @@ def test_train_command(base_run):
 
 @pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_seed_run_config_example(tmp_path):
-    cfg = tmp_path / "run_config.json"
-    cfg.write_text(json.dumps(SEED_EXAMPLE_CONFIG))
+    cfg = write_config(tmp_path, SEED_EXAMPLE_CONFIG)
     run_dir, _ = train(tmp_path, "example", config=str(cfg), total="256")
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["modification_factory"] == "EpsCombinedModificationFactory"
@@ -99,9 +98,8 @@ def test_custom_factory_registered_in_the_mapping(tmp_path):
     plugin.write_text(
         "import modification_factories as mf\n\n" + SEED_STYLE_CLASS.format(name="MyFactory")
         + "mf.modification_factory_mapping['MyFactory'] = MyFactory\n")
-    cfg = tmp_path / "run_config.json"
-    cfg.write_text(json.dumps({"modification_factory": "MyFactory", "modification_factory_kwargs": {
-        "num_total_steps": 128, "modifications": ["", "all_green_cars"]}}))
+    cfg = write_config(tmp_path, {"modification_factory": "MyFactory", "modification_factory_kwargs": {
+        "num_total_steps": 128, "modifications": ["", "all_green_cars"]}})
     boot = tmp_path / "train_with_plugin.py"
     boot.write_text("import runpy, sys\nsys.path.insert(0, %r)\nsys.path.insert(0, %r)\nimport my_factories\n"
                     "sys.argv[0] = 'continual_training_example.py'\n"
@@ -130,9 +128,8 @@ def test_custom_factory_written_into_modification_factories_py(tmp_path):
     with open(repo / "modification_factories.py", "a") as fh:
         fh.write("\n\n" + SEED_STYLE_CLASS.format(name="EveryOtherRollout")
                  + "modification_factory_mapping['EveryOtherRollout'] = EveryOtherRollout\n")
-    cfg = tmp_path / "run_config.json"
-    cfg.write_text(json.dumps({"modification_factory": "EveryOtherRollout", "modification_factory_kwargs": {
-        "num_total_steps": 192, "modifications": ["", "all_green_cars"]}}))
+    cfg = write_config(tmp_path, {"modification_factory": "EveryOtherRollout", "modification_factory_kwargs": {
+        "num_total_steps": 192, "modifications": ["", "all_green_cars"]}})
     runs = str(tmp_path / "runs")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, str(repo / "continual_training_example.py"), "--config", str(cfg), *TINY,
@@ -147,8 +144,7 @@ def test_custom_factory_written_into_modification_factories_py(tmp_path):
 @pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_config_keys_and_flags_precedence_note(tmp_path):
     """The seed: 'extra keys in run_config.json override CLI flags'. Here flags win, and a note line says so."""
-    cfg = tmp_path / "run_config.json"
-    cfg.write_text(json.dumps({**SEED_EXAMPLE_CONFIG, "total_timesteps": 256, "env_id": "ALE/Freeway-v5"}))
+    cfg = write_config(tmp_path, {**SEED_EXAMPLE_CONFIG, "total_timesteps": 256, "env_id": "ALE/Freeway-v5"})
     run_dir, proc = train(tmp_path, "prec", "--env_id", "ALE/Freeway-v5", config=str(cfg), total="128")
     assert json.load(open(os.path.join(run_dir, "config.json")))["resolved_total_timesteps"] == 128
     said = proc.stdout + proc.stderr
@@ -173,8 +169,7 @@ def test_ppo_cbp_command(tmp_path):
 
 @pytest.mark.slow  # the default suite keeps train, custom factory and eval; these run with -m slow
 def test_shrink_and_perturb_checkpoints_and_wandb_commands(tmp_path):
-    cfg = tmp_path / "run_config.json"
-    cfg.write_text(json.dumps(SEED_EXAMPLE_CONFIG))
+    cfg = write_config(tmp_path, SEED_EXAMPLE_CONFIG)
     run_dir, _ = train(tmp_path, "sp", "--shrink_and_perturb", "--shrink_factor", "0.7", "--noise_scale", "0.01",
                        "--save_agent_with_switch", "--track", "--save_agent_wandb", "--wandb_project_name", "seed",
                        "--wandb_dir", str(tmp_path / "wandb_cache"), config=str(cfg), total="256")

@@ -6,7 +6,6 @@ The fast variants run in the default suite; `-m slow` runs the longer soak with 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import pickle
 import random
@@ -265,8 +264,7 @@ WORKER_KILLS = {"env_step": 300, "env_reset": 12, "env_switch": 3}  # point -> n
 def kill_worker_and_check(tmp_path, moment: str, seed: int) -> None:
     rng = random.Random(f"{moment}-{seed}")
     n, who = rng.randint(1, WORKER_KILLS[moment]), rng.randint(0, 1)
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**CURRICULUM, "vector_env": "async", "checkpoint_every": 0}))
+    cfg = write_config(tmp_path, {**CURRICULUM, "vector_env": "async", "checkpoint_every": 0}, "cfg.json")
     runs = str(tmp_path / "runs")
     fault = f"{moment}:{n}@{who}"
     run = run_killed(["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "w",

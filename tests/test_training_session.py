@@ -222,6 +222,34 @@ def test_resuming_a_checkpoint_that_lacks_a_required_state_is_one_line(tmp_path,
         resumed.close()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["compile-false", "compile-true"])
+def test_a_checkpoint_saved_with_the_removed_compile_flag_resumes(tmp_path, monkeypatch, compiled):
+    """--compile went in issue 31 (it gave the eager update to float rounding): a checkpoint whose saved args hold
+    it, at either value, resumes with the rest of its saved configuration (a config file naming it is bad input)."""
+    from continual.config.loading import args_to_dict
+    from continual.training.startup import parse_train_args, start_run
+
+    session, _ = _session(tmp_path, monkeypatch, "--no-progress-bar", "--seed", "7", register=False)
+    net, opt = _net_and_opt(0)
+    _registered(session, net, opt, {})
+    path = session.save("periodic__step64")
+    saved = args_to_dict(session.args)
+    session.close()
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state["args"]["compile"] = compiled
+    torch.save(state, path)
+
+    args, curriculum, resume_state = parse_train_args(["--resume", path, "--no-progress-bar"])
+    assert args_to_dict(args) == {**saved, "resume": path} and args.seed == 7
+    resumed = start_run(args, curriculum, resume_state, granularity=args.rollout_size())
+    try:
+        net2, opt2 = _net_and_opt(1)
+        _registered(resumed, net2, opt2, {})
+        assert all(torch.equal(t, net2.state_dict()[k]) for k, t in net.state_dict().items())
+    finally:
+        resumed.close()
+
+
 def test_running_owns_the_tail_failure_interruption_and_close(tmp_path, monkeypatch):
     """A TrainingError in the block: the last completed iteration is saved (crash__), the error comes back as one
     line naming it; a signal: interrupted__ checkpoint, exit code 128 + signal; either way what `closing` was given

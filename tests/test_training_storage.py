@@ -17,7 +17,7 @@ import uuid
 import pytest
 import torch
 
-from conftest import assert_resume_matches, run_script
+from conftest import assert_resume_matches, run_script, write_config
 from continual.errors import StorageError
 from continual.io import AppendFile, read_jsonl
 from continual.training.checkpoint import load_checkpoint
@@ -45,8 +45,7 @@ def _train(runs: str, name: str, *extra: str, env: dict | None = None) -> subpro
     cfg = os.path.join(runs, "cfg.json")
     if not os.path.exists(cfg):
         os.makedirs(runs, exist_ok=True)
-        with open(cfg, "w") as f:
-            json.dump(CONFIG, f)
+        write_config(runs, CONFIG, "cfg.json")
     return run_script(TRAIN, "--config", cfg, "--runs_dir", runs, "--run_name", name, *extra, env=env, check=False)
 
 
@@ -230,9 +229,7 @@ def tmpfs(tmp_path):
 
 
 def test_a_real_full_tmpfs_then_more_space_and_resume(tmp_path, tmpfs, reference):
-    cfg = str(tmp_path / "cfg.json")
-    with open(cfg, "w") as f:
-        json.dump(CONFIG, f)
+    cfg = write_config(tmp_path, CONFIG, "cfg.json")
     run_dir = os.path.join(tmpfs, "runs", "cut")
     proc = run_script(TRAIN, "--config", cfg, "--runs_dir", os.path.join(tmpfs, "runs"), "--run_name", "cut",
                       check=False)

@@ -118,11 +118,6 @@ class Args:
     """PPO/PPO_CBP: run the update's forward pass under bfloat16 autocast (weights, gradients and the optimizer stay
     float32; losses in float32). Pays off for the Nature CNN on CPUs with AVX-512 BF16/AMX and on recent GPUs
     (bench/update_limit.py); acting stays float32"""
-    compile: bool = False
-    """PPO: compile the forward pass of the update with torch.compile (its backward comes compiled with it); the same
-    results to float rounding. No faster than eager on the 2-core CPU of bench/RESULTS.md since the eager update
-    keeps its memory (0.97x; it was 1.2x before); untested on GPUs. Costs ~13 s of compiling in the first update
-    (~1 s once torch's inductor cache holds the graphs) and needs a C++ compiler on CPU; acting stays eager"""
 
     # --- network ---------------------------------------------------------------------------------------------------
     network: Literal["default", "mlp"] = "default"

@@ -4,9 +4,6 @@ env allows (its action space, a goal space for --her). Each problem is one UserE
 from __future__ import annotations
 
 import math
-import shutil
-
-import torch
 
 from continual import specs
 from continual.config.args import Args
@@ -112,11 +109,6 @@ def validate_args(args: Args) -> None:
             raise UserError(f"vector_env: {blocked}")
     if args.bf16:
         require(args, specs.BF16, "bf16")
-    if args.compile:  # not PPO_CBP: its unit tracking hooks modules a graph would skip
-        require(args, specs.COMPILE, "compile")
-    on_cpu = not (args.cuda and torch.cuda.is_available())
-    if args.compile and on_cpu and not (shutil.which("c++") or shutil.which("g++")):
-        raise UserError("compile: torch.compile on a CPU needs a C++ compiler (c++ or g++ on PATH); none found")
     validate_her_args(args)
     validate_ewc_args(args)
     validate_plasticity_args(args)

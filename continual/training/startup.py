@@ -45,9 +45,7 @@ RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wan
                       "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
                       "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
-                      "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots",
-                      # the same update to float rounding: a slow run may be resumed compiled
-                      "compile"}
+                      "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None,
