@@ -55,9 +55,7 @@ def main() -> None:
     args, extra = p.parse_known_args()  # the rest goes to ppo_throughput.py (e.g. --env-id)
     if args.repeats < 1 or args.iterations < 3:
         p.error("--repeats must be >= 1 and --iterations >= 3 (2 warm-up iterations are excluded)")
-    base_sha = common.resolve_revision(args.base)
-    if base_sha is None:
-        p.error(f"--base: not a git revision here: {args.base}")
+    base_sha = common.revision_or_exit(p, args.base)
 
     info = common.machine_info()
     common.print_machine(info)

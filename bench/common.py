@@ -124,6 +124,14 @@ def resolve_revision(rev: str) -> Optional[str]:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def revision_or_exit(parser, rev: str) -> str:
+    """The commit `rev` names, or the parser's usage error (exit 2) for the `--base` flag."""
+    sha = resolve_revision(rev)
+    if sha is None:
+        parser.error(f"--base: not a git revision here: {rev}")
+    return sha
+
+
 @contextlib.contextmanager
 def revision_tree(sha: str, tmp: str):
     """A detached git worktree of `sha` under `tmp` (the baseline of a same-run A/B), removed afterwards."""

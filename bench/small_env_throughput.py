@@ -149,9 +149,7 @@ def main() -> None:
     common.print_machine(info)
     tmp = tempfile.mkdtemp(prefix="small_env_")
     trees = {"ours": ROOT}
-    base_sha = common.resolve_revision(args.base) if args.base else None
-    if args.base and base_sha is None:
-        p.error(f"--base: not a git revision here: {args.base}")
+    base_sha = common.revision_or_exit(p, args.base) if args.base else None
     kinds = [(w, t) for w in args.workloads for t in [*trees, *(["base"] if base_sha else [])]]
     if args.sb3:
         kinds += [(w, "sb3") for w in args.workloads if w.endswith("_purejaxrl")]

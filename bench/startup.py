@@ -55,9 +55,7 @@ def main() -> None:
     args = p.parse_args()
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
-    sha = common.resolve_revision(args.base)
-    if sha is None:
-        p.error(f"--base: not a git revision here: {args.base}")
+    sha = common.revision_or_exit(p, args.base)
     info = common.machine_info()
     common.print_machine(info)
     tmp = tempfile.mkdtemp(prefix="startup_")
