@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
+from continual.evaluation import metrics, plots  # both import scipy, rliable and matplotlib only when used
 from continual.evaluation.episodes import evaluate
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, keep_rows_until
 from continual.evaluation.table import read_eval_table as read_eval_table  # re-exported: its old home
@@ -429,13 +430,10 @@ class ContinualEvaluator(Callback):
 
     # --- end of run ------------------------------------------------------------------------------------------------
     def _reports(self, session) -> None:
-        """metrics.json and plots; a failure here is reported but never loses the finished run. Their modules load
-        here, when asked for (scipy, rliable, matplotlib: ~1 s of every process otherwise)."""
+        """metrics.json and plots; a failure here is reported but never loses the finished run."""
         args = session.args
         if args.metrics and self.enabled:
             try:
-                from continual.evaluation import metrics
-
                 result = metrics.compute_run_metrics(session.run_dir)
                 metrics.print_run_table(result)
                 session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
@@ -445,8 +443,6 @@ class ContinualEvaluator(Callback):
                 print(f"warning: metrics.json could not be written:{_why(e)}", file=sys.stderr)
         if args.plots:
             try:
-                from continual.evaluation import plots
-
                 paths = plots.plot_run(session.run_dir)
                 print(f"plots: {', '.join(paths)}")
                 wandb_run = session.logger.wandb_run

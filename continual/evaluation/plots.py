@@ -23,13 +23,10 @@ import math
 import os
 import sys
 import textwrap
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import tyro
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
 
 from continual.config.loading import cli
 from continual.envs.backends import task_env_ids
@@ -38,6 +35,9 @@ from continual.evaluation import metrics as M
 from continual.evaluation.table import read_eval_table
 from continual.io import atomic_open
 from continual.modstrings import normalize_modification
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 110
 
@@ -79,7 +79,20 @@ def _steps_fmt(x: float, _pos: int = 0) -> str:
     return f"{x:g}"
 
 
-STEPS = FuncFormatter(_steps_fmt)
+def __getattr__(name: str):
+    """`plots.STEPS` (the 25k / 1M tick formatter, bench/forgetting.py) on first use: matplotlib loads only when a
+    plot is drawn, not with every run."""
+    if name == "STEPS":
+        from matplotlib.ticker import FuncFormatter
+
+        return FuncFormatter(_steps_fmt)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _steps_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(_steps_fmt)
 
 
 def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> None:
@@ -87,7 +100,7 @@ def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> No
     ax.set_title(title, fontsize=11)
     ax.set_xlabel("agent steps")
     ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_formatter(STEPS)
+    ax.xaxis.set_major_formatter(_steps_formatter())
     ax.grid(alpha=0.25)
     if legend is not None:
         ax.legend(**legend)
@@ -158,6 +171,9 @@ def _kind(run: M.RunData, m: str) -> str:
 
 
 def plot_training(run: M.RunData, path: str, smooth: int = 20) -> str:
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     colors = regime_colors(run.regimes or run.trained)
     has_eval = bool(run.evals)
     fig = Figure(figsize=(12, (7.2 if run.episodes else 6.0) if has_eval else 4.6))
@@ -208,7 +224,7 @@ def plot_training(run: M.RunData, path: str, smooth: int = 20) -> str:
         ax2.legend(loc="upper left", fontsize=9, framealpha=0.9)
         ax2.grid(alpha=0.25)
     axes[-1].set_xlabel("agent steps (summed over envs)")
-    axes[-1].xaxis.set_major_formatter(STEPS)
+    axes[-1].xaxis.set_major_formatter(_steps_formatter())
     trained = run.trained
     handles = [Patch(color=colors[m], alpha=0.5, label=regime_label(m)) for m in trained]
     fig.suptitle(_title(run), fontsize=12)
@@ -219,6 +235,8 @@ def plot_training(run: M.RunData, path: str, smooth: int = 20) -> str:
 
 
 def plot_eval_curves(run: M.RunData, path: str) -> str:
+    from matplotlib.figure import Figure
+
     colors = regime_colors(run.regimes)
     std, games = _eval_std(run.run_dir)
     regimes = run.regimes
@@ -240,7 +258,7 @@ def plot_eval_curves(run: M.RunData, path: str) -> str:
         ax.plot(s, y, color=colors[m], lw=1.8, marker="o", ms=3.5)
         ax.set_title(wrapped(m) + _kind(run, m), fontsize=9)
         ax.grid(alpha=0.25)
-        ax.xaxis.set_major_formatter(STEPS)
+        ax.xaxis.set_major_formatter(_steps_formatter())
         ax.tick_params(labelsize=8)
         ax.label_outer()
     for j in range(n, nrows * ncols):
@@ -265,6 +283,9 @@ def heatmap(matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[
             xlabel: str, ylabel: str, cbar_label: str, outline: Optional[Sequence[tuple[int, int]]] = None,
             outline_label: Optional[str] = None) -> str:
     """A labelled heatmap; cells annotated when the matrix is small, NaN cells grey."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
     nr, nc = matrix.shape
     width = min(22.0, 2.5 + 0.55 * nc + 0.075 * max((len(r) for r in row_labels), default=10))
     fig = Figure(figsize=(max(6.5, width), max(3.0, 1.3 + 0.38 * nr)))
@@ -319,6 +340,9 @@ def plot_eval_heatmap(run: M.RunData, path: str) -> str:
 
 
 def plot_plasticity(run: M.RunData, path: str, gains: Optional[list[dict]] = None) -> Optional[str]:
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     recs = sorted(run.plasticity, key=lambda r: r["global_step"])
     gains = [g for g in (gains or []) if g.get("gain") is not None]
     if not recs and not gains:
@@ -407,6 +431,9 @@ def _ci_band(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Sequence[str]] = None,
                     bins: int = 40) -> str:
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     runs = [M.load_run(d) for d in run_dirs]
     groups: dict[str, list[M.RunData]] = {}
     for r in runs:
@@ -494,6 +521,8 @@ def plot_robust(run_dirs: Sequence[str], path: str, group_by: Optional[Sequence[
                 ) -> Optional[str]:
     """rliable's figures over the runs x trained-regimes final scores: interval estimates (IQM, mean, median),
     the performance profile and the probability of improvement. None when no run has per-regime final scores."""
+    from matplotlib.figure import Figure
+
     runs = [M.load_run(d) for d in run_dirs]
     runs = [r for r in runs if r.evals]
     if not runs:
