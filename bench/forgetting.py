@@ -205,7 +205,7 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from continual.evaluation.plots import STEPS  # 25k, 1M tick labels
+    from continual.evaluation.plots import steps_formatter  # 25k, 1M tick labels
 
     curves = agg["curves"]
     tasks = list(next(iter(curves.values())).keys()) if curves else []
@@ -226,7 +226,7 @@ def plot_curves(agg: dict, path: str, title: str) -> str:
         name = re.sub(r"^env=(MinAtar/|MiniHack-)?", "", task)
         ax.set_title(f"{name} (1 = return {scale:g})" if scale else name, fontsize=11)
         ax.set_xlabel("agent steps (grey: this task trained)")
-        ax.xaxis.set_major_formatter(STEPS)
+        ax.xaxis.set_major_formatter(steps_formatter())
         ax.grid(alpha=0.25)
     axes[0][0].set_ylabel("evaluation return / max |return|")
     axes[0][-1].legend(fontsize=8, loc="best")

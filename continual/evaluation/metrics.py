@@ -76,15 +76,14 @@ from continual.modstrings import normalize_modification
 
 
 def __getattr__(name: str):
-    """`metrics.rl` (rliable's metrics) and `metrics.stats` (scipy's) on first use: importing them costs a training
-    run ~1 s at startup, and only reports need them."""
+    """`metrics.rl` (rliable's metrics, used by the bench reports) on first use: importing rliable and scipy costs a
+    training run ~1 s at start-up, and only reports need them."""
     if name == "rl":
         from rliable import metrics as rl
+
         return rl
-    if name == "stats":
-        from scipy import stats
-        return stats
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 METRICS_FILE = "metrics.json"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step

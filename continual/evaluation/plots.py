@@ -79,17 +79,8 @@ def _steps_fmt(x: float, _pos: int = 0) -> str:
     return f"{x:g}"
 
 
-def __getattr__(name: str):
-    """`plots.STEPS` (the 25k / 1M tick formatter, bench/forgetting.py) on first use: matplotlib loads only when a
-    plot is drawn, not with every run."""
-    if name == "STEPS":
-        from matplotlib.ticker import FuncFormatter
-
-        return FuncFormatter(_steps_fmt)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _steps_formatter():
+def steps_formatter():
+    """The x-axis tick formatter of agent steps (25k, 1M); matplotlib loads when a plot is drawn, not with every run."""
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(_steps_fmt)
@@ -100,7 +91,7 @@ def _step_axes(ax, title: str, ylabel: str, legend: Optional[dict] = None) -> No
     ax.set_title(title, fontsize=11)
     ax.set_xlabel("agent steps")
     ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_formatter(_steps_formatter())
+    ax.xaxis.set_major_formatter(steps_formatter())
     ax.grid(alpha=0.25)
     if legend is not None:
         ax.legend(**legend)
@@ -224,7 +215,7 @@ def plot_training(run: M.RunData, path: str, smooth: int = 20) -> str:
         ax2.legend(loc="upper left", fontsize=9, framealpha=0.9)
         ax2.grid(alpha=0.25)
     axes[-1].set_xlabel("agent steps (summed over envs)")
-    axes[-1].xaxis.set_major_formatter(_steps_formatter())
+    axes[-1].xaxis.set_major_formatter(steps_formatter())
     trained = run.trained
     handles = [Patch(color=colors[m], alpha=0.5, label=regime_label(m)) for m in trained]
     fig.suptitle(_title(run), fontsize=12)
@@ -258,7 +249,7 @@ def plot_eval_curves(run: M.RunData, path: str) -> str:
         ax.plot(s, y, color=colors[m], lw=1.8, marker="o", ms=3.5)
         ax.set_title(wrapped(m) + _kind(run, m), fontsize=9)
         ax.grid(alpha=0.25)
-        ax.xaxis.set_major_formatter(_steps_formatter())
+        ax.xaxis.set_major_formatter(steps_formatter())
         ax.tick_params(labelsize=8)
         ax.label_outer()
     for j in range(n, nrows * ncols):
