@@ -28,7 +28,7 @@ import ppo_throughput  # noqa: E402  (its run kinds)
 
 ROOT = common.REPO_ROOT
 PARTS = ("learn", "act", "env")
-KINDS = ppo_throughput.KINDS + ppo_throughput.EXTRA_KINDS + ppo_throughput.GROUP_KINDS
+KINDS = ppo_throughput.KINDS + ppo_throughput.EXTRA_KINDS + ppo_throughput.THREAD_KINDS
 
 
 def run_tree(tree: str, kinds: list[str], iterations: int, out: str, extra: list[str]) -> dict:

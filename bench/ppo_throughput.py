@@ -33,7 +33,7 @@ KINDS = ("ours", "sb3", "ours_switch")
 # instead of spinning when idle)
 EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
 # *_t1: torch threads 1 in our process (the env workers get the other core), whatever --torch-threads says
-GROUP_KINDS = ("ours_t1",)
+THREAD_KINDS = ("ours_t1",)
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
           "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
           "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)",
@@ -416,7 +416,7 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--warmup", type=int, default=2, help="first iterations excluded from steady-state steps/s")
-    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + GROUP_KINDS, default=list(KINDS),
+    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + THREAD_KINDS, default=list(KINDS),
                    help="run kinds to compare (the *_passive kinds set OMP_WAIT_POLICY=PASSIVE for that run)")
     p.add_argument("--modification", default="all_green_cars", help="the regime alternated with '' in switch runs")
     p.add_argument("--switch-every", type=int, default=2, help="iterations between switches in switch runs")
@@ -437,7 +437,7 @@ def main() -> None:
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch threads of every run (ours: --torch_threads; SB3: torch.set_num_threads); default: "
                         "each program's own default")
-    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + GROUP_KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + THREAD_KINDS, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     p.add_argument("--run-name", help=argparse.SUPPRESS)

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import forgetting as F  # noqa: E402
+from conftest import load_bench, write_config
 
-from conftest import write_config  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+F = load_bench("forgetting")
 
 A, B = "env=MinAtar/Breakout", "env=MinAtar/SpaceInvaders"
 # schedule A (0,10], B (10,20], A (20,30], B (30,40]; evaluations at 0 and at every switch and the end

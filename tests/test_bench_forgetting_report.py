@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import forgetting_report as R  # noqa: E402
+from conftest import load_bench, write_config
 
-from conftest import write_config  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+R = load_bench("forgetting_report")
 
 SI, BR = "env=MinAtar/SpaceInvaders", "env=MinAtar/Breakout"
 STEPS = [0, 10, 20, 30, 40]  # SI (0,10], BR (10,20], SI (20,30], BR (30,40]; evaluations at 0, every switch, the end

@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import plasticity_report as R  # noqa: E402
+from conftest import load_bench, write_config
+from continual.evaluation.metrics import bootstrap_mean
+from continual.modstrings import normalize_modification
 
-from conftest import write_config  # noqa: E402
-from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
-from continual.modstrings import normalize_modification  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+R = load_bench("plasticity_report")
 
 EXPERIMENT = os.path.join(ROOT, "configs", "experiments", "plasticity_minatar.json")
 REGIMES = ["permute_obs=1", "permute_obs=2", "permute_obs=3", "permute_obs=4"]  # visits (0,10], (10,20], ...
