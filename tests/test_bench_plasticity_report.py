@@ -149,7 +149,9 @@ def test_shipped_experiment_every_entry_validates_with_one_budget(tmp_path):
     experiment = load_experiment(EXPERIMENT)
     seeds = sorted({e.config["seed"] for e in experiment.entries})
     methods = {R.parse_run_name(e.name)[0] for e in experiment.entries}
-    assert [R.parse_run_name(e.name)[1] for e in experiment.entries[:2]] == [1, 1]  # methods round-robin, seed by seed
+    # method by method, seeds varying fastest; plain PPO and the fresh-network reference first
+    assert [R.parse_run_name(e.name) for e in experiment.entries[:6]] == [("PPO", s) for s in range(1, 6)] + [
+        ("PPO_fresh", 1)]
     assert seeds == [1, 2, 3, 4, 5] and len(experiment.entries) == 5 * len(methods)
     assert {"PPO", "PPO_CBP", "PPO_SP", "PPO_ReDo", "PPO_L2Init", "PPO_LN", "PPO_CReLU", "PPO_reset", "PPO_Parseval",
             "PPO_NaP", "PPO_TRAC"} <= methods
