@@ -16,6 +16,9 @@ Statistics (fixed before any run of the experiment):
   stratified bootstrap with one task; 2,000 resamples). Differences to PPO (late return, drop): both methods' seeds
   resampled independently (`paired_bootstrap`), and rliable's probability that the method's late return is above
   PPO's, with its CI. With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
+- policy collapse: the share of PPO updates (iteration records) whose policy entropy `losses/entropy` is below
+  COLLAPSED_ENTROPY, where the policy is deterministic, every gradient vanishes and the regime cannot be learned (the
+  pilots' collapse; added after them).
 - diagnostics (`plasticity/*` records at every switch): dormant fraction (all hidden units), effective rank of the
   penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first and at the
   last record (the last switch, unless the run logs them every --diagnostics_every steps).
@@ -61,6 +64,7 @@ def parse_run_name(name: str) -> Optional[tuple[str, int]]:
             return m.group("method"), int(m.group("seed"))
     return None
 DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
+COLLAPSED_ENTROPY = 0.01  # nats; a uniform policy over Breakout's 3 actions has 1.10
 
 
 def _mean(xs) -> Optional[float]:
@@ -100,6 +104,8 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
         out["relative_drop"] = None if not out["early"] or out["drop"] is None else out["drop"] / abs(out["early"])
         out["late_final_quarter"] = _mean(finals[-late:])
         out["early_final_quarter"] = _mean(finals[:early])
+    entropies = [r["losses/entropy"] for r in run.iterations if r.get("losses/entropy") is not None]
+    out["collapsed"] = float(np.mean([e < COLLAPSED_ENTROPY for e in entropies])) if entropies else None
     recs = sorted(run.plasticity, key=lambda r: r["global_step"])
     out["diagnostics"] = [{"step": r["global_step"], "dormant": r.get("plasticity/dormant_fraction/all"),
                            "effective_rank": r.get("plasticity/effective_rank"), "weight_norm": weight_norm(r)}
@@ -128,7 +134,7 @@ def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
     for method, rs in methods.items():
         rs = sorted(rs, key=lambda r: (r["seed"] is None, r["seed"]))
         row = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
-        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter"):
+        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed"):
             row[key] = bootstrap_mean(r[key] for r in rs)
             row[key]["t_ci95_half_width"] = mean_ci(r[key] for r in rs)["ci95"]
             row[key]["per_seed"] = [r[key] for r in rs]
@@ -155,9 +161,11 @@ def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list
     lines = [f"Regime return = mean training-episode return over a regime's visit; early = regimes 1-{args.early}, "
              f"late = regimes {n_regimes - args.late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
              f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI].", "",
+             f"Collapsed = share of updates with policy entropy < {COLLAPSED_ENTROPY} nats.", "",
              f"| method | seeds | early | late | drop | drop / early | late - {baseline} | P(late > {baseline}) | "
-             "dormant (1st -> last switch) | eff. rank (1st -> last switch) | weight norm (1st -> last switch) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "collapsed | dormant (1st -> last switch) | eff. rank (1st -> last switch) | "
+             "weight norm (1st -> last switch) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = [baseline] + sorted(m for m in table if m != baseline) if baseline in table else sorted(table)
 
     def arrow(row: dict, key: str, digits: int) -> str:
@@ -170,7 +178,7 @@ def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list
         poi = fmt_ci(row[f"p_late_above_{baseline}"], 2) if f"p_late_above_{baseline}" in row else ""
         lines.append(f"| {method} | {row['n']} | {fmt_ci(row['early'])} | {fmt_ci(row['late'])} | "
                      f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} | {diff} | {poi} | "
-                     f"{arrow(row, 'dormant', 3)} | {arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
+                     f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | {arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
     running = [r for r in runs if not r["done"]]
     if running:
         lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -25,9 +26,11 @@ EXPERIMENT = os.path.join(ROOT, "configs", "experiments", "plasticity_minatar.js
 REGIMES = ["permute_obs=1", "permute_obs=2", "permute_obs=3", "permute_obs=4"]  # visits (0,10], (10,20], ...
 
 
-def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int = 40, dormant=(0.1, 0.3)) -> str:
+def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int = 40, dormant=(0.1, 0.3),
+              entropy: Optional[list[float]] = None) -> str:
     """A run directory whose regime k (steps (10k, 10k+10]) has training episodes with `episodes[k]`'s returns, ending
-    at steps 10k+1, 10k+2, ..., and plasticity records at the first switch and the end."""
+    at steps 10k+1, 10k+2, ..., one iteration record at its end (policy entropy `entropy[k]` if given), and
+    plasticity records at the first switch and the end."""
     d = os.path.join(runs_dir, name)
     os.makedirs(d)
     write_config(d, {"architecture": "PPO", "seed": 1, "resolved_total_timesteps": total, "modification_factory_kwargs": {
@@ -40,7 +43,10 @@ def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int 
             for j, r in enumerate(rets):
                 f.write(json.dumps({"kind": "episode", "global_step": 10 * k + 1 + j, "modification": REGIMES[k],
                                     "return": r}) + "\n")
-            f.write(json.dumps({"kind": "iteration", "global_step": 10 * k + 10, "modification": REGIMES[k]}) + "\n")
+            it = {"kind": "iteration", "global_step": 10 * k + 10, "modification": REGIMES[k]}
+            if entropy is not None:
+                it["losses/entropy"] = entropy[k]
+            f.write(json.dumps(it) + "\n")
         for step, dm in zip((10, 40), dormant):
             f.write(json.dumps({"kind": "plasticity", "global_step": step, "plasticity/dormant_fraction/all": dm,
                                 "plasticity/effective_rank": 20.0 - 10 * dm, "plasticity/weight_norm/a": 3.0,
@@ -59,6 +65,13 @@ def test_run_summary_by_hand(tmp_path):
     assert s["early"] == 4.0 and s["late"] == 1.0 and s["drop"] == 3.0 and s["relative_drop"] == 0.75
     assert s["diagnostics"][0] == {"step": 10, "dormant": 0.1, "effective_rank": 19.0, "weight_norm": 5.0}
     assert s["diagnostics"][-1]["dormant"] == 0.3
+    assert s["collapsed"] is None  # no entropy logged
+
+
+def test_collapsed_share_of_updates(tmp_path):
+    # 2 of 4 updates below 0.01 nats; exactly 0.01 is not collapsed
+    d = write_run(str(tmp_path), "003_PPO_seed=2", [[1], [1], [1], [1]], entropy=[1.05, 0.0, 0.009, 0.01])
+    assert R.run_summary(d, early=1, late=1)["collapsed"] == 0.5
 
 
 def test_run_names_in_either_grid_order():

@@ -116,6 +116,7 @@ class RunData:
     episodes: list[tuple[int, str, float]] = dataclasses.field(default_factory=list)  # (step, regime, return)
     plasticity: list[dict] = dataclasses.field(default_factory=list)  # "plasticity" records of metrics.jsonl
     heldout: list[str] = dataclasses.field(default_factory=list)
+    iterations: list[dict] = dataclasses.field(default_factory=list)  # "iteration" records (losses, learning rate)
 
     @property
     def name(self) -> str:
@@ -198,7 +199,7 @@ def load_run(run_dir: str) -> RunData:
     episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
-    return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout)
+    return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout, iterations)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
