@@ -205,9 +205,9 @@ class Agent(nn.Module):
         self.obs_var.copy_(m2 / total)
         self.obs_count.copy_(total)
 
-    def make_optimizer(self, lr: float) -> optim.Optimizer:
+    def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.9, 0.999)) -> optim.Optimizer:
         # foreach: one fused update over all parameters (the default on GPUs, not on CPUs); the same numbers
-        return optim.Adam(self.parameters(), lr=lr, eps=1e-5, foreach=True)
+        return optim.Adam(self.parameters(), lr=lr, betas=betas, eps=1e-5, foreach=True)
 
 
 def policy_head(agent: Agent, x: torch.Tensor):

@@ -196,7 +196,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     with session.running():
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate), args)  # --trac wraps it
+        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate, (args.adam_beta1, args.adam_beta2)),
+                                      args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)

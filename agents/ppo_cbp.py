@@ -56,8 +56,8 @@ class CBPAgent(networks.Agent):
                                         extra_in_layers=extra))
         self.cbp = CBP(trackers)
 
-    def make_optimizer(self, lr: float) -> optim.Optimizer:
-        return AdamGnT(self.parameters(), lr=lr, eps=1e-5)  # PPO's Adam, with a step count per weight
+    def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.9, 0.999)) -> optim.Optimizer:
+        return AdamGnT(self.parameters(), lr=lr, betas=betas, eps=1e-5)  # PPO's Adam, with a step count per weight
 
     def before_update(self) -> None:
         self.cbp.capture(True)

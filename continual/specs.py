@@ -32,9 +32,10 @@ DQN_FLAGS = "dqn_flags"          # --double_dqn, --reset_replay_on_switch, --eps
 ACTORS = "actors"                # --num_actors processes share --num_envs envs evenly
 CLEAR_REPLAY = "clear_replay"    # a replay buffer of --clear_buffer_frames under <run>/replay (disk checked first)
 NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases)
+ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains with Adam
 
 FEATURES = (BF16, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
-            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES)
+            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS)
 
 
 def rollout_steps(args: Any) -> int:
@@ -67,7 +68,7 @@ class AgentSpec:
         return feature in self.features
 
 
-_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB})
+_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB, ADAM_BETAS})
 # IMPALA's family sums its losses over the batch: TorchBeast's clip of 40 (0.5 shrinks its updates ~100x) and
 # cleanba's learning rate (configs/impala_freeway.json)
 _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}

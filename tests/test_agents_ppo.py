@@ -501,3 +501,14 @@ def test_her_and_cbp_implement_every_ppo_extension_hook():
     assert hooks >= {"extend_batch", "minibatch", "commit"}
     for cls in (HerExtension, ppo_cbp.CBPExtension):
         assert all(callable(getattr(cls, h, None)) for h in hooks), (cls, hooks - set(dir(cls)))
+
+
+@pytest.mark.parametrize("arch", ["PPO", "PPO_CBP"])
+def test_adam_betas_reach_the_optimizer_and_its_checkpoint(tmp_path, arch):
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--architecture", arch, "--env_id", "CartPole-v1", "--backend",
+               "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", runs,
+               "--run_name", "b", "--no-progress-bar", "--adam_beta1", "0.99", "--adam_beta2", "0.99")
+    state = torch.load(glob.glob(os.path.join(runs, "b", "checkpoints", "final*"))[0], weights_only=True)
+    groups = state["optimizer"]["param_groups"]
+    assert [tuple(g["betas"]) for g in groups] == [(0.99, 0.99)] * len(groups)

@@ -166,8 +166,8 @@ def test_shipped_experiment_every_entry_validates_with_one_budget(tmp_path):
     assert [R.parse_run_name(e.name) for e in experiment.entries[:6]] == [("PPO", s) for s in range(1, 6)] + [
         ("PPO_fresh", 1)]
     assert seeds == [1, 2, 3, 4, 5] and len(experiment.entries) == 5 * len(methods)
-    assert {"PPO", "PPO_CBP", "PPO_SP", "PPO_ReDo", "PPO_L2Init", "PPO_LN", "PPO_CReLU", "PPO_reset", "PPO_Parseval",
-            "PPO_NaP", "PPO_TRAC"} <= methods
+    assert {"PPO", "PPO_NSAdam", "PPO_CBP", "PPO_SP", "PPO_ReDo", "PPO_L2Init", "PPO_LN", "PPO_CReLU", "PPO_reset",
+            "PPO_Parseval", "PPO_NaP", "PPO_TRAC"} <= methods
     budgets = {(e.config["total_timesteps"], json.dumps(e.config["modification_factory_kwargs"], sort_keys=True))
                for e in experiment.entries}
     assert len(budgets) == 1  # the same sequence and budget for every method

@@ -524,6 +524,9 @@ def test_check_modifications_rejects_a_bad_gymnasium_token(tmp_path):
     (["--num_envs", "1", "--num_steps", "2", "--num_minibatches", "4"], "num_minibatches"),
     (["--run_name", "a/b"], "run_name"),
     (["--run_name", ".."], "run_name"),
+    (["--adam_beta1", "1"], "adam_beta1"),
+    (["--adam_beta2", "nan"], "adam_beta2"),
+    (["--architecture", "IMPALA", "--adam_beta1", "0.99"], "adam_beta1: supported by PPO and PPO_CBP, not IMPALA"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_validate_args_ranges(flags, field):
     with pytest.raises(UserError, match=field):

@@ -236,13 +236,15 @@ def test_a_shared_step_count_fails_the_reference_on_replaced_weights():
     assert first.sum() > 50 and np.median(ratio) > 2.5  # sqrt(1 / (1 - beta2)) * (1 - beta1) = 3.16 at most
 
 
-def test_adamgnt_equals_torch_adam_while_nothing_is_replaced():
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.99, 0.99)])  # PPO's; Dohare et al.'s non-stationary Adam
+def test_adamgnt_equals_torch_adam_while_nothing_is_replaced(betas):
     torch.manual_seed(0)
     agent = CBPAgent((4, 84, 84), 3, Args(replacement_rate=0.0))  # channels-last conv weights
     twin = CBPAgent((4, 84, 84), 3, Args(replacement_rate=0.0))
     twin.load_state_dict(agent.state_dict())
-    ours, adam = agent.make_optimizer(2.5e-4), torch.optim.Adam(twin.parameters(), lr=2.5e-4, eps=1e-5)
-    assert isinstance(ours, AdamGnT) and ours.defaults["eps"] == 1e-5 and ours.defaults["betas"] == (0.9, 0.999)
+    ours = agent.make_optimizer(2.5e-4, betas) if betas != (0.9, 0.999) else agent.make_optimizer(2.5e-4)
+    adam = torch.optim.Adam(twin.parameters(), lr=2.5e-4, betas=betas, eps=1e-5)
+    assert isinstance(ours, AdamGnT) and ours.defaults["eps"] == 1e-5 and ours.defaults["betas"] == betas
     for _ in range(30):
         x = torch.randint(0, 255, (8, 4, 84, 84), dtype=torch.uint8)
         actions = torch.randint(0, 3, (8,))

@@ -85,6 +85,11 @@ class Args:
     # --- PPO -------------------------------------------------------------------------------------------------------
     learning_rate: float = 2.5e-4
     """Adam learning rate"""
+    adam_beta1: float = 0.9
+    """Adam's beta1 (PPO, PPO_CBP); Dohare et al.'s "non-stationary Adam" (their loss-of-plasticity runs, CBP's
+    settings included) sets beta1 = beta2 = 0.99"""
+    adam_beta2: float = 0.999
+    """Adam's beta2 (PPO, PPO_CBP)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the whole run (not reset at switches)"""
     num_steps: int = 128
