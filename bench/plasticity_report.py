@@ -178,7 +178,8 @@ def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list
         poi = fmt_ci(row[f"p_late_above_{baseline}"], 2) if f"p_late_above_{baseline}" in row else ""
         lines.append(f"| {method} | {row['n']} | {fmt_ci(row['early'])} | {fmt_ci(row['late'])} | "
                      f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} | {diff} | {poi} | "
-                     f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | {arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
+                     f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | "
+                     f"{arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
     running = [r for r in runs if not r["done"]]
     if running:
         lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"

@@ -71,11 +71,11 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     if not 0 < args.rmsprop_alpha < 1:
         raise UserError(f"rmsprop_alpha: must be in (0, 1), got {args.rmsprop_alpha}")
-    for name, default in (("adam_beta1", 0.9), ("adam_beta2", 0.999)):
+    for name in ("adam_beta1", "adam_beta2"):
         v = getattr(args, name)
         if not 0 <= v < 1:  # also refuses nan
             raise UserError(f"{name}: must be in [0, 1), got {v}")
-        if v != default:
+        if v != getattr(Args, name):  # Args' default: the optimizer every agent has
             require(args, specs.ADAM_BETAS, name)
     if SPECS[args.architecture].supports(specs.ACTORS) and args.num_envs % args.num_actors:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
