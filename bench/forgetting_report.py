@@ -139,8 +139,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray, lower_is_better: bo
     """P(X improves on Y) (rliable's definition) on two runs x tasks matrices and its 95% bootstrap CI."""
     if lower_is_better:
         x, y = -x, -y
-    lo, hi = M.paired_bootstrap(x, y, M.rl.probability_of_improvement, reps, seed)
-    return {"estimate": float(M.rl.probability_of_improvement(x, y)), "ci95": [lo, hi],
+    lo, hi = M.paired_bootstrap(x, y, M.probability_of_improvement, reps, seed)
+    return {"estimate": M.probability_of_improvement(x, y), "ci95": [lo, hi],
             "runs": [int(x.shape[0]), int(y.shape[0])]}
 
 

@@ -50,6 +50,7 @@ from continual.evaluation.metrics import (  # noqa: E402
     mean_ci,
     method_label,
     paired_bootstrap,
+    probability_of_improvement,
 )
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
@@ -123,8 +124,6 @@ def fmt_ci(d: dict, digits: int = 1) -> str:
 
 
 def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
-    from rliable import metrics as rl
-
     methods: dict[str, list[dict]] = {}
     for r in runs:
         if r["done"] and "drop" in r:
@@ -150,8 +149,8 @@ def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
                 row[f"{key}_minus_{baseline}"] = {"mean": float(x.mean() - y.mean()), "ci95": [lo, hi]}
             x = np.array([[r["late"]] for r in rs], dtype=np.float64)
             y = np.array([[r["late"]] for r in base], dtype=np.float64)
-            lo, hi = paired_bootstrap(x, y, rl.probability_of_improvement)
-            row[f"p_late_above_{baseline}"] = {"mean": float(rl.probability_of_improvement(x, y)), "ci95": [lo, hi]}
+            lo, hi = paired_bootstrap(x, y, probability_of_improvement)
+            row[f"p_late_above_{baseline}"] = {"mean": probability_of_improvement(x, y), "ci95": [lo, hi]}
         table[method] = row
     return table
 

@@ -247,6 +247,25 @@ def test_mean_ci_uses_the_t_distribution():
         assert M.t_quantile_975(df) == pytest.approx(table, abs=6e-4)
 
 
+def test_probability_of_improvement_equals_rliables_mann_whitney():
+    # rliable's definition (scipy's Mann-Whitney U per task) is the reference; integer scores make ties common
+    rng = np.random.default_rng(0)
+    for nx, ny, k in ((1, 1, 1), (2, 3, 1), (5, 5, 2), (3, 7, 4), (10, 4, 3)):
+        for _ in range(20):
+            x = rng.integers(0, 4, size=(nx, k)).astype(float)
+            y = rng.integers(0, 4, size=(ny, k)).astype(float)
+            assert M.probability_of_improvement(x, y) == pytest.approx(float(rl.probability_of_improvement(x, y)))
+    x = rng.normal(size=(5, 3))
+    assert M.probability_of_improvement(x, x) == 0.5
+    assert M.probability_of_improvement(x + 100, x) == 1.0 and M.probability_of_improvement(x, x + 100) == 0.0
+    with_nan = x.copy()
+    with_nan[0, 1] = np.nan
+    assert np.isnan(M.probability_of_improvement(with_nan, x))
+    # the bootstrap of a report draws the same resamples with either implementation
+    assert M.paired_bootstrap(x, x[::-1] * 0.9, M.probability_of_improvement, reps=100) == \
+        M.paired_bootstrap(x, x[::-1] * 0.9, rl.probability_of_improvement, reps=100)
+
+
 def test_robust_statistics_against_hand_computation():
     # IQM: the mean of the middle half of the pooled scores (8 scores: the 2nd..6th quarter-trimmed)
     x = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]])

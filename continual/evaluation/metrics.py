@@ -531,6 +531,18 @@ def bootstrap_mean(values: Iterable[Optional[float]], reps: int = 2000, seed: in
     return {"mean": m, "ci95": [lo, hi], "n": int(xs.size)}
 
 
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """rliable's probability of improvement of X over Y (runs x tasks matrices): per task P(X > Y) + P(X = Y) / 2 over
+    all run pairs, averaged over tasks. The same number as `rliable.metrics.probability_of_improvement` (its
+    Mann-Whitney U / (n_x n_y) is that count), by broadcasting instead of one scipy call per task, which made the
+    bootstraps of a report take minutes; a task with a NaN score gives NaN, as scipy does."""
+    x = np.asarray(x, dtype=np.float64)[:, None, :]
+    y = np.asarray(y, dtype=np.float64)[None, :, :]
+    per_task = ((x > y) + 0.5 * (x == y)).mean(axis=(0, 1))
+    per_task[np.isnan(x).any(axis=(0, 1)) | np.isnan(y).any(axis=(0, 1))] = np.nan
+    return float(per_task.mean())
+
+
 def paired_bootstrap(x: np.ndarray, y: np.ndarray, statistic, reps: int = 2000, seed: int = 0, alpha: float = 0.05
                      ) -> tuple[float, float]:
     """The same for a statistic of two methods' score matrices, each resampled within its tasks."""
@@ -591,8 +603,8 @@ def robust_aggregate(results: Sequence[dict], configs: Sequence[dict], group_by:
             for b in names:
                 if a != b:
                     x, y = mats[a], mats[b]
-                    lo, hi = paired_bootstrap(x, y, rl.probability_of_improvement, reps, seed)
-                    improvement[f"{a} > {b}"] = {"estimate": float(rl.probability_of_improvement(x, y)),
+                    lo, hi = paired_bootstrap(x, y, probability_of_improvement, reps, seed)
+                    improvement[f"{a} > {b}"] = {"estimate": probability_of_improvement(x, y),
                                                  "ci95": [lo, hi]}
         allv = np.concatenate([m.ravel() for m in mats.values()])
         taus = np.linspace(float(allv.min()), float(allv.max()), 51) if allv.size else np.zeros(0)
