@@ -15,7 +15,9 @@ Statistics (fixed before any run of the experiment):
 - 95% CIs: percentile bootstrap over the method's seeds (`continual.evaluation.metrics.bootstrap_mean`: the
   stratified bootstrap with one task; 2,000 resamples). Differences to PPO (late return, drop): both methods' seeds
   resampled independently (`paired_bootstrap`), and rliable's probability that the method's late return is above
-  PPO's, with its CI. With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
+  PPO's, with its CI; the same against PPO_fresh (a fresh network every regime), the level a remedy that fully
+  restores plasticity would reach (added when PPO and PPO_fresh had finished and 2 of the 60 remedy runs, PPO_NSAdam
+  seeds 1-2). With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
 - policy collapse: the share of PPO updates (iteration records) whose policy entropy `losses/entropy` is below
   COLLAPSED_ENTROPY, where the policy is deterministic, every gradient vanishes and the regime cannot be learned (the
   pilots' collapse; added after them).
@@ -123,13 +125,15 @@ def fmt_ci(d: dict, digits: int = 1) -> str:
     return f"{d['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
+BASELINES = ("PPO", "PPO_fresh")  # plain PPO, and a fresh network every regime: the from-scratch level
+
+
+def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
     methods: dict[str, list[dict]] = {}
     for r in runs:
         if r["done"] and "drop" in r:
             methods.setdefault(r["method"], []).append(r)
     table = {}
-    base = methods.get(baseline)
     for method, rs in methods.items():
         rs = sorted(rs, key=lambda r: (r["seed"] is None, r["seed"]))
         row = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
@@ -141,7 +145,10 @@ def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
             first = [r["diagnostics"][0][diag] for r in rs if r["diagnostics"]]
             last = [r["diagnostics"][-1][diag] for r in rs if r["diagnostics"]]
             row[f"{diag}_first_switch"], row[f"{diag}_end"] = _mean(first), _mean(last)
-        if base and method != baseline:
+        for baseline in baselines:
+            base = methods.get(baseline)
+            if not base or method == baseline:
+                continue
             for key in ("late", "drop"):
                 x = np.array([[r[key]] for r in rs], dtype=np.float64)
                 y = np.array([[r[key]] for r in base], dtype=np.float64)
@@ -155,17 +162,21 @@ def summarize(runs: list[dict], baseline: str = "PPO") -> dict:
     return table
 
 
-def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list[str]:
+def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = BASELINES) -> list[str]:
     n_regimes = max((len(r["regimes"]) for r in runs), default=0)
+    baselines = tuple(b for b in baselines if b in table)
+    versus = "".join(f" late - {b} | P(late > {b}) |" for b in baselines)
     lines = [f"Regime return = mean training-episode return over a regime's visit; early = regimes 1-{args.early}, "
              f"late = regimes {n_regimes - args.late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
-             f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI].", "",
+             f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI]. Against PPO_fresh (a fresh "
+             f"network every regime): a late return at or above it means the method learns the late regimes as "
+             f"well as from scratch.", "",
              f"Collapsed = share of updates with policy entropy < {COLLAPSED_ENTROPY} nats.", "",
-             f"| method | seeds | early | late | drop | drop / early | late - {baseline} | P(late > {baseline}) | "
+             f"| method | seeds | early | late | drop | drop / early |{versus} "
              "collapsed | dormant (1st -> last switch) | eff. rank (1st -> last switch) | "
              "weight norm (1st -> last switch) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = [baseline] + sorted(m for m in table if m != baseline) if baseline in table else sorted(table)
+             "|---" * (10 + 2 * len(baselines)) + "|"]
+    order = [b for b in baselines] + sorted(m for m in table if m not in baselines)
 
     def arrow(row: dict, key: str, digits: int) -> str:
         a, b = row[f"{key}_first_switch"], row[f"{key}_end"]
@@ -173,10 +184,11 @@ def markdown(table: dict, runs: list[dict], args, baseline: str = "PPO") -> list
 
     for method in order:
         row = table[method]
-        diff = fmt_ci(row[f"late_minus_{baseline}"]) if f"late_minus_{baseline}" in row else ""
-        poi = fmt_ci(row[f"p_late_above_{baseline}"], 2) if f"p_late_above_{baseline}" in row else ""
+        cells = "".join(f" {fmt_ci(row[f'late_minus_{b}']) if f'late_minus_{b}' in row else ''} |"
+                        f" {fmt_ci(row[f'p_late_above_{b}'], 2) if f'p_late_above_{b}' in row else ''} |"
+                        for b in baselines)
         lines.append(f"| {method} | {row['n']} | {fmt_ci(row['early'])} | {fmt_ci(row['late'])} | "
-                     f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} | {diff} | {poi} | "
+                     f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} |{cells} "
                      f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | "
                      f"{arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
     running = [r for r in runs if not r["done"]]

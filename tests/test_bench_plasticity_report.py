@@ -107,7 +107,33 @@ def test_summarize_drops_cis_and_differences_to_ppo(tmp_path):
     assert sp["p_late_above_PPO"]["mean"] == 1.0  # every S&P late return is above every PPO one
     lines = R.markdown(table, runs, type("A", (), {"early": 2, "late": 2})())
     assert any(line.startswith("| PPO | 3 | 10.0") for line in lines)
+    header = next(line for line in lines if line.startswith("| method"))
+    assert "late - PPO |" in header and "PPO_fresh" not in header  # a baseline without runs gets no columns
+    assert len({line.count("|") for line in lines if line.startswith("|")}) == 1  # every row as wide as the header
     assert any("009_PPO_seed=9" in line for line in lines)
+
+
+def test_differences_to_a_fresh_network(tmp_path):
+    # late returns: PPO 4, PPO_fresh 6, a remedy 7 and 5 over its two seeds
+    runs_dir = str(tmp_path / "runs")
+    lates = {"PPO": [4, 4], "PPO_fresh": [6, 6], "PPO_ReDo": [7, 5]}
+    for i, (m, ls) in enumerate(lates.items()):
+        for seed, late in enumerate(ls, 1):
+            write_run(runs_dir, f"{i}{seed}_{m}_seed={seed}", [[10], [10], [late], [late]])
+    runs = [R.run_summary(os.path.join(runs_dir, d), 2, 2) for d in sorted(os.listdir(runs_dir))]
+    table = R.summarize(runs)
+    redo = table["PPO_ReDo"]
+    assert redo["late_minus_PPO_fresh"]["mean"] == pytest.approx(0.0)
+    assert redo["p_late_above_PPO_fresh"]["mean"] == 0.5  # one seed above, one below every fresh seed
+    assert redo["late_minus_PPO"]["mean"] == pytest.approx(2.0)
+    assert table["PPO_fresh"]["late_minus_PPO"]["mean"] == pytest.approx(2.0)
+    assert "late_minus_PPO_fresh" not in table["PPO_fresh"] and "late_minus_PPO" not in table["PPO"]
+    lines = R.markdown(table, runs, type("A", (), {"early": 2, "late": 2})())
+    header = next(line for line in lines if line.startswith("| method"))
+    assert "late - PPO_fresh | P(late > PPO_fresh) |" in header
+    rows = [line for line in lines if line.startswith("| PPO")]
+    assert [r.split(" | ")[0] for r in rows] == ["| PPO", "| PPO_fresh", "| PPO_ReDo"]  # baselines first
+    assert len({line.count("|") for line in lines if line.startswith("|")}) == 1
 
 
 @pytest.fixture(scope="module")
