@@ -27,7 +27,8 @@ Statistics (fixed before any run of the experiment):
 
 Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
 naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed and left out.
-Writes report.md, report.json, regimes.png (regime return per regime, mean and CI band), drop.png (the drop per
+Writes report.md, report.json, regimes.png (regime return per regime, one panel per method beside PPO and PPO_fresh,
+mean and CI band), drop.png (the drop per
 method with CIs) and diagnostics.png.
 """
 
@@ -205,22 +206,40 @@ def plots(table: dict, runs: list[dict], out: str, args) -> None:
     import matplotlib.pyplot as plt
 
     done = [r for r in runs if r["done"]]
-    methods = sorted({r["method"] for r in done}, key=lambda m: (m != "PPO", m))
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for method in methods:
+    methods = sorted({r["method"] for r in done}, key=lambda m: (m not in BASELINES, BASELINES.index(m)
+                                                                  if m in BASELINES else 0, m))
+
+    def curve(method: str) -> tuple[np.ndarray, np.ndarray, list]:
         rows = np.array([[np.nan if x is None else x for x in r["regimes"]] for r in done if r["method"] == method])
-        x = np.arange(1, rows.shape[1] + 1)
-        mean = np.nanmean(rows, 0)
         ci = [bootstrap_mean(rows[:, j].tolist()).get("ci95") or [np.nan, np.nan] for j in range(rows.shape[1])]
-        ax.plot(x, mean, marker="o", ms=3, label=method, lw=2.5 if method == "PPO" else 1.2)
-        ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], alpha=0.12)
-    ax.axvspan(0.5, args.early + 0.5, color="grey", alpha=0.08)
-    if done:
-        n = len(done[0]["regimes"])
-        ax.axvspan(n - args.late + 0.5, n + 0.5, color="grey", alpha=0.08)
-    ax.set_xlabel("regime (permutation of channels and actions)")
-    ax.set_ylabel("mean training return in the regime")
-    ax.legend(fontsize=7, ncol=2)
+        return np.arange(1, rows.shape[1] + 1), np.nanmean(rows, 0), ci
+
+    # one panel per method, each beside the baselines: 14 curves on one axes cannot be read
+    panels = [m for m in methods if m not in BASELINES] or methods[:1]
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.8 * nrows), sharex=True, sharey=True,
+                             squeeze=False)
+    base_style = {"PPO": {"color": "0.35", "lw": 1.2}, "PPO_fresh": {"color": "0.35", "lw": 1.2, "ls": "--"}}
+    for ax, method in zip(axes.flat, panels):
+        for b in BASELINES:
+            if b in methods and b != method:
+                x, mean, _ = curve(b)
+                ax.plot(x, mean, label=b, **base_style[b])
+        x, mean, ci = curve(method)
+        ax.plot(x, mean, marker="o", ms=3, lw=2, color="C0", label=method)
+        ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color="C0", alpha=0.2)
+        ax.axvspan(0.5, args.early + 0.5, color="grey", alpha=0.08)
+        ax.axvspan(len(x) - args.late + 0.5, len(x) + 0.5, color="grey", alpha=0.08)
+        n = int((np.asarray([r["method"] for r in done]) == method).sum())
+        ax.set_title(f"{method} ({n} seeds)", fontsize=9)
+        ax.legend(fontsize=6, loc="upper right")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("regime")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("mean training return")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "regimes.png"), dpi=100)
     plt.close(fig)
