@@ -28,8 +28,7 @@ Statistics (fixed before any run of the experiment):
 Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
 naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed and left out.
 Writes report.md, report.json, regimes.png (regime return per regime, one panel per method beside PPO and PPO_fresh,
-mean and CI band), drop.png (the drop per
-method with CIs) and diagnostics.png.
+mean and CI band), drop.png (the drop per method with CIs) and diagnostics.png.
 """
 
 from __future__ import annotations
