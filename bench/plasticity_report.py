@@ -18,6 +18,10 @@ Statistics (fixed before any run of the experiment):
   PPO's, with its CI; the same against PPO_fresh (a fresh network every regime), the level a remedy that fully
   restores plasticity would reach (added when PPO and PPO_fresh had finished and 2 of the 60 remedy runs, PPO_NSAdam
   seeds 1-2). With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
+- sensitivity (added after PPO and PPO_fresh ran, a second weighting of the same episodes, not the statistic the
+  conclusions use): the time-average regime return, the mean over TIME_BINS equal parts of a visit of the episodes
+  ending in each part. The episode average weights a regime's failing start (many short episodes) more than its
+  learned end (few long ones); the time average weights each part of the visit the same.
 - policy collapse: the share of PPO updates (iteration records) whose policy entropy `losses/entropy` is below
   COLLAPSED_ENTROPY, where the policy is deterministic, every gradient vanishes and the regime cannot be learned (the
   pilots' collapse; added after them).
@@ -67,6 +71,7 @@ def parse_run_name(name: str) -> Optional[tuple[str, int]]:
             return m.group("method"), int(m.group("seed"))
     return None
 DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
+TIME_BINS = 10  # the time-average regime return: the mean over this many equal parts of a visit
 COLLAPSED_ENTROPY = 0.01  # nats; a uniform policy over Breakout's 3 actions has 1.10
 
 
@@ -92,14 +97,18 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     total = int(run.config.get("resolved_total_timesteps") or run.config.get("total_timesteps") or 0)
     switches = run.config.get("modification_factory_kwargs", {}).get("switching_thresholds") or []
     n_regimes = len(switches) + 1
-    regimes, finals = [], []
+    regimes, finals, timed = [], [], []
     for v in run.visits:
         rets = [(s, r) for s, reg, r in run.episodes if reg == v.regime and v.start < s <= v.end]
         regimes.append(_mean(r for _, r in rets))
         finals.append(_mean(r for s, r in rets if s > v.end - (v.end - v.start) / 4))
+        width = (v.end - v.start) / TIME_BINS
+        timed.append(_mean(_mean(r for s, r in rets if v.start + b * width < s <= v.start + (b + 1) * width)
+                           for b in range(TIME_BINS)))
     done = run.end_step >= total and len(run.visits) >= n_regimes
     out = {"run": name, "method": method, "seed": seed, "steps": run.end_step, "total": total, "done": done,
-           "regimes": regimes, "final_quarter": finals, "visits": [(v.regime, v.start, v.end) for v in run.visits]}
+           "regimes": regimes, "final_quarter": finals, "time_average": timed,
+           "visits": [(v.regime, v.start, v.end) for v in run.visits]}
     if len(regimes) >= early + late:
         out["early"] = _mean(regimes[:early])
         out["late"] = _mean(regimes[-late:])
@@ -107,6 +116,10 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
         out["relative_drop"] = None if not out["early"] or out["drop"] is None else out["drop"] / abs(out["early"])
         out["late_final_quarter"] = _mean(finals[-late:])
         out["early_final_quarter"] = _mean(finals[:early])
+        out["late_time_average"] = _mean(timed[-late:])
+        out["early_time_average"] = _mean(timed[:early])
+        out["drop_time_average"] = (None if out["early_time_average"] is None or out["late_time_average"] is None
+                                    else out["early_time_average"] - out["late_time_average"])
     entropies = [r["losses/entropy"] for r in run.iterations if r.get("losses/entropy") is not None]
     out["collapsed"] = float(np.mean([e < COLLAPSED_ENTROPY for e in entropies])) if entropies else None
     recs = sorted(run.plasticity, key=lambda r: r["global_step"])
@@ -137,7 +150,8 @@ def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
     for method, rs in methods.items():
         rs = sorted(rs, key=lambda r: (r["seed"] is None, r["seed"]))
         row = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
-        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed"):
+        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed",
+                    "early_time_average", "late_time_average", "drop_time_average"):
             row[key] = bootstrap_mean(r[key] for r in rs)
             row[key]["t_ci95_half_width"] = mean_ci(r[key] for r in rs)["ci95"]
             row[key]["per_seed"] = [r[key] for r in rs]
@@ -149,7 +163,7 @@ def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
             base = methods.get(baseline)
             if not base or method == baseline:
                 continue
-            for key in ("late", "drop"):
+            for key in ("late", "drop", "late_time_average"):
                 x = np.array([[r[key]] for r in rs], dtype=np.float64)
                 y = np.array([[r[key]] for r in base], dtype=np.float64)
                 lo, hi = paired_bootstrap(x, y, lambda a, b: float(a.mean() - b.mean()))
@@ -191,6 +205,18 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
                      f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} |{cells} "
                      f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | "
                      f"{arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
+    fresh = "PPO_fresh" if "PPO_fresh" in baselines else None
+    lines += ["", f"Sensitivity to the regime return's weighting (added after PPO and PPO_fresh ran): an episode average "
+              f"counts the many short episodes of a regime's failing start more than the few long ones that follow; "
+              f"the time average is the mean over {TIME_BINS} equal parts of the visit of the episodes ending in each.",
+              "", "| method | drop (episode average) | drop (time average) | late (time average) |" +
+              (" late - PPO_fresh (time average) |" if fresh else ""),
+              "|---|---|---|---|" + ("---|" if fresh else "")]
+    for method in order:
+        row = table[method]
+        cell = f" {fmt_ci(row['late_time_average_minus_PPO_fresh'])} |" if fresh and method != fresh else " |"
+        lines.append(f"| {method} | {fmt_ci(row['drop'])} | {fmt_ci(row['drop_time_average'])} | "
+                     f"{fmt_ci(row['late_time_average'])} |" + (cell if fresh else ""))
     running = [r for r in runs if not r["done"]]
     if running:
         lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"

@@ -54,6 +54,17 @@ def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int 
     return d
 
 
+def tables(lines: list[str]) -> list[list[str]]:
+    """The markdown tables among report lines (runs of lines starting with '|')."""
+    out: list[list[str]] = []
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            if i == 0 or not lines[i - 1].startswith("|"):
+                out.append([])
+            out[-1].append(line)
+    return out
+
+
 def test_run_summary_by_hand(tmp_path):
     # regime returns: mean of the episodes ending in each visit; steps 8-10 of (0, 10] are its last quarter (> 7.5)
     eps = [[1, 3, 5, 5, 5, 5, 5, 5, 7, 9], [2, 4], [1, 1, 1], [0, 2]]
@@ -66,6 +77,18 @@ def test_run_summary_by_hand(tmp_path):
     assert s["diagnostics"][0] == {"step": 10, "dormant": 0.1, "effective_rank": 19.0, "weight_norm": 5.0}
     assert s["diagnostics"][-1]["dormant"] == 0.3
     assert s["collapsed"] is None  # no entropy logged
+
+
+def test_time_average_weights_the_parts_of_a_visit_equally(tmp_path):
+    # regime 1: four failing episodes end at step 1 (return 0), one good one at step 2 (return 10)
+    d = write_run(str(tmp_path), "001_PPO_seed=1", [[0, 10], [4], [4], [4]])
+    with open(os.path.join(d, "metrics.jsonl"), "a") as f:
+        for _ in range(3):
+            f.write(json.dumps({"kind": "episode", "global_step": 1, "modification": REGIMES[0], "return": 0}) + "\n")
+    s = R.run_summary(d, early=1, late=1)
+    assert s["regimes"][0] == 2.0  # (0 + 0 + 0 + 0 + 10) / 5
+    assert s["time_average"] == [5.0, 4.0, 4.0, 4.0]  # parts (0, 1] and (1, 2]: 0 and 10; empty parts do not count
+    assert s["drop"] == -2.0 and s["drop_time_average"] == 1.0 and s["late_time_average"] == 4.0
 
 
 def test_collapsed_share_of_updates(tmp_path):
@@ -109,7 +132,7 @@ def test_summarize_drops_cis_and_differences_to_ppo(tmp_path):
     assert any(line.startswith("| PPO | 3 | 10.0") for line in lines)
     header = next(line for line in lines if line.startswith("| method"))
     assert "late - PPO |" in header and "PPO_fresh" not in header  # a baseline without runs gets no columns
-    assert len({line.count("|") for line in lines if line.startswith("|")}) == 1  # every row as wide as the header
+    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))  # every row as wide as its header
     assert any("009_PPO_seed=9" in line for line in lines)
 
 
@@ -126,14 +149,16 @@ def test_differences_to_a_fresh_network(tmp_path):
     assert redo["late_minus_PPO_fresh"]["mean"] == pytest.approx(0.0)
     assert redo["p_late_above_PPO_fresh"]["mean"] == 0.5  # one seed above, one below every fresh seed
     assert redo["late_minus_PPO"]["mean"] == pytest.approx(2.0)
+    assert redo["late_time_average_minus_PPO_fresh"]["mean"] == pytest.approx(0.0)  # one episode per part here
     assert table["PPO_fresh"]["late_minus_PPO"]["mean"] == pytest.approx(2.0)
     assert "late_minus_PPO_fresh" not in table["PPO_fresh"] and "late_minus_PPO" not in table["PPO"]
     lines = R.markdown(table, runs, type("A", (), {"early": 2, "late": 2})())
     header = next(line for line in lines if line.startswith("| method"))
     assert "late - PPO_fresh | P(late > PPO_fresh) |" in header
-    rows = [line for line in lines if line.startswith("| PPO")]
+    assert "| PPO_ReDo | 4.0 [3.0, 5.0] | 4.0 [3.0, 5.0] | 6.0 [5.0, 7.0] | 0.0 [-1.0, 1.0] |" in lines  # sensitivity
+    rows = [line for line in tables(lines)[0] if line.startswith("| PPO")]
     assert [r.split(" | ")[0] for r in rows] == ["| PPO", "| PPO_fresh", "| PPO_ReDo"]  # baselines first
-    assert len({line.count("|") for line in lines if line.startswith("|")}) == 1
+    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))
 
 
 @pytest.fixture(scope="module")
