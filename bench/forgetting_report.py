@@ -42,7 +42,9 @@ improvement use the chosen one.
 
 P&C: evaluation plays the knowledge base (KB); the actors act with the active column, so the active column's
 return at the end of a visit is the mean training-episode return over the last `--active_tail` of that visit
-(sampled actions, the same env settings as evaluation). Both are reported per task and visit.
+(sampled actions, the same env settings as evaluation). Both are reported per task and visit, with the active
+column's policy entropy when its compress phase starts and how many compress updates find it collapsed (added after
+seed 1's P&C run, whose active column was deterministic from the end of its third visit's progress phase on).
 
 Outputs under --out: report.md (tables), report.json (every number, per-run metrics), curves.png (evaluation curves
 per task, mean over seeds, 95% t band), comparison.png (the table's columns with CIs), improvement.png
@@ -75,6 +77,7 @@ LOWER_IS_BETTER = ("forgetting_cw", "forgetting_isolated")
 LAMBDA = re.compile(r"^(?P<base>.+?) lambda=(?P<value>[0-9.eE+-]+)$")
 # a method's own control where its network differs from the family baseline's (PPO_CBP has no MLP)
 CONTROLS = {"PPO_CBP": "PPO (MinAtar CNN)"}
+COLLAPSED_ENTROPY = 0.01  # nats: a policy this close to deterministic (as bench/plasticity_report.py)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -222,15 +225,25 @@ def learned_check(runs: dict[str, list[M.RunData]], refs: dict[str, list[M.RunDa
 
 def active_column(run: M.RunData, normalizer: M.Normalizer, tail: float = 0.1) -> list[dict]:
     """P&C: per visit, the knowledge base's evaluation at the visit's end and the active column's mean training
-    return over the last `tail` of the visit (both normalised)."""
+    return over the last `tail` of the visit (both normalised); the active column's policy entropy at the first
+    compress update (the column as it is frozen: the record is logged before the update), and the share of compress
+    updates where it is below COLLAPSED_ENTROPY. The active column does not learn in the compress phase, so a policy
+    that is deterministic when progress ends stays so for the whole compress phase, and the KB is distilled towards
+    it."""
     out = []
     for v in run.visits:
         lo = v.end - tail * (v.end - v.start)
         rets = [normalizer(m, r) for s, m, r in run.episodes if m == v.regime and lo < s <= v.end]
         kb = M.at_or_before(run.evals.get(v.regime, []), v.end)
+        its = [i for i in run.iterations if v.start < i["global_step"] <= v.end
+               and i.get("pnc/compress") is not None and i.get("losses/entropy") is not None]
+        compress = [i["losses/entropy"] for i in its if i["pnc/compress"]]
         out.append({"regime": v.regime, "visit": v.number, "end": v.end, "episodes": len(rets),
                     "active": float(np.mean(rets)) if rets else None,
-                    "kb": None if kb is None else normalizer(v.regime, kb)})
+                    "kb": None if kb is None else normalizer(v.regime, kb),
+                    "entropy_compress_start": compress[0] if compress else None,
+                    "compress_collapsed": float(np.mean([e < COLLAPSED_ENTROPY for e in compress])) if compress
+                    else None})
     return out
 
 
@@ -356,14 +369,21 @@ def markdown(rep: dict) -> str:
                          f"{'-' if d['learned'] is None else 'yes' if d['learned'] else 'NO'} |")
     for m, per_run in rep["pnc"].items():
         lines += ["", f"## {m}: knowledge base (evaluated) vs active column (training returns, end of each visit), "
-                  "normalised, mean over seeds", "", "| visit | task | ends | knowledge base | active column |",
-                  "|---|---|---|---|---|"]
+                  "normalised, mean over seeds", "",
+                  "The active column is frozen in the compress phase: its policy entropy at the first compress update "
+                  f"and the share of compress updates with entropy < {COLLAPSED_ENTROPY} (a deterministic policy the "
+                  "KB is distilled towards), per seed.", "",
+                  "| visit | task | ends | knowledge base | active column | active entropy, compress start | "
+                  "compress updates collapsed |", "|---|---|---|---|---|---|---|"]
         for i, v in enumerate(per_run[0]):
             kb = M.mean_ci(r[i]["kb"] for r in per_run if i < len(r))
             act = M.mean_ci(r[i]["active"] for r in per_run if i < len(r))
             fmt = lambda d: "-" if d["mean"] is None else f"{d['mean']:.3f}" + (  # noqa: E731
                 f" +- {d['ci95']:.3f}" if d["ci95"] else "")
-            lines.append(f"| {i + 1} | {_task(v['regime'])} | {v['end']} | {fmt(kb)} | {fmt(act)} |")
+            per_seed = lambda key, d: ", ".join("-" if i >= len(r) or r[i][key] is None  # noqa: E731
+                                                else f"{r[i][key]:.{d}f}" for r in per_run)
+            lines.append(f"| {i + 1} | {_task(v['regime'])} | {v['end']} | {fmt(kb)} | {fmt(act)} | "
+                         f"{per_seed('entropy_compress_start', 3)} | {per_seed('compress_collapsed', 2)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,7 @@ STEPS = [0, 10, 20, 30, 40]  # SI (0,10], BR (10,20], SI (20,30], BR (30,40]; ev
 
 
 def write_run(folder, name, label, seed, arch, curves, steps=STEPS, switches=((10, SI, BR), (20, BR, SI), (30, SI, BR)),
-              episodes=(), done=True):
+              episodes=(), done=True, iterations=()):
     d = os.path.join(folder, "runs", name)
     os.makedirs(d)
     write_config(d, {"exp_name": label, "seed": seed, "architecture": arch, "possible_modifications": list(curves)},
@@ -35,6 +35,8 @@ def write_run(folder, name, label, seed, arch, curves, steps=STEPS, switches=((1
             f.write(json.dumps({"kind": "switch", "global_step": step, "previous": prev, "modification": new}) + "\n")
         for step, task, ret in episodes:
             f.write(json.dumps({"kind": "episode", "global_step": step, "modification": task, "return": ret}) + "\n")
+        for record in iterations:
+            f.write(json.dumps({"kind": "iteration", "modification": next(iter(curves)), **record}) + "\n")
         f.write(json.dumps({"kind": "iteration", "global_step": steps[-1], "modification": next(iter(curves))}) + "\n")
     with open(os.path.join(d, "eval_table.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -60,7 +62,11 @@ def folder(tmp_path):
     write_run(f, "006_seed=1_EWC_l1", "IMPALA+EWC lambda=1", 1, "IMPALA", {SI: [0, 4, 3, 5, 4], BR: [0, 0, 2, 1, 2]})
     write_run(f, "007_seed=1_EWC_l10", "IMPALA+EWC lambda=10", 1, "IMPALA", {SI: [0, 4, 4, 5, 5], BR: [0, 0, 1, 1, 1]})
     write_run(f, "008_seed=1_PNC", "PNC", 1, "PNC", {SI: [0, 2, 2, 3, 3], BR: [0, 0, 1, 1, 1]},
-              episodes=[(5, SI, 1.0), (9, SI, 6.0), (10, SI, 8.0), (19, BR, 3.0), (20, BR, 4.0), (30, SI, 10.0), (40, BR, 2.0)])
+              episodes=[(5, SI, 1.0), (9, SI, 6.0), (10, SI, 8.0), (19, BR, 3.0), (20, BR, 4.0), (30, SI, 10.0), (40, BR, 2.0)],
+              # progress then compress in each visit; the third visit's active column ends progress deterministic
+              iterations=[{"global_step": s, "pnc/compress": float(s % 10 > 5 or s % 10 == 0), "losses/entropy": e}
+                          for s, e in ((3, 1.0), (5, 0.5), (8, 0.4), (10, 0.4), (13, 0.9), (15, 0.7), (18, 0.6),
+                                       (23, 0.3), (25, 0.005), (28, 0.005), (30, 0.02), (33, 1.0), (35, 0.8))])
     write_run(f, "009_seed=3_PPO", "PPO", 3, "PPO", {SI: [0, 1, 1, 1, 1], BR: [0, 0, 1, 1, 1]}, done=False)
     write_run(f, "00a_seed=1_CBP", "PPO_CBP", 1, "PPO_CBP", {SI: [0, 8, 6, 9, 7], BR: [0, 0, 6, 3, 6]})
     write_run(f, "00b_seed=1_cnn", "PPO (MinAtar CNN)", 1, "PPO", {SI: [0, 8, 4, 9, 5], BR: [0, 0, 6, 3, 6]})
@@ -119,6 +125,11 @@ def test_report_on_hand_made_folder(folder):
     # episodes at steps 9 and 19 are outside)
     pnc = rep["pnc"]["PNC"][0]
     assert [v["active"] for v in pnc] == [8.0, 4.0, 10.0, 2.0] and [v["kb"] for v in pnc] == [2, 1, 3, 1]
+    # entropy at the first compress update (steps 8, 18, 28; none in the last visit) and the compress updates below
+    # 0.01 (28 of 28, 30)
+    assert [v["entropy_compress_start"] for v in pnc] == [0.4, 0.6, 0.005, None]
+    assert [v["compress_collapsed"] for v in pnc] == [0.0, 0.0, 0.5, None]
+    assert "| 3 | SpaceInvaders | 30 | 3.000 | 10.000 | 0.005 | 0.50 |" in R.markdown(rep).splitlines()
 
 
 def test_cli_writes_report_and_plots(folder, tmp_path):
