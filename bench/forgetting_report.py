@@ -44,7 +44,7 @@ P&C: evaluation plays the knowledge base (KB); the actors act with the active co
 return at the end of a visit is the mean training-episode return over the last `--active_tail` of that visit
 (sampled actions, the same env settings as evaluation). Both are reported per task and visit, with the active
 column's policy entropy when its compress phase starts and how many compress updates find it collapsed (added after
-seed 1's P&C run, whose active column was deterministic from the end of its third visit's progress phase on).
+seed 1's P&C run, whose active column became deterministic in the first updates of its third visit's compress phase).
 
 Outputs under --out: report.md (tables), report.json (every number, per-run metrics), curves.png (evaluation curves
 per task, mean over seeds, 95% t band), comparison.png (the table's columns with CIs), improvement.png
@@ -77,7 +77,6 @@ LOWER_IS_BETTER = ("forgetting_cw", "forgetting_isolated")
 LAMBDA = re.compile(r"^(?P<base>.+?) lambda=(?P<value>[0-9.eE+-]+)$")
 # a method's own control where its network differs from the family baseline's (PPO_CBP has no MLP)
 CONTROLS = {"PPO_CBP": "PPO (MinAtar CNN)"}
-COLLAPSED_ENTROPY = 0.01  # nats: a policy this close to deterministic (as bench/plasticity_report.py)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -226,24 +225,21 @@ def learned_check(runs: dict[str, list[M.RunData]], refs: dict[str, list[M.RunDa
 def active_column(run: M.RunData, normalizer: M.Normalizer, tail: float = 0.1) -> list[dict]:
     """P&C: per visit, the knowledge base's evaluation at the visit's end and the active column's mean training
     return over the last `tail` of the visit (both normalised); the active column's policy entropy at the first
-    compress update (the column as it is frozen: the record is logged before the update), and the share of compress
-    updates where it is below COLLAPSED_ENTROPY. The active column does not learn in the compress phase, so a policy
-    that is deterministic when progress ends stays so for the whole compress phase, and the KB is distilled towards
-    it."""
+    compress update (the record is logged before the update), and the share of compress updates where it is below
+    `metrics.COLLAPSED_ENTROPY`. The active column gets no gradient in the compress phase, but its adaptors read the
+    KB that is being trained, so its policy can still change, and the KB is distilled towards it."""
     out = []
     for v in run.visits:
         lo = v.end - tail * (v.end - v.start)
         rets = [normalizer(m, r) for s, m, r in run.episodes if m == v.regime and lo < s <= v.end]
         kb = M.at_or_before(run.evals.get(v.regime, []), v.end)
-        its = [i for i in run.iterations if v.start < i["global_step"] <= v.end
-               and i.get("pnc/compress") is not None and i.get("losses/entropy") is not None]
-        compress = [i["losses/entropy"] for i in its if i["pnc/compress"]]
+        compress = [i["losses/entropy"] for i in run.iterations if v.start < i["global_step"] <= v.end
+                    and i.get("pnc/compress") and i.get("losses/entropy") is not None]
         out.append({"regime": v.regime, "visit": v.number, "end": v.end, "episodes": len(rets),
                     "active": float(np.mean(rets)) if rets else None,
                     "kb": None if kb is None else normalizer(v.regime, kb),
                     "entropy_compress_start": compress[0] if compress else None,
-                    "compress_collapsed": float(np.mean([e < COLLAPSED_ENTROPY for e in compress])) if compress
-                    else None})
+                    "compress_collapsed": M.collapsed_share(compress)})
     return out
 
 
@@ -371,7 +367,7 @@ def markdown(rep: dict) -> str:
         lines += ["", f"## {m}: knowledge base (evaluated) vs active column (training returns, end of each visit), "
                   "normalised, mean over seeds", "",
                   "The active column is frozen in the compress phase: its policy entropy at the first compress update "
-                  f"and the share of compress updates with entropy < {COLLAPSED_ENTROPY} (a deterministic policy the "
+                  f"and the share of compress updates with entropy < {M.COLLAPSED_ENTROPY} (a deterministic policy the "
                   "KB is distilled towards), per seed.", "",
                   "| visit | task | ends | knowledge base | active column | active entropy, compress start | "
                   "compress updates collapsed |", "|---|---|---|---|---|---|---|"]

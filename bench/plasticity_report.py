@@ -51,7 +51,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 from continual.evaluation.metrics import (  # noqa: E402
+    COLLAPSED_ENTROPY,
     bootstrap_mean,
+    collapsed_share,
     load_run,
     mean_ci,
     method_label,
@@ -72,7 +74,6 @@ def parse_run_name(name: str) -> Optional[tuple[str, int]]:
     return None
 DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
 TIME_BINS = 10  # the time-average regime return: the mean over this many equal parts of a visit
-COLLAPSED_ENTROPY = 0.01  # nats; a uniform policy over Breakout's 3 actions has 1.10
 
 
 def _mean(xs) -> Optional[float]:
@@ -120,8 +121,8 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
         out["early_time_average"] = _mean(timed[:early])
         out["drop_time_average"] = (None if out["early_time_average"] is None or out["late_time_average"] is None
                                     else out["early_time_average"] - out["late_time_average"])
-    entropies = [r["losses/entropy"] for r in run.iterations if r.get("losses/entropy") is not None]
-    out["collapsed"] = float(np.mean([e < COLLAPSED_ENTROPY for e in entropies])) if entropies else None
+    out["collapsed"] = collapsed_share(r["losses/entropy"] for r in run.iterations
+                                       if r.get("losses/entropy") is not None)
     recs = sorted(run.plasticity, key=lambda r: r["global_step"])
     out["diagnostics"] = [{"step": r["global_step"], "dormant": r.get("plasticity/dormant_fraction/all"),
                            "effective_rank": r.get("plasticity/effective_rank"), "weight_norm": weight_norm(r)}

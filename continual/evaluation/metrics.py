@@ -501,6 +501,14 @@ def mean_ci(values: Iterable[Optional[float]]) -> dict:
 # rliable.library imports `arch`, which does not import next to pandas 3.
 
 ROBUST_KEYS = ("final", "average")
+COLLAPSED_ENTROPY = 0.01  # nats: a policy this close to deterministic has collapsed (uniform over 3 actions: 1.10)
+
+
+def collapsed_share(entropies: Iterable[float]) -> Optional[float]:
+    """The share of updates whose policy entropy is below COLLAPSED_ENTROPY (a policy collapse, Dohare et al. 2023:
+    every gradient vanishes); None without entropies."""
+    es = list(entropies)
+    return float(np.mean([e < COLLAPSED_ENTROPY for e in es])) if es else None
 
 
 def stratified_bootstrap(scores: np.ndarray, statistic, reps: int = 2000, seed: int = 0, alpha: float = 0.05
