@@ -365,6 +365,7 @@ cartpole("redo-tau-negative", "redo_tau", {}, "--redo", "--redo_tau", "-1")
 cartpole("parseval-scale-zero", "parseval_scale", {}, "--parseval", "--parseval_scale", "0")
 flags("redo-at-switches-without-switches", ("redo", "never switches"), "--redo", "--total_timesteps", "128")
 cartpole("reset-every-without-reset-layers", ("reset_every", "reset_layers"), {}, "--reset_every", "100")
+cartpole("nap-project-heads-without-nap", ("nap_project_heads", "--nap"), {}, "--nap_project_heads")
 cartpole("injection-on-an-agent-without-it", ("plasticity_injection", "PNC"), {}, "--architecture", "PNC",
          "--plasticity_injection", "at_switches")
 cartpole("injection-with-layer-resets", ("plasticity_injection", "reset_layers"), {}, "--plasticity_injection",

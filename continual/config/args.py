@@ -235,7 +235,11 @@ class Args:
     """layer resetting: every this many steps (0: at every regime switch)"""
     nap: bool = False
     """Normalize-and-Project (Lyle et al. 2024): LayerNorm before every hidden activation (implies --layer_norm) and,
-    after every optimizer step, every weight matrix projected back to its initial norm"""
+    after every optimizer step, every weight matrix of the torso projected back to its initial norm"""
+    nap_project_heads: bool = False
+    """NaP: also project the output heads (actor, critic, Q) back to their initial norms, as Plasticine does. Off,
+    they stay free: no normalisation follows them, so their norm sets the outputs' scale, and PPO's actor head,
+    held at its initial norm (0.01 per action), keeps the policy near uniform"""
     trac: bool = False
     """TRAC (Muppidi et al. 2024): the agent's optimizer runs on its own iterate and the weights are its displacement
     from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""

@@ -225,6 +225,8 @@ def validate_plasticity_args(args: Args) -> None:
         raise UserError("redo_every: sets how often ReDo acts; add --redo")
     if args.reset_every and not args.reset_layers:
         raise UserError("reset_every: sets how often layers are reset; add --reset_layers K")
+    if args.nap_project_heads and not args.nap:
+        raise UserError("nap_project_heads: sets which layers NaP projects; add --nap")
 
 
 INJECTION = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")  # agents whose heads continual/plasticity/injection.py

@@ -52,7 +52,7 @@ class PlasticityMethods(Callback):
         self.params = [p for p in agent.parameters() if p.requires_grad]
         self.init_params = [p.detach().clone() for p in self.params] if a.l2_init else []
         self.parseval_layers = [h.layer for h in hidden_layers(agent)] if a.parseval else []
-        self.nap_modules = nap.projected_modules(agent) if a.nap else []
+        self.nap_modules = nap.projected_modules(agent, a.nap_project_heads) if a.nap else []
         self.nap_norms = [nap.norms(m) for m in self.nap_modules]
         if a.reset_layers > len(layer_groups(agent)):
             raise UserError(f"reset_layers: this network has {len(layer_groups(agent))} layers (heads included), "
@@ -156,7 +156,13 @@ class PlasticityMethods(Callback):
             self.init_params = [p.to(q.device) for p, q in zip(state["init_params"], self.init_params)]
         self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
         self.redo_pending = state["redo_pending"]
-        self.nap_norms = state.get("nap_norms", self.nap_norms)
+        norms = state.get("nap_norms", self.nap_norms)
+        if len(norms) != len(self.nap_norms):  # saved before --nap_project_heads existed: those projected the heads
+            self.nap_modules = nap.projected_modules(self.agent, heads=True)
+            if len(norms) != len(self.nap_modules):
+                raise UserError(f"nap: the checkpoint holds {len(norms)} projected norms, this network "
+                                f"{len(self.nap_norms)}")
+        self.nap_norms = norms
         self.inject_count = state.get("inject_count", 0)
 
 
