@@ -12,6 +12,8 @@ import torch.nn as nn
 
 from agents import ppo
 from continual.config.args import Args
+from continual.config.loading import args_from_dict, args_to_dict
+from continual.errors import UserError
 from continual.plasticity.methods import PlasticityMethods
 from continual.plasticity.networks import apply_network_options
 
@@ -93,13 +95,21 @@ def test_nap_leaves_the_heads_free_unless_asked(project_heads):
 
 
 def test_nap_resumes_a_checkpoint_that_projected_the_heads():
-    """Checkpoints from before --nap_project_heads hold one norm per projected layer, the heads' included."""
-    args = Args(nap=True)
+    """Checkpoints from before --nap_project_heads hold one norm per projected layer, the heads' included: their saved
+    args read back with the heads projected, and a network that projects fewer layers refuses their state."""
+    saved = args_to_dict(Args(nap=True))
+    del saved["nap_project_heads"]
+    args = args_from_dict(saved)
+    assert args.nap_project_heads
+    assert not args_from_dict({k: v for k, v in args_to_dict(Args()).items() if k != "nap_project_heads"}).nap_project_heads
     agent = apply_network_options(ppo.Agent((4, 10, 10), 3), args)
     opt = torch.optim.Adam(agent.parameters(), lr=0.05)
     old = PlasticityMethods(types.SimpleNamespace(args=Args(nap=True, nap_project_heads=True), global_step=0),
                             agent, opt, lambda: None)
-    new = PlasticityMethods(types.SimpleNamespace(args=args, global_step=0), agent, opt, lambda: None)
-    assert len(old.nap_modules) == len(new.nap_modules) + 2
-    new.load_state_dict(old.state_dict())
-    assert new.nap_modules == old.nap_modules and new.nap_norms == old.nap_norms
+    resumed = PlasticityMethods(types.SimpleNamespace(args=args, global_step=0), agent, opt, lambda: None)
+    resumed.load_state_dict(old.state_dict())
+    assert resumed.nap_modules == old.nap_modules and resumed.nap_norms == old.nap_norms
+    torso = PlasticityMethods(types.SimpleNamespace(args=Args(nap=True), global_step=0), agent, opt, lambda: None)
+    assert len(old.nap_modules) == len(torso.nap_modules) + 2
+    with pytest.raises(UserError, match="nap"):
+        torso.load_state_dict(old.state_dict())

@@ -268,4 +268,6 @@ def args_from_dict(data: dict) -> Args:
                              "saved config")
     if fields.get("ewc", "none") != "none" and "ewc_fisher" not in fields:
         fields["ewc_fisher"] = "true"  # saved before --ewc_fisher existed: the run (and its EWC state) used the true Fisher
+    if fields.get("nap") and "nap_project_heads" not in fields:
+        fields["nap_project_heads"] = True  # saved before --nap_project_heads existed: NaP projected the heads too
     return dataclasses.replace(Args(), **fields)

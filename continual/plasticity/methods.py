@@ -157,11 +157,9 @@ class PlasticityMethods(Callback):
         self.redo_count, self.reset_count = state["redo_count"], state["reset_count"]
         self.redo_pending = state["redo_pending"]
         norms = state.get("nap_norms", self.nap_norms)
-        if len(norms) != len(self.nap_norms):  # saved before --nap_project_heads existed: those projected the heads
-            self.nap_modules = nap.projected_modules(self.agent, heads=True)
-            if len(norms) != len(self.nap_modules):
-                raise UserError(f"nap: the checkpoint holds {len(norms)} projected norms, this network "
-                                f"{len(self.nap_norms)}")
+        if len(norms) != len(self.nap_norms):
+            raise UserError(f"nap: the checkpoint holds {len(norms)} projected norms, this network "
+                            f"{len(self.nap_norms)}")
         self.nap_norms = norms
         self.inject_count = state.get("inject_count", 0)
 
