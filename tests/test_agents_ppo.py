@@ -281,6 +281,7 @@ PLASTICITY_FLAGS = {
     "interval": ["--reset_layers", "2", "--reset_every", "384", "--l2", "--activation", "crelu", "--nap"],
     "interval_redo": ["--redo", "--redo_every", "256", "--redo_tau", "0.5"],
     "trac": ["--trac", "--activation", "fourier"],
+    "trac_keep_base": ["--trac", "--trac_keep_base"],
     # plasticity injection at every switch, with the methods it combines with
     "injection": ["--plasticity_injection", "at_switches", "--redo", "--redo_tau", "0.5", "--l2_init",
                   "--shrink_and_perturb"],
@@ -292,7 +293,7 @@ PLASTICITY_FLAGS = {
 
 
 @pytest.mark.parametrize("arch,methods", [("PPO", "switches"), ("PPO", "interval"), ("PPO_CBP", "interval_redo"),
-                                          ("PPO", "trac"), ("PPO", "injection"), ("PPO", "injection_every"),
+                                          ("PPO", "trac"), ("PPO", "trac_keep_base"), ("PPO", "injection"), ("PPO", "injection_every"),
                                           ("PPO_CBP", "injection_cbp")])
 def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, arch, methods):
     """Every plasticity method's state is in the checkpoint: a resume from a switch checkpoint ends with the
@@ -327,8 +328,11 @@ def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, ar
         assert isinstance(agent.actor, type(agent.critic)) and type(agent.actor).__name__ == "InjectedHead"
         if arch == "PPO_CBP":  # CBP replaced units of the last hidden layer, whose outgoing layers are injected heads
             assert int(final["model"]["cbp.trackers.1.replaced"]) > 0
-    if methods == "trac":  # the weights are the base iterate's displacement times a scale that moved from 0
-        assert 0 < float(np.sum(final["optimizer"]["trac"]["s"])) < 1e6
+    if "--trac" in PLASTICITY_FLAGS[methods]:  # the weights are the base iterate's displacement times a scale
+        s = float(np.sum(final["optimizer"]["trac"]["s"]))
+        assert 0 < s < 1e6 and its[-1]["plasticity/trac_scale"] == pytest.approx(s)  # logged every iteration
+        assert all("plasticity/trac_scale" in r for r in its)
+        assert bool(final["optimizer"]["trac"]["theta_base"]) == (methods == "trac_keep_base")  # kept, or recovered
     plast = [r for r in records if r["kind"] == "plasticity"]
     keys = ["plasticity/stable_rank", "plasticity/weight_change/init", "plasticity/weight_change/switch"]
     if "fourier" not in PLASTICITY_FLAGS[methods]:  # sin/cos units have no active/inactive split

@@ -366,6 +366,7 @@ cartpole("parseval-scale-zero", "parseval_scale", {}, "--parseval", "--parseval_
 flags("redo-at-switches-without-switches", ("redo", "never switches"), "--redo", "--total_timesteps", "128")
 cartpole("reset-every-without-reset-layers", ("reset_every", "reset_layers"), {}, "--reset_every", "100")
 cartpole("nap-project-heads-without-nap", ("nap_project_heads", "--nap"), {}, "--nap_project_heads")
+cartpole("trac-keep-base-without-trac", ("trac_keep_base", "--trac"), {}, "--trac_keep_base")
 cartpole("injection-on-an-agent-without-it", ("plasticity_injection", "PNC"), {}, "--architecture", "PNC",
          "--plasticity_injection", "at_switches")
 cartpole("injection-with-layer-resets", ("plasticity_injection", "reset_layers"), {}, "--plasticity_injection",

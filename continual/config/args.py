@@ -246,6 +246,10 @@ class Args:
     from the initial weights times a learned scale (betas 0.9 ... 0.999999, as the paper)"""
     trac_s_init: float = 1e-8
     """TRAC: s_init, the scale's starting magnitude (the paper's 1e-8)"""
+    trac_keep_base: bool = False
+    """TRAC: keep the base optimizer's iterate explicitly, as the paper's Algorithm 1 writes it. Off, as the reference
+    code (and Plasticine): the iterate is recovered from the weights every step by dividing by the scale S (+ 1e-8),
+    which restarts it from the initial weights whenever S falls to 0 or below"""
     plasticity_injection: Literal["none", "at_switches", "every", "step"] = "none"
     """plasticity injection (Nikishin et al. 2023): freeze the heads and add a fresh trainable head minus its frozen
     copy, so the output is unchanged and the head learns anew (the torso keeps learning); at every regime switch,

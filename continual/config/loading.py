@@ -270,4 +270,6 @@ def args_from_dict(data: dict) -> Args:
         fields["ewc_fisher"] = "true"  # saved before --ewc_fisher existed: the run (and its EWC state) used the true Fisher
     if fields.get("nap") and "nap_project_heads" not in fields:
         fields["nap_project_heads"] = True  # saved before --nap_project_heads existed: NaP projected the heads too
+    if fields.get("trac") and "trac_keep_base" not in fields:
+        fields["trac_keep_base"] = True  # saved before --trac_keep_base existed: TRAC kept its base iterate
     return dataclasses.replace(Args(), **fields)

@@ -227,6 +227,8 @@ def validate_plasticity_args(args: Args) -> None:
         raise UserError("reset_every: sets how often layers are reset; add --reset_layers K")
     if args.nap_project_heads and not args.nap:
         raise UserError("nap_project_heads: sets which layers NaP projects; add --nap")
+    if args.trac_keep_base and not args.trac:
+        raise UserError("trac_keep_base: sets how TRAC keeps its base iterate; add --trac")
 
 
 INJECTION = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")  # agents whose heads continual/plasticity/injection.py

@@ -140,8 +140,10 @@ class PlasticityMethods(Callback):
         self._last_step = step
 
     def take_log(self) -> dict[str, float]:
-        """Scalars of what acted since the last call (units recycled), for the iteration's log."""
+        """Scalars of what acted since the last call (units recycled; TRAC's scale S), for the iteration's log."""
         out, self.log = self.log, {}
+        if isinstance(self.optimizer, TRAC):
+            out["plasticity/trac_scale"] = self.optimizer.scale
         return out
 
     def state_dict(self) -> dict:
@@ -167,7 +169,7 @@ class PlasticityMethods(Callback):
 def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
     """The agent's optimizer, wrapped by TRAC with --trac (call it on the fresh optimizer, before loading a
     checkpoint's state into it)."""
-    return TRAC(optimizer, s_init=args.trac_s_init) if args.trac else optimizer
+    return TRAC(optimizer, s_init=args.trac_s_init, keep_base=args.trac_keep_base) if args.trac else optimizer
 
 
 def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
