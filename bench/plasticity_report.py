@@ -28,6 +28,8 @@ Statistics (fixed before any run of the experiment):
 - diagnostics (`plasticity/*` records at every switch): dormant fraction (all hidden units), effective rank of the
   penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first and at the
   last record (the last switch, unless the run logs them every --diagnostics_every steps).
+- TRAC (runs that log `plasticity/trac_scale`, from e77a843 on): its scale S at the end of each regime (median over
+  seeds) and the share of iterations that ended with S = 0.
 
 Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
 naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed and left out.
@@ -123,6 +125,11 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
                                     else out["early_time_average"] - out["late_time_average"])
     out["collapsed"] = collapsed_share(r["losses/entropy"] for r in run.iterations
                                        if r.get("losses/entropy") is not None)
+    scales = [(r["global_step"], r["plasticity/trac_scale"]) for r in run.iterations if "plasticity/trac_scale" in r]
+    if scales:  # TRAC: its scale S at the end of each regime, and how often it sat at 0 (weights at the initial ones)
+        out["trac_scale_end"] = [next((x for s, x in reversed(scales) if v.start < s <= v.end), None)
+                                 for v in run.visits]
+        out["trac_scale_zero"] = sum(x == 0.0 for _, x in scales) / len(scales)
     recs = sorted(run.plasticity, key=lambda r: r["global_step"])
     out["diagnostics"] = [{"step": r["global_step"], "dormant": r.get("plasticity/dormant_fraction/all"),
                            "effective_rank": r.get("plasticity/effective_rank"), "weight_norm": weight_norm(r)}
@@ -156,6 +163,10 @@ def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
             row[key] = bootstrap_mean(r[key] for r in rs)
             row[key]["t_ci95_half_width"] = mean_ci(r[key] for r in rs)["ci95"]
             row[key]["per_seed"] = [r[key] for r in rs]
+        if all("trac_scale_end" in r for r in rs):
+            ends = np.array([r["trac_scale_end"] for r in rs], dtype=np.float64)
+            row["trac_scale_end_median"] = [float(x) for x in np.nanmedian(ends, axis=0)]
+            row["trac_scale_zero"] = [r["trac_scale_zero"] for r in rs]
         for diag in DIAGNOSTICS:
             first = [r["diagnostics"][0][diag] for r in rs if r["diagnostics"]]
             last = [r["diagnostics"][-1][diag] for r in rs if r["diagnostics"]]
@@ -218,6 +229,18 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
         cell = f" {fmt_ci(row['late_time_average_minus_PPO_fresh'])} |" if fresh and method != fresh else " |"
         lines.append(f"| {method} | {fmt_ci(row['drop'])} | {fmt_ci(row['drop_time_average'])} | "
                      f"{fmt_ci(row['late_time_average'])} |" + (cell if fresh else ""))
+    trac = [m for m in order if "trac_scale_end_median" in table[m]]
+    if trac:
+        n = len(table[trac[0]]["trac_scale_end_median"])
+        lines += ["", "TRAC's scale S (logged once per iteration as `plasticity/trac_scale`): its median over seeds at the "
+                  "end of each regime, and the share of iterations that ended with S = 0 (the weights at their initial "
+                  "values) per seed.", "",
+                  "| method | " + " | ".join(f"S, regime {k + 1}" for k in range(n)) + " | iterations with S = 0 |",
+                  "|---" * (n + 2) + "|"]
+        for m in trac:
+            row = table[m]
+            lines.append(f"| {m} | " + " | ".join(f"{x:.3g}" for x in row["trac_scale_end_median"]) + " | "
+                         + ", ".join(f"{x:.2f}" for x in row["trac_scale_zero"]) + " |")
     running = [r for r in runs if not r["done"]]
     if running:
         lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"

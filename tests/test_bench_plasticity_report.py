@@ -27,7 +27,7 @@ REGIMES = ["permute_obs=1", "permute_obs=2", "permute_obs=3", "permute_obs=4"]  
 
 
 def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int = 40, dormant=(0.1, 0.3),
-              entropy: Optional[list[float]] = None) -> str:
+              entropy: Optional[list[float]] = None, trac: Optional[list[float]] = None) -> str:
     """A run directory whose regime k (steps (10k, 10k+10]) has training episodes with `episodes[k]`'s returns, ending
     at steps 10k+1, 10k+2, ..., one iteration record at its end (policy entropy `entropy[k]` if given), and
     plasticity records at the first switch and the end."""
@@ -46,6 +46,8 @@ def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int 
             it = {"kind": "iteration", "global_step": 10 * k + 10, "modification": REGIMES[k]}
             if entropy is not None:
                 it["losses/entropy"] = entropy[k]
+            if trac is not None:
+                it["plasticity/trac_scale"] = trac[k]
             f.write(json.dumps(it) + "\n")
         for step, dm in zip((10, 40), dormant):
             f.write(json.dumps({"kind": "plasticity", "global_step": step, "plasticity/dormant_fraction/all": dm,
@@ -95,6 +97,23 @@ def test_collapsed_share_of_updates(tmp_path):
     # 2 of 4 updates below 0.01 nats; exactly 0.01 is not collapsed
     d = write_run(str(tmp_path), "003_PPO_seed=2", [[1], [1], [1], [1]], entropy=[1.05, 0.0, 0.009, 0.01])
     assert R.run_summary(d, early=1, late=1)["collapsed"] == 0.5
+
+
+def test_trac_scale_per_regime_and_at_zero(tmp_path):
+    runs_dir = str(tmp_path / "runs")
+    scales = {1: [0.5, 0.0, 0.2, 0.0], 2: [0.7, 0.1, 0.0, 0.3]}
+    for seed, s in scales.items():
+        write_run(runs_dir, f"00{seed}_PPO_TRAC_seed={seed}", [[1], [1], [1], [1]], trac=s)
+    write_run(runs_dir, "003_PPO_seed=1", [[1], [1], [1], [1]])
+    runs = [R.run_summary(os.path.join(runs_dir, d), 1, 1) for d in sorted(os.listdir(runs_dir))]
+    assert runs[0]["trac_scale_end"] == scales[1] and runs[0]["trac_scale_zero"] == 0.5
+    assert "trac_scale_end" not in runs[2]
+    table = R.summarize(runs)
+    assert table["PPO_TRAC"]["trac_scale_end_median"] == pytest.approx([0.6, 0.05, 0.1, 0.15])
+    assert table["PPO_TRAC"]["trac_scale_zero"] == [0.5, 0.25] and "trac_scale_zero" not in table["PPO"]
+    lines = R.markdown(table, runs, type("A", (), {"early": 1, "late": 1})())
+    assert "| PPO_TRAC | 0.6 | 0.05 | 0.1 | 0.15 | 0.50, 0.25 |" in lines
+    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))
 
 
 def test_run_names_in_either_grid_order():
