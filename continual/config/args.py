@@ -209,8 +209,8 @@ class Args:
     """ReDo: recycle every this many steps (0: at every regime switch; Sokar et al. recycle every 1000 updates)"""
     l2: bool = False
     """L2 regularisation toward zero: + l2_coef * sum theta^2 added to the loss (Kumar et al. 2023's baseline)"""
-    l2_coef: float = 1e-3
-    """L2: the coefficient (Plasticine's Adam weight decay: 1e-3)"""
+    l2_coef: float = 5e-4
+    """L2: the coefficient (5e-4: the gradient 1e-3 theta of Plasticine's Adam weight decay 1e-3)"""
     l2_init: bool = False
     """regenerative regularisation (L2 Init, Kumar et al. 2023): + l2_init_coef * sum (theta - theta_0)^2 toward the
     initial weights"""
