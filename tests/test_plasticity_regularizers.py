@@ -68,6 +68,9 @@ def test_l2_init_pulls_toward_the_initial_weights_and_l2_toward_zero():
     g = grads(agent, pen)
     for n in now:
         assert np.allclose(g[n], 2e-3 * now[n], rtol=1e-4, atol=1e-9), n
+    g = grads(agent, methods_for(agent, l2=True).penalty())  # the default: the term Adam(weight_decay=1e-3) adds
+    for n in now:
+        assert np.allclose(g[n], 1e-3 * now[n], rtol=1e-4, atol=1e-9), n
     # a checkpoint keeps theta_0: a resumed run pulls toward the same weights
     restored = methods_for(agent, l2_init=True, l2_init_coef=0.01)
     restored.load_state_dict(m.state_dict())
