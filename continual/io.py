@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import gzip
 import json
 import os
 import secrets
@@ -148,10 +149,13 @@ class AppendFile:
 
 def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
     """(line, record) for every record of a JSONL file (see the module docstring for the rule); [] if it does not
-    exist. A damaged line other than the last is a UserError naming the file and line."""
+    exist. A damaged line other than the last is a UserError naming the file and line. Without `path`, its gzipped
+    copy `path.gz` is read (an archived run: `continual.launch.archive`)."""
     if not os.path.exists(path):
-        return []
-    with open(path) as f:
+        if not os.path.exists(path + ".gz"):
+            return []
+        path += ".gz"
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     out = []
     for i, (n, line) in enumerate(lines):

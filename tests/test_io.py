@@ -4,6 +4,7 @@ elsewhere is an error). Also the readers that replaced several copies: metrics.j
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -122,6 +123,17 @@ def test_jsonl_blank_lines_and_a_missing_file(tmp_path):
     assert cio.read_jsonl(str(tmp_path / "none.jsonl")) == []
     path = _jsonl(tmp_path, middle="\n  \n")
     assert cio.read_jsonl(path) == RECORDS
+
+
+@pytest.mark.parametrize("tail", ["", '{"kind": "episode", "glo'])
+def test_jsonl_gzipped_copy_is_read_when_the_file_is_absent_same_rule(tmp_path, tail):
+    """An archived run keeps metrics.jsonl.gz (continual.launch.archive): read under the plain name, same rule."""
+    path = _jsonl(tmp_path, tail=tail)
+    with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
+        g.write(f.read())
+    os.unlink(path)
+    assert cio.read_jsonl(path) == tracking.read_metrics(path) == RECORDS
+    assert [v.start for v in metrics.load_run(str(tmp_path)).visits] == [0, 16]
 
 
 def test_truncate_metrics_follows_the_rule(tmp_path):

@@ -33,7 +33,7 @@ from rich.table import Table
 from continual.config.loading import cli
 from continual.errors import UserError, one_line
 from continual.evaluation import metrics, plots
-from continual.launch import ray_runner
+from continual.launch import archive, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Queue
 from continual.training.checkpoint import SUFFIX, looks_complete
@@ -69,6 +69,9 @@ class LaunchArgs:
     aggregate: bool = True
     """when every entry is done: python -m continual.evaluation.metrics and .plots over the runs (needs evaluation:
     --eval_every or --eval_at_switches in the runs' flags)"""
+    archive: Optional[str] = None
+    """keep each finished run here too, without its checkpoints (continual/launch/archive.py; ~0.5 MB a MinAtar run:
+    a folder in a git repository); a launch restores the entries archived there first and runs only the others"""
     dry_run: bool = False
     """check the experiment and list its entries, then exit (creates nothing)"""
 
@@ -155,8 +158,8 @@ class Job:
 
 class Launcher:
     def __init__(self, exp: Experiment, entries: Sequence[Entry], queue: Queue, script: str, max_retries: int,
-                 retry_failed: bool, console: Console):
-        self.exp, self.entries, self.queue, self.script = exp, list(entries), queue, script
+                 retry_failed: bool, console: Console, kept: Optional[Queue] = None):
+        self.exp, self.entries, self.queue, self.script, self.kept = exp, list(entries), queue, script, kept
         self.max_retries, self.retry_failed, self.console = max_retries, retry_failed, console
         self.jobs: dict[str, Job] = {}
         self.note: dict[str, str] = {}  # entry -> what this launcher knows (other launcher, skipped, ...)
@@ -214,6 +217,7 @@ class Launcher:
         if rc == 0:
             self.queue.set_status(name, state=DONE, returncode=0, where=job.where, error="")
             self.release(job)
+            self.keep(name)
             return
         attempts = int(st.get("attempts", 0)) + 1
         error = last_error(self.queue.log_path(name)) or f"exit code {rc}"
@@ -222,6 +226,15 @@ class Launcher:
             self.give_up(job, error, rc)
         else:
             self.submit(job)
+
+    def keep(self, name: str) -> None:
+        """Archive a finished entry (--archive); a failure is noted, not fatal: the next launch archives it."""
+        if self.kept is None:
+            return
+        try:
+            archive.archive_entry(self.queue, self.kept, name)
+        except OSError as e:
+            self.note[name] = f"not archived: {one_line(str(e))[:120]}"
 
     def give_up(self, job: Job, error: str, rc: Optional[int]) -> None:
         self.queue.set_status(job.entry.name, state=FAILED, error=error, returncode=rc)
@@ -385,6 +398,10 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         prepare(script)
     validate(exp, os.path.join(queue.folder, "runs"))
     check_configs(queue, exp, exp.entries)
+    kept = None
+    if args.archive is not None:
+        archive.check_archive(args.archive, exp.path)
+        kept = Queue(args.archive)
     console = Console()
     if args.dry_run:
         for e in entries:
@@ -398,8 +415,14 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         if not os.path.exists(queue.config_path(e.name)):
             with open(queue.config_path(e.name), "w") as f:
                 json.dump(run_config(e, exp.name), f, indent=2)
+    if kept is not None:
+        restored = sum(archive.restore_entry(kept, queue, e.name) for e in entries)
+        if restored:
+            console.print(f"{restored} finished entries restored from the archive {kept.folder}")
     ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
-    launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console)
+    launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept)
+    for e in entries:  # finished before this launch (or by an earlier one without --archive)
+        launcher.keep(e.name)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     interrupted = False
     try:
@@ -414,6 +437,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     finally:
         signal.signal(signal.SIGTERM, previous)
         ray_runner.stop()
+        for e in entries:  # those that finished while the launcher stopped
+            launcher.keep(e.name)
     states = {e.name: queue.status(e.name).get("state") for e in entries}
     failed = [e for e in entries if states[e.name] == FAILED]
     done = sum(s == DONE for s in states.values())
