@@ -288,6 +288,7 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
         "folder": os.path.abspath(folder), "normalize": normalize, "reps": reps,
         "scale": {t: norm.abs_max.get(t) for t in all_runs[0].regimes},
         "unfinished": unfinished, "references": {k: [r.run_dir for r in v] for k, v in refs.items()},
+        "provenance": M.provenance((r.name, r.starts) for r in all_runs),
         "table": table, "lambda_sweeps": sweeps, "heldout": heldout_table(results, reps),
         "improvement": improvements(results, runs, pairs, reps),
         "learned": learned_check(runs, refs),
@@ -327,6 +328,8 @@ def markdown(rep: dict) -> str:
              "positive = forgot; transfer: positive = helped.", ""]
     if rep["unfinished"]:
         lines += [f"Unfinished runs left out ({len(rep['unfinished'])}): {', '.join(rep['unfinished'])}", ""]
+    if rep.get("provenance"):
+        lines += M.provenance_lines(rep["provenance"]) + [""]
     lines += ["| method | runs | " + " | ".join(t for _, t in KEYS) + " |", "|---|---|" + "---|" * len(KEYS)]
     for m, row in rep["table"].items():
         mark = " (chosen lambda)" if m in chosen else ""

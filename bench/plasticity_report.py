@@ -61,6 +61,8 @@ from continual.evaluation.metrics import (  # noqa: E402
     method_label,
     paired_bootstrap,
     probability_of_improvement,
+    provenance,
+    provenance_lines,
 )
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
@@ -89,8 +91,8 @@ def weight_norm(record: dict) -> float:
 
 def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     """Per-regime returns and diagnostics of one run directory (None: not a run or no episodes yet)."""
-    if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-        return None
+    if not any(os.path.exists(os.path.join(run_dir, f)) for f in ("metrics.jsonl", "metrics.jsonl.gz")):
+        return None  # (.gz: an archived run, continual.launch.archive)
     run = load_run(run_dir)
     if not run.episodes or not run.visits:
         return None
@@ -111,7 +113,7 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     done = run.end_step >= total and len(run.visits) >= n_regimes
     out = {"run": name, "method": method, "seed": seed, "steps": run.end_step, "total": total, "done": done,
            "regimes": regimes, "final_quarter": finals, "time_average": timed,
-           "visits": [(v.regime, v.start, v.end) for v in run.visits]}
+           "visits": [(v.regime, v.start, v.end) for v in run.visits], "starts": run.starts}
     if len(regimes) >= early + late:
         out["early"] = _mean(regimes[:early])
         out["late"] = _mean(regimes[-late:])
@@ -198,6 +200,7 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
              f"network every regime): a late return at or above it means the method learns the late regimes as "
              f"well as from scratch.", "",
              f"Collapsed = share of updates with policy entropy < {COLLAPSED_ENTROPY} nats.", "",
+             *provenance_lines(provenance((r["run"], r.get("starts", [])) for r in runs)), "",
              f"| method | seeds | early | late | drop | drop / early |{versus} "
              "collapsed | dormant (1st -> last switch) | eff. rank (1st -> last switch) | "
              "weight norm (1st -> last switch) |",

@@ -1,7 +1,7 @@
 """bench/forgetting_report.py: the probability of improvement against hand-computed values, the metrics on
 hand-made run directories of a launcher folder (grouping by exp_name, unfinished runs left out, the learned check
 against single-task references, the EWC lambda choice, P&C's active column from training episodes), bad input
-(one line, exit 2, nothing created), and the whole report on a tiny folder of real training runs."""
+(one line, exit 2, nothing created), and the whole report on a tiny folder of real training runs, equal on its archive (continual.launch.archive)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import load_bench, write_config
+from continual.launch import archive
+from continual.launch.queue import Queue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -186,6 +188,17 @@ def test_report_on_a_tiny_folder_of_real_runs(tmp_path):
     assert rep["learned"]["PPO"][SI]["reference_runs"] == 1
     assert len(rep["pnc"]["PNC"][0]) == 4 and all(v["kb"] is not None for v in rep["pnc"]["PNC"][0])
     assert "PNC > IMPALA" not in rep["improvement"]  # no IMPALA runs: no pair
+    # provenance: every run at this checkout's commit, none resumed
+    assert list(rep["provenance"]["commits"].values()) == [sorted(runs)] and rep["provenance"]["resumed"] == {}
+    # the archive (checkpoints dropped, metrics.jsonl gzipped) gives the same report
+    q, kept = Queue(str(folder)), Queue(str(tmp_path / "kept"))
+    open(os.path.join(folder, "experiment.json"), "w").write("{}")
+    for name in runs:
+        q.set_status(name, state="done")
+        assert archive.archive_entry(q, kept, name)
+    assert not any("metrics.jsonl" == f or f == "checkpoints" for d in runs for f in os.listdir(kept.run_dir(d)))
+    text = lambda f: json.dumps(R.report(f, reps=20), sort_keys=True).replace(f, "F")  # noqa: E731
+    assert text(kept.folder) == text(str(folder))
 
 
 def test_heldout_table_by_hand():

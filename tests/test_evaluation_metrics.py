@@ -444,3 +444,24 @@ def test_single_regime_run_directory_without_switches(tmp_path):
     assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(6 - 1)  # y_H(400) - y_H(0)
     assert res["summary"]["plasticity"] == pytest.approx(4 - 1)
     assert os.path.exists(os.path.join(d, M.METRICS_FILE))
+
+
+def test_provenance_names_each_commit_and_every_resume():
+    """A report's provenance: the commits runs started or resumed at (a dirty tree marked), and the steps of every
+    resume (a periodic checkpoint restarts the episodes in flight: not the bit-exact replay of the seed)."""
+    a, b, dirty = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": False}, {"commit": "a" * 40, "dirty": True}
+    starts = {
+        "r1": [{"kind": "start", "global_step": 0, "resumed": False, "code_revision": a}],
+        "r2": [{"kind": "start", "global_step": 0, "resumed": False, "code_revision": a},
+               {"kind": "start", "global_step": 4096, "resumed": True, "code_revision": b},
+               {"kind": "start", "global_step": 8192, "resumed": True, "code_revision": b}],
+        "r3": [{"kind": "start", "global_step": 0, "resumed": False, "code_revision": dirty}],
+        "r4": [],  # written before start records existed
+    }
+    prov = M.provenance(starts.items())
+    assert prov == {"commits": {"aaaaaaa": ["r1", "r2"], "bbbbbbb": ["r2"], "aaaaaaa-dirty": ["r3"]},
+                    "resumed": {"r2": [4096, 8192]}}
+    lines = M.provenance_lines(prov)
+    assert lines[0] == "- Code: aaaaaaa (2 runs); bbbbbbb (1 run); aaaaaaa-dirty (1 run)"
+    assert "r2 at 4096, 8192" in lines[1]
+    assert M.provenance_lines(M.provenance([("r1", starts["r1"])]))[1].startswith("- Resumed from a checkpoint: none")

@@ -117,6 +117,7 @@ class RunData:
     plasticity: list[dict] = dataclasses.field(default_factory=list)  # "plasticity" records of metrics.jsonl
     heldout: list[str] = dataclasses.field(default_factory=list)
     iterations: list[dict] = dataclasses.field(default_factory=list)  # "iteration" records (losses, learning rate)
+    starts: list[dict] = dataclasses.field(default_factory=list)  # "start" records: the first start, then resumes
 
     @property
     def name(self) -> str:
@@ -199,7 +200,37 @@ def load_run(run_dir: str) -> RunData:
     episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
-    return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout, iterations)
+    starts = [r for r in records if r.get("kind") == "start"]
+    return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout, iterations, starts)
+
+
+def provenance(runs: Iterable[tuple[str, list[dict]]]) -> dict:
+    """The code runs ran at and where they were resumed, from (run name, its "start" records) pairs (`RunData.name`,
+    `RunData.starts`): {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}}. A resume from a periodic checkpoint restarts the episodes in flight, so such a
+    run is a valid sample but not the bit-exact replay of its seed (docs/outputs.md, "Resuming")."""
+    commits: dict[str, list[str]] = {}
+    resumed: dict[str, list[int]] = {}
+    for name, starts in runs:
+        for rec in starts:
+            rev = rec.get("code_revision") or {}
+            key = (rev.get("commit") or "unknown")[:7] + ("-dirty" if rev.get("dirty") else "")
+            if name not in commits.setdefault(key, []):
+                commits[key].append(name)
+            if rec.get("resumed"):
+                resumed.setdefault(name, []).append(int(rec.get("global_step", 0)))
+    return {"commits": commits, "resumed": resumed}
+
+
+def provenance_lines(prov: dict) -> list[str]:
+    """Markdown bullets for a report: the commits (with their run counts) and the resumed runs."""
+    lines = ["- Code: " + "; ".join(f"{c} ({len(names)} run{'s' * (len(names) != 1)})"
+                                    for c, names in prov["commits"].items())]
+    if prov["resumed"]:
+        lines.append(f"- Resumed from a checkpoint ({len(prov['resumed'])} runs; episodes in flight restarted): "
+                     + ", ".join(f"{n} at {', '.join(map(str, s))}" for n, s in prov["resumed"].items()))
+    else:
+        lines.append("- Resumed from a checkpoint: none (every run is its seed's uninterrupted run)")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------------------
