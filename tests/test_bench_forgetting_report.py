@@ -134,6 +134,25 @@ def test_report_on_hand_made_folder(folder):
     assert "| 3 | SpaceInvaders | 30 | 3.000 | 10.000 | 0.005 | 0.50 |" in R.markdown(rep).splitlines()
 
 
+def test_the_report_on_an_archive_equals_the_report_on_its_folder(folder, tmp_path):
+    """continual.launch.archive drops checkpoints and gzips metrics.jsonl: the report reads the archive the same."""
+    q, kept = Queue(folder), Queue(str(tmp_path / "kept"))
+    open(os.path.join(folder, "experiment.json"), "w").write("{}")
+    q.create()
+    names = sorted(os.listdir(os.path.join(folder, "runs")))
+    for name in names:
+        os.makedirs(os.path.join(q.run_dir(name), "checkpoints"))
+        open(q.config_path(name), "w").write("{}")
+        if os.path.exists(os.path.join(q.run_dir(name), "metrics.json")):  # finished
+            q.set_status(name, state="done")
+            assert archive.archive_entry(q, kept, name)
+    assert not any(os.path.exists(os.path.join(kept.run_dir(n), f)) for n in names for f in ("metrics.jsonl", "checkpoints"))
+    text = lambda f: json.dumps(R.report(f, normalize="raw", reps=50), sort_keys=True).replace(f, "F")  # noqa: E731
+    a, b = json.loads(text(kept.folder)), json.loads(text(folder))
+    assert b["unfinished"] == ["009_seed=3_PPO"] and a["unfinished"] == []  # an unfinished run is not archived
+    assert {k: a[k] for k in a if a[k] != b[k]} == {"unfinished": []}  # and the rest is the same
+
+
 def test_cli_writes_report_and_plots(folder, tmp_path):
     out = str(tmp_path / "out")
     subprocess.run([sys.executable, os.path.join(ROOT, "bench", "forgetting_report.py"), folder, "--out", out,

@@ -40,8 +40,9 @@ def finished_folder(tmp_path, seeds=(1, 2), states=None) -> Queue:
     for i, s in enumerate(seeds):
         name = f"{i:03d}_seed={s}"
         run = q.run_dir(name)
-        for sub in ("checkpoints", "wandb/offline-run", "plots"):
+        for sub in ("checkpoints", "wandb/offline-run", "plots", "replay"):
             os.makedirs(os.path.join(run, sub))
+        open(os.path.join(run, "replay", "obs.npy"), "wb").write(b"r")  # CLEAR's buffer: resume state
         write(os.path.join(run, "config.json"), {"seed": s})
         open(os.path.join(run, "checkpoints", "final.cleanrl_model"), "wb").write(b"x" * 1000)
         open(os.path.join(run, "events.out.tfevents.1.host.1.0"), "wb").write(b"tb")
@@ -56,13 +57,18 @@ def finished_folder(tmp_path, seeds=(1, 2), states=None) -> Queue:
     return q
 
 
-def test_a_finished_run_is_kept_without_checkpoints_and_reads_back_the_same(tmp_path):
+def test_a_finished_run_is_kept_without_checkpoints_and_reads_back_the_same(tmp_path, monkeypatch):
     q = finished_folder(tmp_path, seeds=(1, 2, 3), states={2: "failed", 3: "running"})
+    monkeypatch.setattr(A, "MAX_FILE_BYTES", 100)
+    open(os.path.join(q.run_dir("000_seed=1"), "plots", "big.png"), "wb").write(b"p" * 101)  # over the limit
     kept = Queue(str(tmp_path / "kept"))
     assert A.main([q.folder, kept.folder]) == 0
     run, copy = q.run_dir("000_seed=1"), kept.run_dir("000_seed=1")
     assert sorted(os.listdir(kept.folder + "/runs")) == ["000_seed=1"]  # failed and running entries are not kept
-    assert sorted(os.listdir(copy)) == ["config.json", "eval_table.csv", "metrics.jsonl.gz", "plots"]
+    assert sorted(os.listdir(copy)) == ["archive_left_out.json", "config.json", "eval_table.csv", "metrics.jsonl.gz",
+                                        "plots"]
+    assert os.listdir(os.path.join(copy, "plots")) == ["curve.png"]
+    assert json.load(open(os.path.join(copy, "archive_left_out.json"))) == [{"file": "plots/big.png", "bytes": 101}]
     assert read_jsonl(os.path.join(copy, "metrics.jsonl")) == read_jsonl(os.path.join(run, "metrics.jsonl"))
     assert gzip.open(os.path.join(copy, "metrics.jsonl.gz")).read() == open(os.path.join(run, "metrics.jsonl"), "rb").read()
     assert kept.status("000_seed=1") == q.status("000_seed=1")

@@ -5,9 +5,11 @@ only a running or resuming run needs.
     python -m continual.launch.archive FOLDER KEPT                               # archive a folder's finished runs
 
 KEPT has the experiment folder's layout (`experiment.json`, `configs/`, `queue/<entry>.status.json`, `runs/<entry>/`),
-holding the entries whose state is "done" and, of each run directory, every file except checkpoints, TensorBoard
-event files, W&B and video folders; `metrics.jsonl` is stored gzipped (`metrics.jsonl.gz`, read back transparently by
-`continual.io.read_jsonl`). A MinAtar run of 2M steps keeps ~0.5 MB, so KEPT fits in a git repository: the reports
+holding the entries whose state is "done" and, of each run directory, every file except what only a resume needs or
+another tool keeps (checkpoints, CLEAR's replay buffer, TensorBoard event files, W&B and video folders) and any file
+over 20 MB (named in the entry's `archive_left_out.json`); `metrics.jsonl` is stored gzipped (`metrics.jsonl.gz`, read
+back transparently by `continual.io.read_jsonl`). A MinAtar run of 2M steps keeps 0.1-1.6 MB (IMPALA's learner logs
+every update), so KEPT fits in a git repository: the reports
 read it as they read the folder, and a launch with a new, empty folder and the same `--archive` restores the
 archived entries first and runs only the others (a session whose scratch disk is gone loses only its unfinished
 runs).
@@ -32,7 +34,8 @@ from continual.config.loading import cli
 from continual.errors import UserError, exit_on_user_error
 from continual.launch.queue import DONE, Queue
 
-SKIPPED_DIRS = ("checkpoints", "wandb", "videos")
+SKIPPED_DIRS = ("checkpoints", "replay", "wandb", "videos")  # replay: CLEAR's buffer (252 MB on MinAtar)
+MAX_FILE_BYTES = 20 * 2**20
 SKIPPED_PREFIXES = ("events.out.tfevents.",)
 METRICS = "metrics.jsonl"
 
@@ -42,19 +45,30 @@ def kept(name: str, is_dir: bool) -> bool:
 
 
 def copy_run(src: str, dst: str) -> None:
-    """`src`'s kept files into a new directory `dst` (metrics.jsonl gzipped)."""
+    """`src`'s kept files into a new directory `dst` (metrics.jsonl gzipped); files over MAX_FILE_BYTES are named in
+    `dst/archive_left_out.json` instead."""
+    left_out: list[dict] = []
+    _copy(src, dst, src, left_out)
+    if left_out:
+        with open(os.path.join(dst, "archive_left_out.json"), "w") as f:
+            json.dump(left_out, f, indent=1)
+
+
+def _copy(src: str, dst: str, root: str, left_out: list[dict]) -> None:
     os.makedirs(dst)
     for name in sorted(os.listdir(src)):
         path = os.path.join(src, name)
         if not kept(name, os.path.isdir(path)):
             continue
         if os.path.isdir(path):
-            copy_run(path, os.path.join(dst, name))
+            _copy(path, os.path.join(dst, name), root, left_out)
         elif name == METRICS:
             # mtime 0: the same run gives the same bytes (no churn in a git repository)
             with open(path, "rb") as f, open(os.path.join(dst, name + ".gz"), "wb") as out, \
                     gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=out, mtime=0) as g:
                 shutil.copyfileobj(f, g)
+        elif os.path.getsize(path) > MAX_FILE_BYTES:
+            left_out.append({"file": os.path.relpath(path, root), "bytes": os.path.getsize(path)})
         else:
             shutil.copy2(path, os.path.join(dst, name))
 

@@ -70,8 +70,9 @@ class LaunchArgs:
     """when every entry is done: python -m continual.evaluation.metrics and .plots over the runs (needs evaluation:
     --eval_every or --eval_at_switches in the runs' flags)"""
     archive: Optional[str] = None
-    """keep each finished run here too, without its checkpoints (continual/launch/archive.py; ~0.5 MB a MinAtar run:
-    a folder in a git repository); a launch restores the entries archived there first and runs only the others"""
+    """keep each finished run here too, without its checkpoints (continual/launch/archive.py; 0.1-1.6 MB a 2M-step
+    MinAtar run: a folder in a git repository); a launch restores the entries archived there first and runs only the
+    others"""
     dry_run: bool = False
     """check the experiment and list its entries, then exit (creates nothing)"""
 
