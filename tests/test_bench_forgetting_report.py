@@ -212,6 +212,7 @@ def test_report_on_a_tiny_folder_of_real_runs(tmp_path):
     # the archive (checkpoints dropped, metrics.jsonl gzipped) gives the same report
     q, kept = Queue(str(folder)), Queue(str(tmp_path / "kept"))
     open(os.path.join(folder, "experiment.json"), "w").write("{}")
+    q.create()
     for name in runs:
         q.set_status(name, state="done")
         assert archive.archive_entry(q, kept, name)
