@@ -64,6 +64,7 @@ from continual.evaluation.metrics import (  # noqa: E402
     provenance,
     provenance_lines,
 )
+from continual.io import jsonl_file  # noqa: E402
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
 RUN_NAMES = (re.compile(r"^\d+_seed=(?P<seed>\d+)_(?P<method>.+)$"), re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$"))
@@ -91,8 +92,8 @@ def weight_norm(record: dict) -> float:
 
 def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     """Per-regime returns and diagnostics of one run directory (None: not a run or no episodes yet)."""
-    if not any(os.path.exists(os.path.join(run_dir, f)) for f in ("metrics.jsonl", "metrics.jsonl.gz")):
-        return None  # (.gz: an archived run, continual.launch.archive)
+    if jsonl_file(os.path.join(run_dir, "metrics.jsonl")) is None:
+        return None
     run = load_run(run_dir)
     if not run.episodes or not run.visits:
         return None

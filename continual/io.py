@@ -147,14 +147,19 @@ class AppendFile:
             os.close(fd)
 
 
+def jsonl_file(path: str) -> Optional[str]:
+    """The file holding a JSONL file's records: `path`, else its gzipped copy `path.gz` (an archived run:
+    `continual.launch.archive`); None when neither exists."""
+    return next((p for p in (path, path + ".gz") if os.path.exists(p)), None)
+
+
 def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
-    """(line, record) for every record of a JSONL file (see the module docstring for the rule); [] if it does not
-    exist. A damaged line other than the last is a UserError naming the file and line. Without `path`, its gzipped
-    copy `path.gz` is read (an archived run: `continual.launch.archive`)."""
-    if not os.path.exists(path):
-        if not os.path.exists(path + ".gz"):
-            return []
-        path += ".gz"
+    """(line, record) for every record of a JSONL file (see the module docstring for the rule), or of its gzipped
+    copy (`jsonl_file`); [] if neither exists. A damaged line other than the last is a UserError naming the file and
+    line."""
+    path = jsonl_file(path)
+    if path is None:
+        return []
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     out = []

@@ -206,8 +206,9 @@ def load_run(run_dir: str) -> RunData:
 
 def provenance(runs: Iterable[tuple[str, list[dict]]]) -> dict:
     """The code runs ran at and where they were resumed, from (run name, its "start" records) pairs (`RunData.name`,
-    `RunData.starts`): {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}}. A resume from a periodic checkpoint restarts the episodes in flight, so such a
-    run is a valid sample but not the bit-exact replay of its seed (docs/outputs.md, "Resuming")."""
+    `RunData.starts`): {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}}. A resume from
+    a periodic checkpoint restarts the episodes in flight, so such a run is a valid sample but not the bit-exact
+    replay of its seed (docs/outputs.md, "Resuming")."""
     commits: dict[str, list[str]] = {}
     resumed: dict[str, list[int]] = {}
     for name, starts in runs:

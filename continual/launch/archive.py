@@ -9,10 +9,9 @@ holding the entries whose state is "done" and, of each run directory, every file
 another tool keeps (checkpoints, CLEAR's replay buffer, TensorBoard event files, W&B and video folders) and any file
 over 20 MB (named in the entry's `archive_left_out.json`); `metrics.jsonl` is stored gzipped (`metrics.jsonl.gz`, read
 back transparently by `continual.io.read_jsonl`). A MinAtar run of 2M steps keeps 0.1-1.6 MB (IMPALA's learner logs
-every update), so KEPT fits in a git repository: the reports
-read it as they read the folder, and a launch with a new, empty folder and the same `--archive` restores the
-archived entries first and runs only the others (a session whose scratch disk is gone loses only its unfinished
-runs).
+every update), so KEPT fits in a git repository: the reports read it as they read the folder, and a launch with a
+new, empty folder and the same `--archive` restores the archived entries first and runs only the others (a session
+whose scratch disk is gone loses only its unfinished runs).
 
 Each entry is written to a temporary name and renamed into place, its status file last: a kill leaves an entry whole
 or absent, never a run directory without the status that makes it count.
@@ -73,6 +72,14 @@ def _copy(src: str, dst: str, root: str, left_out: list[dict]) -> None:
             shutil.copy2(path, os.path.join(dst, name))
 
 
+def copy_status(src: Queue, dst: Queue, entry: str) -> None:
+    """An entry's status file copied whole (a temporary file renamed into place): written last, it makes the entry
+    count."""
+    path = os.path.join(dst.dir, entry + ".status.json")
+    shutil.copy2(os.path.join(src.dir, entry + ".status.json"), path + ".copying")
+    os.replace(path + ".copying", path)
+
+
 def archived(kept_queue: Queue, entry: str) -> bool:
     return kept_queue.status(entry).get("state") == DONE and os.path.isdir(kept_queue.run_dir(entry))
 
@@ -94,9 +101,7 @@ def archive_entry(queue: Queue, kept_queue: Queue, entry: str) -> bool:
     copy_run(queue.run_dir(entry), tmp)
     shutil.rmtree(dst, ignore_errors=True)  # an older copy (the entry was re-run)
     os.replace(tmp, dst)
-    status = os.path.join(kept_queue.dir, entry + ".status.json")
-    shutil.copy2(os.path.join(queue.dir, entry + ".status.json"), status + ".archiving")
-    os.replace(status + ".archiving", status)
+    copy_status(queue, kept_queue, entry)
     return True
 
 
@@ -111,9 +116,7 @@ def restore_entry(kept_queue: Queue, queue: Queue, entry: str) -> bool:
     os.replace(tmp, queue.run_dir(entry))
     if not os.path.exists(queue.config_path(entry)):
         shutil.copy2(kept_queue.config_path(entry), queue.config_path(entry))
-    status = os.path.join(queue.dir, entry + ".status.json")
-    shutil.copy2(os.path.join(kept_queue.dir, entry + ".status.json"), status + ".restoring")
-    os.replace(status + ".restoring", status)
+    copy_status(kept_queue, queue, entry)
     return True
 
 
