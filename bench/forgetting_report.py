@@ -30,7 +30,8 @@ methods' runs, `metrics.paired_bootstrap`). For forgetting lower is better, so "
 negated forgetting: P(F_X < F_Y). Continual World's forgetting is compared only on tasks whose last visit ends
 before the end of training (on the last task it is 0 for every run, which would pull every probability to 0.5).
 Pairs: each method against its family's baseline (PPO, IMPALA), PPO_CBP also against "PPO (MinAtar CNN)" (the same
-network: PPO_CBP has no MLP), and CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5).
+network: PPO_CBP has no MLP), CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5), and CLEAR
+against the family's other methods at their chosen lambdas (CORA: online EWC and P&C forget more than CLEAR).
 
 Learned check (issue 32): each method's evaluation return on a task at the end of its first visit, mean over seeds,
 against the family's single-task references at the same number of steps on that task (their evaluation nearest to
@@ -281,6 +282,9 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
         if CONTROLS.get(m) in results:
             pairs.append((m, CONTROLS[m]))
     pairs.append((name("CLEAR"), name("IMPALA")))
+    # CORA's ordering beyond IMPALA: CLEAR against each regulariser of the family (chosen lambdas only)
+    pairs += [("CLEAR", m) for m in results if m not in ("CLEAR", "IMPALA") and "CLEAR" in results
+              and family(runs[m][0].config) == "IMPALA" and (not LAMBDA.match(m) or m in chosen.values())]
     pairs = list(dict.fromkeys(pairs))
     pnc = {m: [active_column(r, norm, active_tail) for r in rs] for m, rs in runs.items()
            if runs[m][0].config.get("architecture") == "PNC"}

@@ -110,6 +110,8 @@ def test_report_on_hand_made_folder(folder):
     clear = rep["improvement"]["CLEAR > IMPALA"]
     assert clear["forgetting_cw"]["tasks"] == [SI] and clear["forgetting_cw"]["estimate"] == 1.0
     assert "IMPALA+EWC lambda=10 > IMPALA" not in rep["improvement"]  # only the chosen lambda is paired
+    assert "CLEAR > PNC" in rep["improvement"] and "CLEAR > IMPALA+EWC lambda=1" in rep["improvement"]
+    assert "CLEAR > IMPALA+EWC lambda=10" not in rep["improvement"]
     # PPO_CBP against the family baseline and against its same-network control
     assert {"PPO_CBP > PPO", "PPO_CBP > PPO (MinAtar CNN)", "PPO (MinAtar CNN) > PPO"} <= set(rep["improvement"])
     # lambda sweep: P(T) (4 + 2) / 2 = 3 vs (5 + 1) / 2 = 3 -> tie; max keeps the first seen
