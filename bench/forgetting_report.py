@@ -274,17 +274,18 @@ def report(folder: str, normalize: str = "max_abs", reps: int = 2000, active_tai
     sweeps = lambda_sweeps(table)
     chosen = {base: s["chosen"] for base, s in sweeps.items()}
     name = lambda m: chosen.get(m, m)  # noqa: E731  ("IMPALA+EWC" -> its chosen lambda's label)
+    compared = [m for m in results if not LAMBDA.match(m) or m in chosen.values()]  # a sweep: its chosen lambda
     pairs = []
-    for m in results:
-        base = "PPO" if family(runs[m][0].config) == "PPO" else "IMPALA"
-        if m != base and (not LAMBDA.match(m) or m in chosen.values()):
+    for m in compared:
+        base = family(runs[m][0].config)
+        if m != base:
             pairs.append((m, base))
         if CONTROLS.get(m) in results:
             pairs.append((m, CONTROLS[m]))
     pairs.append((name("CLEAR"), name("IMPALA")))
-    # CORA's ordering beyond IMPALA: CLEAR against each regulariser of the family (chosen lambdas only)
-    pairs += [("CLEAR", m) for m in results if m not in ("CLEAR", "IMPALA") and "CLEAR" in results
-              and family(runs[m][0].config) == "IMPALA" and (not LAMBDA.match(m) or m in chosen.values())]
+    if "CLEAR" in results:  # CORA's ordering beyond IMPALA: CLEAR against the rest of its family
+        pairs += [("CLEAR", m) for m in compared
+                  if family(runs[m][0].config) == "IMPALA" and m not in ("CLEAR", "IMPALA")]
     pairs = list(dict.fromkeys(pairs))
     pnc = {m: [active_column(r, norm, active_tail) for r in rs] for m, rs in runs.items()
            if runs[m][0].config.get("architecture") == "PNC"}

@@ -66,8 +66,8 @@ def _copy(src: str, dst: str, root: str, left_out: list[dict]) -> None:
             with open(path, "rb") as f, open(os.path.join(dst, name + ".gz"), "wb") as out, \
                     gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=out, mtime=0) as g:
                 shutil.copyfileobj(f, g)
-        elif os.path.getsize(path) > MAX_FILE_BYTES:
-            left_out.append({"file": os.path.relpath(path, root), "bytes": os.path.getsize(path)})
+        elif (size := os.path.getsize(path)) > MAX_FILE_BYTES:
+            left_out.append({"file": os.path.relpath(path, root), "bytes": size})
         else:
             shutil.copy2(path, os.path.join(dst, name))
 
