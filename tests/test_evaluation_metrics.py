@@ -13,6 +13,7 @@ import pytest
 from rliable import metrics as rl
 
 from conftest import write_config
+from continual.evaluation import cw as cw_module
 from continual.evaluation import metrics as M
 from continual.evaluation import plots
 
@@ -127,9 +128,9 @@ def continual_world_forgetting(rows: list[dict], tasks: list[str], tail: int) ->
 
 def test_continual_world_forgetting_against_continual_worlds_averaging():
     """A hand-made Continual World log (one pass over A, B, C; an evaluation every 25 steps, labelled with the task
-    trained up to it): our forgetting_last_visit is CW's all-task mean with one evaluation per point (tail 1); the mean over
-    the N-1 tasks left before the end is N/(N-1) times it; CW's default tail of 5 smooths (and gives the last task a
-    small non-zero term)."""
+    trained up to it): forgetting_last_visit is CW's all-task mean with one evaluation per point (tail 1),
+    cw_forgetting CW's with its own tail of 5; the mean over the N-1 tasks left before the end is N/(N-1) times it;
+    CW's default tail of 5 smooths (and gives the last task a small non-zero term)."""
     tasks, steps = ["A", "B", "C"], list(range(25, 301, 25))
     visits = [("A", 0, 100), ("B", 100, 200), ("C", 200, 300)]
     curves = {"A": [.1, .3, .6, .9, .8, .7, .6, .5, .5, .4, .4, .3],
@@ -137,8 +138,14 @@ def test_continual_world_forgetting_against_continual_worlds_averaging():
               "C": [0, 0, 0, 0, .1, .1, .1, .2, .4, .6, .9, .95]}
     rows = [{"x": x, "active": next(m for m, s, e in visits if s < x <= e), **{t: curves[t][i] for t in tasks}}
             for i, x in enumerate(steps)]
-    ours = M.run_metrics(make_run(curves, steps, visits, episodes=[], heldout=(), end=300))["summary"]
+    run = make_run(curves, steps, visits, episodes=[], heldout=(), end=300)
+    ours = M.run_metrics(run)["summary"]
     cw = continual_world_forgetting(rows, tasks, tail=1)
+    # Continual World's own metric (continual.evaluation.cw, one pass: every reading the same) is the tail-5 one
+    for reading in cw_module.READINGS:
+        assert cw_module.cw_forgetting(run, reading)["value"] == pytest.approx(
+            continual_world_forgetting(rows, tasks, tail=5))
+    assert ours["cw_forgetting"] == pytest.approx(continual_world_forgetting(rows, tasks, tail=5))
     assert ours["forgetting_last_visit"] == pytest.approx(cw) == pytest.approx(((.9 - .3) + (.8 - .2) + 0) / 3)
     left = continual_world_forgetting(rows, tasks[:2], tail=1)  # the old N-1 figure
     assert left == pytest.approx(cw * 3 / 2)
