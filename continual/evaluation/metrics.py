@@ -36,7 +36,7 @@ switch step belongs to the visit that ends there.
 - Forgetting at the end of the last visit (`forgetting_last_visit`; called "forgetting (CW)" before): for every
   trained regime, at_i(e_i) - final_i with e_i the end of i's last visit (0 for the one trained last);
   `forgetting_last_visit` = mean over all trained regimes. This is `cw_forgetting` with reading "last" and one
-  evaluation per point instead of the mean of the last 5.
+  evaluation per point instead of the mean of the last 5 (where each last visit has an evaluation).
 - Forgetting from the best score: forgetting_from_best_i = max{y_i(t): t <= e_i} - final_i, for trained regimes
   whose last visit ends before T. Never below forgetting_last_visit: it also counts what was lost before the end of
   the last visit.
@@ -328,7 +328,8 @@ def _last_end(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[in
 
 def forgetting_last_visit(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[float]:
     """The score at the end of the regime's last visit minus the final score, one evaluation each (0 for the regime
-    trained last): `cw.cw_forgetting` with reading "last" and n_last=1."""
+    trained last): `cw.cw_forgetting` with reading "last" and n_last=1 when every last visit has an evaluation (without
+    one, this takes the last evaluation before the visit, CW's none)."""
     end = _last_end(curve, regime, visits)
     return None if end is None else at_or_before(curve, end) - curve[-1][1]
 
@@ -819,7 +820,8 @@ def print_cora_table(by_method: dict) -> None:
         rows = [[task or "(none)", _fmt_sem(f["by_task"].get(task, {})), _fmt_sem(t["by_task"].get(task, {})),
                  f"{f['scales'][task]:.4g}"] for task in f["tasks"]]
         rows.append(["all (per-run means)", _fmt_sem(f["overall"]), _fmt_sem(t["overall"]), ""])
-        print_table(f"CORA's metrics, {label} ({len(f['runs'])} runs; window {st['rolling_mean_count']}, "
+        print_table(f"CORA's metrics, {label} ({len(f['runs'])} run{'s' * (len(f['runs']) != 1)}; window "
+                    f"{st['rolling_mean_count']}, "
                     f"{st['num_cycles_for_forgetting']} cycle(s), x{st['metric_scale']:g}): mean ± SEM (runs)", cols,
                     rows, width=120)
 
