@@ -12,10 +12,12 @@ per task; continual/evaluation/continual.py). The metrics are the project's (con
 returns normalised per task by max|R| over all runs of the benchmark (`--normalize max_abs`, so tasks weigh alike):
 
 - average performance P(T) (Continual World): the final evaluation score, mean over tasks;
-- forgetting (Continual World): score at the end of the task's last visit minus the final score, mean over all
-  tasks (the one trained last contributes 0, as in Continual World's tables); and CORA's isolated forgetting (score drop over each later visit of
-  another task);
-- forward transfer (CORA's zero-shot): score change on a task while other tasks are trained before its first visit.
+- forgetting at the end of the last visit (`forgetting_last_visit`): score at the end of the task's last visit minus
+  the final score, one evaluation each, mean over all tasks (the one trained last contributes 0); and forgetting over
+  all later visits (`forgetting_all_visits`: score drop over each later visit of another task). Neither is CORA's or
+  Continual World's exact metric (continual/evaluation/cora.py, continual/evaluation/cw.py);
+- forward transfer (zero-shot, at the switches): score change on a task while other tasks are trained before its
+  first visit.
 
 Each is reported per method as the mean over the runs x tasks matrix with a 95% stratified-bootstrap CI
 (`metrics.stratified_bootstrap`, runs resampled within each task); `metrics.robust_aggregate` adds IQM and the
@@ -68,7 +70,8 @@ GAMES = ("Breakout", "Freeway", "SpaceInvaders", "Asterix", "Seaquest")
 DONE = "bench_done.json"
 # (key, column title): per-task metrics reported per method; forgetting: positive = forgot, transfer: positive = gained
 TABLE_KEYS = (("final", "average performance P(T)"), ("average", "time-average performance"),
-              ("forgetting_cw", "forgetting (CW)"), ("forgetting_isolated", "forgetting (CORA isolated)"),
+              ("forgetting_last_visit", "forgetting (end of last visit)"),
+              ("forgetting_all_visits", "forgetting (all later visits)"),
               ("transfer_zero_shot", "forward transfer (zero-shot)"))
 
 
@@ -243,8 +246,9 @@ def plot_comparison(agg: dict, path: str, title: str) -> str:
     table = agg["table"]
     methods = list(table)
     colors = _colors(methods)
-    keys = [("final", "average performance P(T)\n(higher is better)"), ("forgetting_cw", "forgetting (CW)\n(lower is better)"),
-            ("forgetting_isolated", "forgetting (CORA isolated)\n(lower is better)"),
+    keys = [("final", "average performance P(T)\n(higher is better)"),
+            ("forgetting_last_visit", "forgetting (end of last visit)\n(lower is better)"),
+            ("forgetting_all_visits", "forgetting (all later visits)\n(lower is better)"),
             ("transfer_zero_shot", "forward transfer (zero-shot)\n(higher is better)")]
     fig, axes = plt.subplots(1, len(keys), figsize=(4.3 * len(keys), 4.2))
     for ax, (key, label) in zip(axes, keys):

@@ -1,5 +1,5 @@
 """Report of a forgetting experiment run by the launcher (configs/experiments/forgetting_minatar.json): per method
-average performance, forgetting (CORA's and Continual World's), forward transfer, 95% stratified-bootstrap CIs,
+average performance, forgetting (two of the library's variants), forward transfer, 95% stratified-bootstrap CIs,
 probabilities of improvement with CIs, the "learned" check against single-task runs, P&C's knowledge base and active
 column, a markdown table and plots.
 
@@ -15,19 +15,22 @@ sequence runs. A method is in the PPO family if its architecture is PPO or PPO_C
 Metrics (continual/evaluation/metrics.py, on evaluation returns divided per task by the largest |return| of any run
 of the experiment, references included, `--normalize max_abs`; `raw` keeps returns):
 - average performance P(T) (Continual World): final evaluation score, mean over tasks;
-- forgetting (Continual World): score at the end of the task's last visit minus the final score, mean over all tasks
-  (the task trained last contributes 0, as in Continual World's tables); forgetting (CORA isolated): score drop over
-  each later visit of another task, mean over those visits, then over tasks;
-- forward transfer: CORA's zero-shot (change on a task while other tasks are trained before its first visit) and
-  Continual World's (area under the task's first-visit curve against the same-seed single-task reference run of the
-  method's family, (AUC - AUC_ref) / (1 - AUC_ref)).
+- forgetting at the end of the last visit (`forgetting_last_visit`; this report called it "forgetting (CW)"): score at
+  the end of the task's last visit minus the final score, one evaluation each, mean over all tasks (the task trained
+  last contributes 0); forgetting over all later visits (`forgetting_all_visits`; called "forgetting (CORA isolated)"
+  before, which it is not: CORA's exact metric is `continual.evaluation.cora.cora_forgetting`): score drop over each
+  later visit of another task, mean over those visits, then over tasks;
+- forward transfer: zero-shot at the switches (change on a task while other tasks are trained before its first visit)
+  and against a reference (trapezoid area under the task's first-visit curve against the same-seed single-task
+  reference run of the method's family, (AUC - AUC_ref) / (1 - AUC_ref); Continual World's exact one is
+  `continual.evaluation.cw.cw_forward_transfer`).
 Each table cell: mean over the runs x tasks matrix, [95% percentile stratified-bootstrap CI] (runs resampled within
 each task, `metrics.stratified_bootstrap`, `--reps` resamples).
 
 Probability of improvement (Agarwal et al. 2021, rliable's `probability_of_improvement`: per task the Mann-Whitney
 statistic P(X > Y) + P(X = Y)/2 over all run pairs, averaged over tasks; CI: rliable's stratified bootstrap of both
 methods' runs, `metrics.paired_bootstrap`). For forgetting lower is better, so "X improves on Y" is computed on the
-negated forgetting: P(F_X < F_Y). Continual World's forgetting is compared only on tasks whose last visit ends
+negated forgetting: P(F_X < F_Y). Forgetting at the end of the last visit is compared only on tasks whose last visit ends
 before the end of training (on the last task it is 0 for every run, which would pull every probability to 0.5).
 Pairs: each method against its family's baseline (PPO, IMPALA), PPO_CBP also against "PPO (MinAtar CNN)" (the same
 network: PPO_CBP has no MLP), CLEAR against IMPALA (CORA's result: CLEAR forgets less, the CI above 0.5), and CLEAR
@@ -71,10 +74,10 @@ from continual.evaluation import metrics as M  # noqa: E402
 from continual.io import atomic_write_json  # noqa: E402
 
 PPO_FAMILY = ("PPO", "PPO_CBP")
-KEYS = (("final", "average performance P(T)"), ("forgetting_cw", "forgetting (CW)"),
-        ("forgetting_isolated", "forgetting (CORA isolated)"), ("transfer_zero_shot", "forward transfer (zero-shot)"),
-        ("transfer_reference", "forward transfer (CW, vs single-task)"), ("average", "time-average performance"))
-LOWER_IS_BETTER = ("forgetting_cw", "forgetting_isolated")
+KEYS = (("final", "average performance P(T)"), ("forgetting_last_visit", "forgetting (end of last visit)"),
+        ("forgetting_all_visits", "forgetting (all later visits)"), ("transfer_zero_shot", "forward transfer (zero-shot)"),
+        ("transfer_reference", "forward transfer (vs single-task, trapezoid)"), ("average", "time-average performance"))
+LOWER_IS_BETTER = ("forgetting_last_visit", "forgetting_all_visits")
 LAMBDA = re.compile(r"^(?P<base>.+?) lambda=(?P<value>[0-9.eE+-]+)$")
 # a method's own control where its network differs from the family baseline's (PPO_CBP has no MLP)
 CONTROLS = {"PPO_CBP": "PPO (MinAtar CNN)"}
@@ -132,7 +135,8 @@ def family_references(run: M.RunData, refs: dict[str, list[M.RunData]]) -> list[
 
 
 def cw_tasks(run: M.RunData) -> list[str]:
-    """Tasks whose last visit ends before the end of training (Continual World's forgetting can be non-zero)."""
+    """Tasks whose last visit ends before the end of training (forgetting at the end of the last visit can be
+    non-zero)."""
     last = {v.regime: v.end for v in run.visits}
     return [t for t in run.trained if last[t] < run.end_step]
 
@@ -153,7 +157,7 @@ def task_matrix(results: Sequence[dict], key: str, tasks: Sequence[str]) -> np.n
 
 def improvements(results: dict[str, list[dict]], runs: dict[str, list[M.RunData]], pairs: Sequence[tuple[str, str]],
                  reps: int) -> dict[str, dict]:
-    """"X > Y" -> key -> probability of improvement, over the tasks both methods have a value for (CW forgetting:
+    """"X > Y" -> key -> probability of improvement, over the tasks both methods have a value for (last-visit forgetting:
     only the tasks that can be forgotten)."""
     out: dict[str, dict] = {}
     for a, b in pairs:
@@ -163,7 +167,7 @@ def improvements(results: dict[str, list[dict]], runs: dict[str, list[M.RunData]
         for key, _ in KEYS:
             tasks = [t for t in runs[a][0].trained
                      if all(r["regimes"].get(t, {}).get(key) is not None for r in results[a] + results[b])]
-            if key == "forgetting_cw":
+            if key == "forgetting_last_visit":
                 tasks = [t for t in tasks if t in cw_tasks(runs[a][0])]
             if not tasks:
                 continue
@@ -354,11 +358,11 @@ def markdown(rep: dict) -> str:
                          + " | ".join(f"{row['final']['per_task'].get(t, float('nan')):.3f}" for t in tasks) + " |")
     if rep["improvement"]:
         lines += ["", "## Probability of improvement (X > Y; forgetting: X forgets less), [95% bootstrap CI]", "",
-                  "| X > Y | P(T) | forgetting (CORA isolated) | forgetting (CW, tasks not trained last) |",
+                  "| X > Y | P(T) | forgetting (all later visits) | forgetting (end of last visit, tasks not trained last) |",
                   "|---|---|---|---|"]
     for pair, row in rep["improvement"].items():
-        lines.append(f"| {pair} | " + " | ".join(_cell(row.get(k), 2) for k in ("final", "forgetting_isolated",
-                                                                               "forgetting_cw")) + " |")
+        lines.append(f"| {pair} | " + " | ".join(_cell(row.get(k), 2) for k in ("final", "forgetting_all_visits",
+                                                                               "forgetting_last_visit")) + " |")
     lines += ["", "## Learned check: evaluation return at the end of the first visit vs the family's single-task "
               "references at the same steps (raw returns; learned = ratio >= 0.5)", "",
               "| method | task | first visit ends | return (seeds) | single-task reference (runs) | ratio | learned |",
@@ -397,7 +401,8 @@ def plot_improvement(rep: dict, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [("final", "P(T)"), ("forgetting_isolated", "forgetting (CORA)"), ("forgetting_cw", "forgetting (CW)")]
+    keys = [("final", "P(T)"), ("forgetting_all_visits", "forgetting (all later visits)"),
+            ("forgetting_last_visit", "forgetting (end of last visit)")]
     pairs = list(rep["improvement"])
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 0.45 * len(pairs) + 1.6), sharey=True)
     for ax, (key, title) in zip(axes, keys):

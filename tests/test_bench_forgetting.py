@@ -71,20 +71,20 @@ def test_method_table_by_hand(runs_dir):
     assert ppo["final"]["matrix"] == [[3, 7], [4, 5]] and ppo["final"]["mean"] == pytest.approx(4.75)
     # Continual World forgetting, over all tasks: A's last visit ends at 30: seed 1 6 - 3, seed 2 4 - 4; B is
     # trained to the end: 0
-    assert ppo["forgetting_cw"]["tasks"] == [A, B] and ppo["forgetting_cw"]["matrix"] == [[3, 0], [0, 0]]
-    assert ppo["forgetting_cw"]["mean"] == pytest.approx(0.75)
+    assert ppo["forgetting_last_visit"]["tasks"] == [A, B] and ppo["forgetting_last_visit"]["matrix"] == [[3, 0], [0, 0]]
+    assert ppo["forgetting_last_visit"]["mean"] == pytest.approx(0.75)
     # resampling 2 runs per task: the mean is 0, 0.75 or 1.5 with probabilities 1/4, 1/2, 1/4 -> 95% [0, 1.5]
-    assert ppo["forgetting_cw"]["ci95"] == [0.0, 1.5]
-    # CORA isolated: seed 1 A: (4 - 2, 6 - 3) -> 2.5, B: 5 - 2 = 3; seed 2 A: (2 - 2, 4 - 4) -> 0, B: 5 - 5 = 0
-    assert ppo["forgetting_isolated"]["matrix"] == [[2.5, 3], [0, 0]]
-    assert ppo["forgetting_isolated"]["mean"] == pytest.approx(1.375)
+    assert ppo["forgetting_last_visit"]["ci95"] == [0.0, 1.5]
+    # all later visits: seed 1 A: (4 - 2, 6 - 3) -> 2.5, B: 5 - 2 = 3; seed 2 A: (2 - 2, 4 - 4) -> 0, B: 5 - 5 = 0
+    assert ppo["forgetting_all_visits"]["matrix"] == [[2.5, 3], [0, 0]]
+    assert ppo["forgetting_all_visits"]["mean"] == pytest.approx(1.375)
     # zero-shot transfer to B while A is first trained: seed 1 1 - 1, seed 2 3 - 0
     assert ppo["transfer_zero_shot"]["tasks"] == [B] and ppo["transfer_zero_shot"]["matrix"] == [[0], [3]]
     assert ppo["transfer_zero_shot"]["mean"] == pytest.approx(1.5)
     # IMPALA, one run: A flat; B reaches 8 by the end of its first visit and is back at 2 after A's second visit
     assert imp["final"]["mean"] == pytest.approx(1.5) and imp["final"]["ci95"] == [1.5, 1.5]
-    assert imp["forgetting_isolated"]["matrix"] == [[0, 6]]
-    assert imp["forgetting_cw"]["mean"] == 0
+    assert imp["forgetting_all_visits"]["matrix"] == [[0, 6]]
+    assert imp["forgetting_last_visit"]["mean"] == 0
     # the printed row
     row = F.table_rows(agg["table"])[0]
     assert row[:2] == ["PPO", "2"] and row[4] == "+0.750 [+0.000, +1.500]"

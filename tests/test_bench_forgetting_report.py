@@ -102,13 +102,13 @@ def test_report_on_hand_made_folder(folder):
     # P(T): mean of finals over runs x tasks: (5 + 6 + 3 + 5) / 4
     assert t["PPO"]["final"]["mean"] == pytest.approx(4.75)
     # CW forgetting: SI's last visit ends at 30 (9, 7), final 5, 3 -> 4 each; BR trained last -> 0; mean 2
-    assert t["PPO"]["forgetting_cw"]["mean"] == pytest.approx(2.0)
-    # CORA isolated, SI: visit 2 (8->4, 6->2) and visit 4 (9->5, 7->3): 4; BR over visit 3: (6->3, 4->2): 3, 2
-    assert t["PPO"]["forgetting_isolated"]["matrix"] == [[4.0, 3.0], [4.0, 2.0]]
-    assert t["CLEAR"]["forgetting_cw"]["mean"] == pytest.approx(0.0)
+    assert t["PPO"]["forgetting_last_visit"]["mean"] == pytest.approx(2.0)
+    # all later visits, SI: visit 2 (8->4, 6->2) and visit 4 (9->5, 7->3): 4; BR over visit 3: (6->3, 4->2): 3, 2
+    assert t["PPO"]["forgetting_all_visits"]["matrix"] == [[4.0, 3.0], [4.0, 2.0]]
+    assert t["CLEAR"]["forgetting_last_visit"]["mean"] == pytest.approx(0.0)
     # CLEAR forgets less than IMPALA on SI in every pair of runs (CW, tasks not trained last: SI only)
     clear = rep["improvement"]["CLEAR > IMPALA"]
-    assert clear["forgetting_cw"]["tasks"] == [SI] and clear["forgetting_cw"]["estimate"] == 1.0
+    assert clear["forgetting_last_visit"]["tasks"] == [SI] and clear["forgetting_last_visit"]["estimate"] == 1.0
     assert "IMPALA+EWC lambda=10 > IMPALA" not in rep["improvement"]  # only the chosen lambda is paired
     assert "CLEAR > PNC" in rep["improvement"] and "CLEAR > IMPALA+EWC lambda=1" in rep["improvement"]
     assert "CLEAR > IMPALA+EWC lambda=10" not in rep["improvement"]
@@ -202,7 +202,7 @@ def test_report_on_a_tiny_folder_of_real_runs(tmp_path):
     assert set(rep["table"]) == {"PPO", "PNC"} and rep["table"]["PPO"]["final"]["runs"] == 2
     assert rep["references"] and rep["unfinished"] == []
     assert [v[0] for v in rep["visits"]] == [SI, BR, SI, BR]
-    for key in ("final", "forgetting_cw", "forgetting_isolated", "transfer_zero_shot"):
+    for key in ("final", "forgetting_last_visit", "forgetting_all_visits", "transfer_zero_shot"):
         assert rep["table"]["PPO"][key]["mean"] is not None
     # the same-seed reference gives PPO seed 1 a Continual World transfer on SI (its first task: same steps)
     assert rep["runs"]["PPO"][0]["regimes"][SI]["transfer_reference"] is not None

@@ -13,6 +13,7 @@ import pytest
 from rliable import metrics as rl
 
 from conftest import write_config
+from continual.evaluation import cw as cw_module
 from continual.evaluation import metrics as M
 from continual.evaluation import plots
 
@@ -63,16 +64,16 @@ def test_final_and_average_performance(result):
     assert s["final_unseen"] == pytest.approx(6)            # the held-out regime
 
 
-def test_isolated_forgetting(result):
+def test_forgetting_over_all_later_visits(result):
     r = result["regimes"]
     # A: during B (100,200]: y_A(100) - y_A(200) = 10 - 4; during C (300,400]: y_A(300) - y_A(400) = 12 - 7.
     # The revisit of A itself is not forgetting.
-    assert r["A"]["forgetting_isolated"] == pytest.approx(((10 - 4) + (12 - 7)) / 2)
+    assert r["A"]["forgetting_all_visits"] == pytest.approx(((10 - 4) + (12 - 7)) / 2)
     # B: during A's revisit: y_B(200) - y_B(300) = 10 - 6; during C: y_B(300) - y_B(400) = 6 - 5
-    assert r["B"]["forgetting_isolated"] == pytest.approx(((10 - 6) + (6 - 5)) / 2)
+    assert r["B"]["forgetting_all_visits"] == pytest.approx(((10 - 6) + (6 - 5)) / 2)
     # C is trained last (nothing after it) and H never: no forgetting
-    assert r["C"]["forgetting_isolated"] is None and r["H"]["forgetting_isolated"] is None
-    assert result["summary"]["forgetting_isolated"] == pytest.approx((5.5 + 2.5) / 2)
+    assert r["C"]["forgetting_all_visits"] is None and r["H"]["forgetting_all_visits"] is None
+    assert result["summary"]["forgetting_all_visits"] == pytest.approx((5.5 + 2.5) / 2)
     cells = {(e["regime"], e["visit"]): e["value"] for e in result["forgetting_matrix"]}
     assert cells == {("A", 2): 6, ("A", 4): 5, ("B", 3): 4, ("B", 4): 1}
 
@@ -80,11 +81,11 @@ def test_isolated_forgetting(result):
 def test_forgetting_continual_world_and_from_best(result):
     r = result["regimes"]
     # Continual World: score when training on the regime ended (end of its last visit) minus the final score
-    assert r["A"]["forgetting_cw"] == pytest.approx(12 - 7)  # y_A(300) - y_A(400)
-    assert r["B"]["forgetting_cw"] == pytest.approx(10 - 5)  # y_B(200) (B never revisited) - y_B(400)
-    assert r["C"]["forgetting_cw"] == 0                      # its last visit ends the run: y_C(400) - y_C(400)
-    assert r["H"]["forgetting_cw"] is None                   # never trained
-    assert result["summary"]["forgetting_cw"] == pytest.approx((5 + 5 + 0) / 3)  # all trained regimes, as CW
+    assert r["A"]["forgetting_last_visit"] == pytest.approx(12 - 7)  # y_A(300) - y_A(400)
+    assert r["B"]["forgetting_last_visit"] == pytest.approx(10 - 5)  # y_B(200) (B never revisited) - y_B(400)
+    assert r["C"]["forgetting_last_visit"] == 0                      # its last visit ends the run: y_C(400) - y_C(400)
+    assert r["H"]["forgetting_last_visit"] is None                   # never trained
+    assert result["summary"]["forgetting_last_visit"] == pytest.approx((5 + 5 + 0) / 3)  # all trained regimes, as CW
     assert r["A"]["forgetting_from_best"] == pytest.approx(12 - 7)  # max up to the end of A's last visit (300)
     assert r["B"]["forgetting_from_best"] == pytest.approx(10 - 5)
     assert r["C"]["forgetting_from_best"] is None and r["H"]["forgetting_from_best"] is None
@@ -98,20 +99,20 @@ def test_continual_world_forgetting_is_not_the_best_score_minus_final():
     curves = {"A": [0, 10, 6, 5, 5, 4, 4], "B": [0, 1, 2, 8, 5, 3, 2], "C": [1, 1, 1, 1, 1, 2, 3]}
     run = make_run(curves, steps, visits, episodes=[], heldout=(), end=300)
     raw = M.run_metrics(run)
-    assert raw["regimes"]["A"]["forgetting_cw"] == pytest.approx(6 - 4)          # y_A(100) - y_A(300)
+    assert raw["regimes"]["A"]["forgetting_last_visit"] == pytest.approx(6 - 4)          # y_A(100) - y_A(300)
     assert raw["regimes"]["A"]["forgetting_from_best"] == pytest.approx(10 - 4)  # max y_A up to 100 - y_A(300)
-    assert raw["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 - 2)          # y_B(200) - y_B(300)
+    assert raw["regimes"]["B"]["forgetting_last_visit"] == pytest.approx(5 - 2)          # y_B(200) - y_B(300)
     assert raw["regimes"]["B"]["forgetting_from_best"] == pytest.approx(8 - 2)
-    assert raw["regimes"]["C"]["forgetting_cw"] == 0
-    assert raw["summary"]["forgetting_cw"] == pytest.approx((2 + 3 + 0) / 3)
+    assert raw["regimes"]["C"]["forgetting_last_visit"] == 0
+    assert raw["summary"]["forgetting_last_visit"] == pytest.approx((2 + 3 + 0) / 3)
     norm = M.run_metrics(run, M.Normalizer("max_abs", runs=[run]))  # scores in [0, 1], as Continual World's
-    assert norm["regimes"]["A"]["forgetting_cw"] == pytest.approx(6 / 10 - 4 / 10)
-    assert norm["regimes"]["B"]["forgetting_cw"] == pytest.approx(5 / 8 - 2 / 8)
-    assert norm["summary"]["forgetting_cw"] == pytest.approx((0.2 + 0.375 + 0) / 3)
+    assert norm["regimes"]["A"]["forgetting_last_visit"] == pytest.approx(6 / 10 - 4 / 10)
+    assert norm["regimes"]["B"]["forgetting_last_visit"] == pytest.approx(5 / 8 - 2 / 8)
+    assert norm["summary"]["forgetting_last_visit"] == pytest.approx((0.2 + 0.375 + 0) / 3)
     # an evaluation grid that misses the switch: the last evaluation before it
     late = make_run({m: ys[:2] + ys[3:] for m, ys in curves.items()}, steps[:2] + steps[3:], visits, [], (), 300)
     late = M.run_metrics(late)
-    assert late["regimes"]["A"]["forgetting_cw"] == pytest.approx(10 - 4)  # y_A(50): no evaluation at 100
+    assert late["regimes"]["A"]["forgetting_last_visit"] == pytest.approx(10 - 4)  # y_A(50): no evaluation at 100
 
 
 def continual_world_forgetting(rows: list[dict], tasks: list[str], tail: int) -> float:
@@ -127,9 +128,9 @@ def continual_world_forgetting(rows: list[dict], tasks: list[str], tail: int) ->
 
 def test_continual_world_forgetting_against_continual_worlds_averaging():
     """A hand-made Continual World log (one pass over A, B, C; an evaluation every 25 steps, labelled with the task
-    trained up to it): our forgetting_cw is CW's all-task mean with one evaluation per point (tail 1); the mean over
-    the N-1 tasks left before the end is N/(N-1) times it; CW's default tail of 5 smooths (and gives the last task a
-    small non-zero term)."""
+    trained up to it): forgetting_last_visit is CW's all-task mean with one evaluation per point (tail 1),
+    cw_forgetting CW's with its own tail of 5; the mean over the N-1 tasks left before the end is N/(N-1) times it;
+    CW's default tail of 5 smooths (and gives the last task a small non-zero term)."""
     tasks, steps = ["A", "B", "C"], list(range(25, 301, 25))
     visits = [("A", 0, 100), ("B", 100, 200), ("C", 200, 300)]
     curves = {"A": [.1, .3, .6, .9, .8, .7, .6, .5, .5, .4, .4, .3],
@@ -137,9 +138,15 @@ def test_continual_world_forgetting_against_continual_worlds_averaging():
               "C": [0, 0, 0, 0, .1, .1, .1, .2, .4, .6, .9, .95]}
     rows = [{"x": x, "active": next(m for m, s, e in visits if s < x <= e), **{t: curves[t][i] for t in tasks}}
             for i, x in enumerate(steps)]
-    ours = M.run_metrics(make_run(curves, steps, visits, episodes=[], heldout=(), end=300))["summary"]
+    run = make_run(curves, steps, visits, episodes=[], heldout=(), end=300)
+    ours = M.run_metrics(run)["summary"]
     cw = continual_world_forgetting(rows, tasks, tail=1)
-    assert ours["forgetting_cw"] == pytest.approx(cw) == pytest.approx(((.9 - .3) + (.8 - .2) + 0) / 3)
+    # Continual World's own metric (continual.evaluation.cw, one pass: every reading the same) is the tail-5 one
+    for reading in cw_module.READINGS:
+        assert cw_module.cw_forgetting(run, reading)["value"] == pytest.approx(
+            continual_world_forgetting(rows, tasks, tail=5))
+    assert ours["cw_forgetting"] == pytest.approx(continual_world_forgetting(rows, tasks, tail=5))
+    assert ours["forgetting_last_visit"] == pytest.approx(cw) == pytest.approx(((.9 - .3) + (.8 - .2) + 0) / 3)
     left = continual_world_forgetting(rows, tasks[:2], tail=1)  # the old N-1 figure
     assert left == pytest.approx(cw * 3 / 2)
     # CW's own window (tail 5): A's 4 evaluations during its visit, then the last 5 of the run
@@ -211,7 +218,7 @@ def test_normalisation_options():
     run = make_run()
     res = M.run_metrics(run, M.Normalizer("max_abs", runs=[run]))
     assert res["regimes"]["A"]["final"] == pytest.approx(7 / 12)
-    assert res["regimes"]["A"]["forgetting_isolated"] == pytest.approx(5.5 / 12)
+    assert res["regimes"]["A"]["forgetting_all_visits"] == pytest.approx(5.5 / 12)
     scores = {"A": [0, 20], "B": 10, "C": [1, 11], "H": 2}
     res = M.run_metrics(run, M.Normalizer("reference_scores", scores, runs=[run]))
     assert res["regimes"]["A"]["final"] == pytest.approx(7 / 20)
@@ -226,10 +233,10 @@ def test_single_regime_run():
                                  episodes=[(30, "A", 1.0), (80, "A", 2.0)], end=100))
     r, s = res["regimes"], res["summary"]
     assert r["A"]["final"] == 6 and r["A"]["average"] == pytest.approx((2 + 5) / 2)
-    assert r["A"]["forgetting_isolated"] is None and r["A"]["forgetting_cw"] == 0  # trained to the end
+    assert r["A"]["forgetting_all_visits"] is None and r["A"]["forgetting_last_visit"] == 0  # trained to the end
     assert r["A"]["transfer_zero_shot"] is None
     assert r["H"]["transfer_zero_shot"] == pytest.approx(3 - 1)
-    assert s["forgetting_isolated"] is None and s["transfer_zero_shot"] == pytest.approx(2)
+    assert s["forgetting_all_visits"] is None and s["transfer_zero_shot"] == pytest.approx(2)
     assert s["plasticity_by_visit"] == {"1": pytest.approx(1.0)}
     assert res["forgetting_matrix"] == []
 
@@ -342,7 +349,7 @@ def test_aggregate_groups_runs_by_method():
     assert ppo["n"] == 2 and ppo["mean"] == pytest.approx(23 / 3 + 1)
     assert ppo["ci95"] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2), rel=1e-4)  # sd of (x, x + 2) = sqrt(2)
     assert groups["PPO+S&P"]["summary"]["final"]["ci95"] is None
-    assert groups["PPO"]["regimes"]["A"]["forgetting_isolated"]["mean"] == pytest.approx(5.5)  # shifts cancel
+    assert groups["PPO"]["regimes"]["A"]["forgetting_all_visits"]["mean"] == pytest.approx(5.5)  # shifts cancel
     by_exp = M.aggregate(results, [{**c, "exp_name": "x"} for c in configs], group_by=["exp_name"])
     assert list(by_exp) == ["exp_name=x"]
 
@@ -387,10 +394,13 @@ def test_cli_on_run_directories(tmp_path, capsys):
 
     M.main([a])
     out = json.load(open(os.path.join(a, M.METRICS_FILE)))
-    assert out["summary"]["forgetting_isolated"] == pytest.approx(4.0)
+    assert out["summary"]["forgetting_all_visits"] == pytest.approx(4.0)
     assert out["summary"]["transfer_zero_shot"] == pytest.approx((2 + 1 / 3 + 5 / 4) / 3)
     printed = capsys.readouterr().out
-    assert "forget (iso)" in printed and "forget (CW)" in printed and "forget (best)" in printed
+    assert "forget (all visits)" in printed and "CW forget" in printed and "forget (best)" in printed
+    assert "CORA's metrics, PPO: not computed" in printed  # A -> B -> A -> C is not one order repeated
+    assert "repeated in one order" in out["cora"]["PPO"]["error"]
+    assert out["cw"]["reading"] == "per_visit" and out["summary"]["cw_forgetting"] is not None
 
     b = write_run_dir(tmp_path / "b", curves={m: [y + 2 for y in ys] for m, ys in CURVES.items()})
     c = write_run_dir(tmp_path / "c", arch="PPO_CBP")
@@ -440,7 +450,7 @@ def test_single_regime_run_directory_without_switches(tmp_path):
     run = M.load_run(d)
     assert [(v.regime, v.start, v.end, v.number) for v in run.visits] == [("A", 0, 400, 1)]
     res = M.compute_run_metrics(d)
-    assert res["summary"]["forgetting_isolated"] is None and res["summary"]["forgetting_cw"] == 0
+    assert res["summary"]["forgetting_all_visits"] is None and res["summary"]["forgetting_last_visit"] == 0
     assert res["regimes"]["H"]["transfer_zero_shot"] == pytest.approx(6 - 1)  # y_H(400) - y_H(0)
     assert res["summary"]["plasticity"] == pytest.approx(4 - 1)
     assert os.path.exists(os.path.join(d, M.METRICS_FILE))

@@ -2,57 +2,69 @@
 
     python -m continual.evaluation.metrics RUN_DIR [RUN_DIR ...] [--reference RUN_DIR ...] [--normalize raw|max_abs|reference_scores]
                                 [--scores JSON] [--plasticity_window K] [--group_by KEY[,KEY]] [--out PATH]
+                                [--cw_reading per_visit|last|first] [--cw_last 5]
+                                [--cora_rolling_mean_count 20] [--cora_cycles 1] [--cora_metric_scale 1]
 
 Inputs (written by training): `eval_table.csv` (continual evaluation, `continual.evaluation.continual`), `metrics.jsonl`
 (switches -> the visits of the schedule; training episodes -> plasticity) and `config.json`.
+
+Three families of metrics, each named for what it computes:
+- CORA's metrics, exactly as CORA's code computes them (`continual.evaluation.cora`: `cora_forgetting`,
+  `cora_transfer`; smoothed curves, strict region bounds, first cycle, each method scaled by its own largest return).
+  They need all runs of one method, so they are computed per group of runs (`main`: the "cora" section), on raw
+  returns whatever --normalize says.
+- Continual World's metrics, exactly as its code computes them (`continual.evaluation.cw`: `cw_average_performance`,
+  `cw_forgetting`, `cw_forward_transfer`; each performance the mean of the last 5 evaluations, AUC the mean of a
+  visit's evaluations), per run, on the normalised curves, with the reading for repeated visits stated
+  (--cw_reading, default per_visit as CW20).
+- This library's own variants (below), kept under names that say what they compute.
 
 Notation. Visits V_k = (m_k, s_k, e_k), k = 1..K: regime m_k trained on steps (s_k, e_k], s_1 = 0, e_K = T (the
 last step). y_i(t): the evaluation return of regime i at evaluation step t, after normalisation. last_i(a, b]: y_i at
 the last evaluation step t with a < t <= b; at_i(b): y_i at the last evaluation step t <= b. An evaluation at a
 switch step belongs to the visit that ends there.
 
-- final_i = y_i at the last evaluation step. `final` = mean over trained regimes (Continual World's average
-  performance P(T)); `final_unseen` = mean over evaluated regimes never trained (held-out).
+- final_i = y_i at the last evaluation step. `final` = mean over trained regimes (P(T) from one evaluation per
+  regime; `cw_average_performance` is Continual World's, from the last 5); `final_unseen` = mean over evaluated
+  regimes never trained (held-out).
 - average_i = time-average of the piecewise-linear evaluation curve over [first, last evaluation step].
-- Isolated forgetting (CORA), for each visit k of another regime after regime i was trained (m_k != i, i in
-  {m_1..m_{k-1}}): F(i, k) = at_i(s_k) - last_i(s_k, e_k]. Positive = forgetting. forgetting_isolated_i = mean over
-  k; `forgetting_isolated` = mean over regimes.
-- Forgetting (Continual World, Wolczyk et al. 2021: F_i = p_i(end of training on i) - p_i(T), on normalised
-  scores; with revisits, the end of i's last visit e_i): forgetting_cw_i = at_i(e_i) - final_i for every trained
-  regime (0 for the one trained last, whose last visit ends at T); `forgetting_cw` = mean over all trained regimes,
-  as Continual World's results_processing/tables.py averages over all tasks (the mean over the regimes left before
-  T alone is N/(N-1) times larger; the per-regime values give it). Continual World takes each p as the mean of the
-  last 5 evaluations (tail(5) of a log every 20k steps of 1M-step tasks: the last 10% of a task); here each p is
-  one evaluation (at the end of the visit, at the end of the run), itself a mean over --eval_episodes whole
-  episodes, because visits are often only 2-3 evaluations long.
+- Forgetting over all later visits (`forgetting_all_visits`; called "isolated forgetting (CORA)" before, which it is
+  not: CORA smooths, bounds regions strictly, stops after the first cycle and scales per method), for each visit k
+  of another regime after regime i was trained (m_k != i, i in {m_1..m_{k-1}}), in every cycle:
+  F(i, k) = at_i(s_k) - last_i(s_k, e_k]. Positive = forgetting. forgetting_all_visits_i = mean over k;
+  `forgetting_all_visits` = mean over regimes.
+- Forgetting at the end of the last visit (`forgetting_last_visit`; called "forgetting (CW)" before): for every
+  trained regime, at_i(e_i) - final_i with e_i the end of i's last visit (0 for the one trained last);
+  `forgetting_last_visit` = mean over all trained regimes. This is `cw_forgetting` with reading "last" and one
+  evaluation per point instead of the mean of the last 5 (where each last visit has an evaluation).
 - Forgetting from the best score: forgetting_from_best_i = max{y_i(t): t <= e_i} - final_i, for trained regimes
-  whose last visit ends before T. Never below forgetting_cw: it also counts what was lost before the end of the last
-  visit.
-- Zero-shot forward transfer (CORA), for each visit k before regime i's first visit (all visits for never-trained
-  regimes): Z(i, k) = last_i(s_k, e_k] - at_i(s_k) (at_i(0) is the step-0 evaluation; without one, CORA's first
-  evaluation point). Regimes trained from step 0 have none.
-- Forward transfer against a reference run (Continual World, --reference): over i's first visit (s, e),
-  L = min(e - s, length of i's first visit in the reference), AUC_i = mean of y_i over [s, s + L],
-  AUC_i^ref the same over the reference's first visit of i; FT_i = (AUC_i - AUC_i^ref) / (C_i - AUC_i^ref) with
-  the ceiling C_i = 1 on a normalised scale (max_abs, reference_scores) and max|R_i| over all runs for raw returns
-  (the same value as with max_abs).
+  whose last visit ends before T. Never below forgetting_last_visit: it also counts what was lost before the end of
+  the last visit.
+- Zero-shot transfer at the switches (`transfer_zero_shot`; not CORA's `cora_transfer`: no smoothing, the points at
+  or before each switch, the run's own normalisation), for each visit k before regime i's first visit (all visits for
+  never-trained regimes): Z(i, k) = last_i(s_k, e_k] - at_i(s_k) (at_i(0) is the step-0 evaluation; without one,
+  the first evaluation point). Regimes trained from step 0 have none.
+- Forward transfer against a reference run by the trapezoid (`transfer_reference`, --reference; not CW's
+  `cw_forward_transfer`, which takes the plain mean of the evaluations of the whole visit and of every reference
+  run): over i's first visit (s, e), L = min(e - s, length of i's first visit in the reference), AUC_i = mean of y_i
+  over [s, s + L] (trapezoid), AUC_i^ref the same over the first reference run's first visit of i;
+  FT_i = (AUC_i - AUC_i^ref) / (C_i - AUC_i^ref) with the ceiling C_i = 1 on a normalised scale (max_abs,
+  reference_scores) and max|R_i| over all runs for raw returns (the same value as with max_abs).
 - Plasticity: for the n-th visit of a regime (s, e), window W = min(K, e - s) (K = --plasticity_window, default the
   whole visit): gain = mean return of the training episodes ending in (s + W/2, s + W] minus those ending in
   (s, s + W/2]. Reported per visit, per visit number (mean over regimes), and overall.
 
 Normalisation (--normalize): raw; max_abs: R_i / max|R_i| (over the evaluations of every run given, references
 included); reference_scores: --scores maps each regime to a score s (R / s) or to [low, high] ((R - low) / (high -
-low)). Several runs are grouped (config.json keys, --group_by; default: architecture, + S&P) and each scalar is
-reported as mean +- 95% CI half-width, t_{0.975, n-1} * sd / sqrt(n). With several runs, the robust statistics of
-Agarwal et al. (2021, rliable) over the runs x trained-regimes matrix of per-regime final and average scores: IQM,
-mean, median and (normalised scores) optimality gap at 1, each with a 95% stratified-bootstrap CI; the probability
-of improvement of each method over each other one; performance profiles (in the JSON; drawn by the plots CLI).
-Their intervals are percentile stratified bootstraps (`stratified_bootstrap`, 2,000 resamples by default; rliable
-uses 50,000; its own bootstrap, rliable.library, cannot run here: rliable 1.2 pins arch < 8, arch 7.2 does not
-import with pandas 3, and arch 8 rejects the random_state=None rliable passes it).
-
-Every metric uses the raw evaluation points; CORA's scripts (utils/cora_metrics.py) first smooth each curve with a
-trailing moving average of 20 evaluation points (5 for CHORES), which lowers peaks and delays drops.
+low)). It applies to every metric but CORA's, which scale by their own rule. Several runs are grouped (config.json
+keys, --group_by; default: architecture, + S&P) and each scalar is reported as mean +- 95% CI half-width,
+t_{0.975, n-1} * sd / sqrt(n); CORA's metrics as CORA reports them, mean +- SEM over the runs of the per-run means.
+With several runs, the robust statistics of Agarwal et al. (2021, rliable) over the runs x trained-regimes matrix of
+per-regime final and average scores: IQM, mean, median and (normalised scores) optimality gap at 1, each with a 95%
+stratified-bootstrap CI; the probability of improvement of each method over each other one; performance profiles (in
+the JSON; drawn by the plots CLI). Their intervals are percentile stratified bootstraps (`stratified_bootstrap`,
+2,000 resamples by default; rliable uses 50,000; its own bootstrap, rliable.library, cannot run here: rliable 1.2
+pins arch < 8, arch 7.2 does not import with pandas 3, and arch 8 rejects the random_state=None rliable passes it).
 """
 
 from __future__ import annotations
@@ -70,6 +82,7 @@ import tyro
 from continual.config.loading import cli
 from continual.console import print_table
 from continual.errors import UserError
+from continual.evaluation import cora, cw
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
 from continual.modstrings import normalize_modification
@@ -87,10 +100,11 @@ def __getattr__(name: str):
 
 METRICS_FILE = "metrics.json"
 Curve = list[tuple[int, float]]  # (step, value), sorted by step
-SUMMARY_KEYS = ("final", "average", "final_unseen", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
-                "transfer_zero_shot", "transfer_reference", "plasticity")
-REGIME_KEYS = ("final", "average", "forgetting_isolated", "forgetting_cw", "forgetting_from_best",
-               "transfer_zero_shot", "transfer_reference")
+SUMMARY_KEYS = ("final", "average", "final_unseen", "cw_average_performance", "cw_forgetting", "cw_forward_transfer",
+                "forgetting_all_visits", "forgetting_last_visit", "forgetting_from_best", "transfer_zero_shot",
+                "transfer_reference", "plasticity")
+REGIME_KEYS = ("final", "average", "cw_final", "cw_forgetting", "cw_forward_transfer", "forgetting_all_visits",
+               "forgetting_last_visit", "forgetting_from_best", "transfer_zero_shot", "transfer_reference")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -290,7 +304,9 @@ def _mean(xs: Iterable[Optional[float]]) -> Optional[float]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def isolated_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
+def forgetting_all_visits(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
+    """F(i, k) = at_i(s_k) - last_i(s_k, e_k] for every visit k of another regime after the regime was trained (every
+    cycle). Not CORA's forgetting (`cora.cora_forgetting`)."""
     out = []
     for k, v in enumerate(visits):
         if v.regime == regime or regime not in {w.regime for w in visits[:k]}:
@@ -310,9 +326,10 @@ def _last_end(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[in
     return max(ends)
 
 
-def cw_forgetting(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[float]:
-    """Continual World's forgetting: the score when training on the regime ended minus the final score (0 for the
-    regime trained last)."""
+def forgetting_last_visit(curve: Curve, regime: str, visits: Sequence[Visit]) -> Optional[float]:
+    """The score at the end of the regime's last visit minus the final score, one evaluation each (0 for the regime
+    trained last): `cw.cw_forgetting` with reading "last" and n_last=1 when every last visit has an evaluation (without
+    one, this takes the last evaluation before the visit, CW's none)."""
     end = _last_end(curve, regime, visits)
     return None if end is None else at_or_before(curve, end) - curve[-1][1]
 
@@ -325,6 +342,8 @@ def best_minus_final(curve: Curve, regime: str, visits: Sequence[Visit], end_ste
 
 
 def zero_shot_transfer(curve: Curve, regime: str, visits: Sequence[Visit]) -> list[dict]:
+    """Z(i, k) = last_i(s_k, e_k] - at_i(s_k) for every visit k before the regime's first visit. Not CORA's zero-shot
+    transfer (`cora.cora_transfer`: smoothed, strict bounds, per-method scale)."""
     out = []
     if not curve:
         return out
@@ -333,7 +352,7 @@ def zero_shot_transfer(curve: Curve, regime: str, visits: Sequence[Visit]) -> li
             break  # only before the regime is trained for the first time
         base = at_or_before(curve, v.start)
         if base is None and k == 0:
-            base = curve[0][1]  # CORA: the first evaluation point when there is none at step 0
+            base = curve[0][1]  # the first evaluation point when there is none at step 0 (as CORA's baseline)
         after = last_in(curve, v.start, v.end)
         if base is not None and after is not None:
             out.append({"visit": k + 1, "during": v.regime, "start": v.start, "end": v.end, "baseline": base,
@@ -343,6 +362,8 @@ def zero_shot_transfer(curve: Curve, regime: str, visits: Sequence[Visit]) -> li
 
 def reference_transfer(curve: Curve, visit: Visit, ref_curve: Curve, ref_visit: Visit, ceiling: float
                        ) -> Optional[dict]:
+    """Trapezoid AUCs over the first min(lengths) steps of the visit and of the reference's visit; (AUC - AUC_ref) /
+    (ceiling - AUC_ref). Not Continual World's (`cw.cw_forward_transfer`)."""
     length = min(visit.end - visit.start, ref_visit.end - ref_visit.start)
     if length <= 0 or not curve or not ref_curve:
         return None
@@ -427,15 +448,22 @@ class Normalizer:
 
 
 def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, references: Sequence[RunData] = (),
-                plasticity_window: Optional[int] = None) -> dict:
-    """Every metric of one run (normalised by `normalizer`, raw by default)."""
+                plasticity_window: Optional[int] = None, cw_reading: str = cw.DEFAULT_READING,
+                cw_last: int = cw.CW_LAST_EVALUATIONS) -> dict:
+    """Every per-run metric of one run (normalised by `normalizer`, raw by default): this library's variants and
+    Continual World's (`cw_reading` for repeated visits, the last `cw_last` evaluations per performance value).
+    CORA's metrics need all runs of a method: `cora.cora_metrics`."""
     norm = normalizer or Normalizer("raw", runs=[run, *references])
+    cw_perf = cw.cw_average_performance(run, cw_last, normalizer=norm)
+    cw_forg = cw.cw_forgetting(run, cw_reading, cw_last, normalizer=norm)
+    cw_ft = (cw.cw_forward_transfer(run, references, cw_reading, ceiling=norm.ceiling, normalizer=norm) if references
+             else None)
     trained = run.trained
     per_regime: dict[str, dict] = {}
     forgetting_entries, transfer_entries = [], []
     for regime in run.regimes:
         curve = norm.curve(regime, run.evals[regime])
-        iso = isolated_forgetting(curve, regime, run.visits)
+        iso = forgetting_all_visits(curve, regime, run.visits)
         zs = zero_shot_transfer(curve, regime, run.visits)
         forgetting_entries += [{"regime": regime, **e} for e in iso]
         transfer_entries += [{"regime": regime, **e} for e in zs]
@@ -458,8 +486,11 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
             "final": curve[-1][1] if curve else None,
             "final_step": curve[-1][0] if curve else None,
             "average": time_average(curve),
-            "forgetting_isolated": _mean(e["value"] for e in iso),
-            "forgetting_cw": cw_forgetting(curve, regime, run.visits),
+            "cw_final": cw_perf["per_regime"].get(regime),
+            "cw_forgetting": cw_forg["per_regime"].get(regime),
+            "cw_forward_transfer": cw_ft["per_regime"].get(regime) if cw_ft else None,
+            "forgetting_all_visits": _mean(e["value"] for e in iso),
+            "forgetting_last_visit": forgetting_last_visit(curve, regime, run.visits),
             "forgetting_from_best": best_minus_final(curve, regime, run.visits, run.end_step),
             "transfer_zero_shot": _mean(e["value"] for e in zs),
             "transfer_reference": ref["value"] if ref else None,
@@ -475,8 +506,11 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
         "final": _mean(per_regime[r]["final"] for r in seen),
         "average": _mean(per_regime[r]["average"] for r in seen),
         "final_unseen": _mean(per_regime[r]["final"] for r in unseen),
-        "forgetting_isolated": _mean(per_regime[r]["forgetting_isolated"] for r in run.regimes),
-        "forgetting_cw": _mean(per_regime[r]["forgetting_cw"] for r in run.regimes),
+        "cw_average_performance": cw_perf["value"],
+        "cw_forgetting": cw_forg["value"],
+        "cw_forward_transfer": cw_ft["value"] if cw_ft else None,
+        "forgetting_all_visits": _mean(per_regime[r]["forgetting_all_visits"] for r in run.regimes),
+        "forgetting_last_visit": _mean(per_regime[r]["forgetting_last_visit"] for r in run.regimes),
         "forgetting_from_best": _mean(per_regime[r]["forgetting_from_best"] for r in run.regimes),
         "transfer_zero_shot": _mean(per_regime[r]["transfer_zero_shot"] for r in run.regimes),
         "transfer_reference": _mean(per_regime[r]["transfer_reference"] for r in run.regimes),
@@ -488,6 +522,8 @@ def run_metrics(run: RunData, normalizer: Optional[Normalizer] = None, reference
         "normalize": norm.mode, "plasticity_window": plasticity_window, "end_step": run.end_step,
         "visits": [dataclasses.asdict(v) for v in run.visits], "summary": summary, "regimes": per_regime,
         "forgetting_matrix": forgetting_entries, "transfer_matrix": transfer_entries, "plasticity": gains,
+        "cw": {"reading": cw_reading, "n_last": cw_last, "source": cw.CW_SOURCE, "forgetting": cw_forg["entries"],
+               "forward_transfer": cw_ft["entries"] if cw_ft else None},
     }
 
 
@@ -688,6 +724,23 @@ def aggregate(results: Sequence[dict], configs: Sequence[dict], group_by: Option
     return out
 
 
+def cora_by_method(runs: Sequence[RunData], group_by: Optional[Sequence[str]] = None, rolling_mean_count: int = 20,
+                   num_cycles_for_forgetting: int = 1, metric_scale: float = 1.0) -> dict[str, dict]:
+    """CORA's forgetting and zero-shot transfer (`cora.cora_metrics`) per method (the groups of `aggregate`), each
+    method's runs together (they set its scale); raw returns. A method whose schedule is not N tasks repeated in one
+    order gets {"error": why}."""
+    groups: dict[str, list[RunData]] = {}
+    for r in runs:
+        groups.setdefault(method_label(r.config, group_by), []).append(r)
+    out: dict[str, dict] = {}
+    for label, rs in groups.items():
+        try:
+            out[label] = cora.cora_metrics(rs, rolling_mean_count, num_cycles_for_forgetting, metric_scale)
+        except ValueError as e:
+            out[label] = {"error": str(e)}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # printing
 # ---------------------------------------------------------------------------------------------------------------------
@@ -704,16 +757,17 @@ def _fmt_ci(d: dict) -> str:
 
 
 def print_run_table(result: dict) -> None:
-    cols = ["regime", "visits", "final", "average", "forget (iso)", "forget (CW)", "forget (best)", "ZS transfer",
-            "FT (ref)"]
+    cols = ["regime", "visits", "final", "average", "CW final", "CW forget", "CW FT", "forget (all visits)",
+            "forget (last visit)", "forget (best)", "ZS transfer", "FT (ref, trapezoid)"]
     rows = []
     for reg, m in result["regimes"].items():
         name = (reg or "(none)") + (" [held-out]" if m["heldout"] else "")
         rows.append([name, str(m["visits"]), *(_fmt(m[k]) for k in REGIME_KEYS)])
     s = result["summary"]
-    rows.append(["mean (trained regimes)", "", *(_fmt(s[k]) for k in REGIME_KEYS)])
-    print_table(f"{result['run']} ({result['method']}, {result['normalize']})", cols, rows,
-                width=max(120, 16 * len(cols)))
+    rows.append(["mean (trained regimes)", "", *(_fmt(s[{"cw_final": "cw_average_performance"}.get(k, k)])
+                                                 for k in REGIME_KEYS)])
+    print_table(f"{result['run']} ({result['method']}, {result['normalize']}; CW reading {result['cw']['reading']}, "
+                f"last {result['cw']['n_last']} evaluations)", cols, rows, width=max(120, 16 * len(cols)))
     gains = s["plasticity_by_visit"]
     if gains and all(g is None for g in gains.values()):
         print("plasticity: no visit has training episodes in both halves of its window (games outlast the visits, "
@@ -743,10 +797,33 @@ def print_robust_table(robust: dict) -> None:
 
 
 def print_group_table(groups: dict) -> None:
-    cols = ["method", "final", "average", "final (unseen)", "forget (iso)", "forget (CW)", "forget (best)",
-            "ZS transfer", "FT (ref)", "plasticity"]
+    cols = ["method", "final", "average", "final (unseen)", "CW P(T)", "CW forget", "CW FT", "forget (all visits)",
+            "forget (last visit)", "forget (best)", "ZS transfer", "FT (ref, trapezoid)", "plasticity"]
     rows = [[label, *(_fmt_ci(g["summary"][k]) for k in SUMMARY_KEYS)] for label, g in groups.items()]
     print_table("methods: mean ± 95% CI (runs)", cols, rows, width=max(120, 16 * len(cols)))
+
+
+def _fmt_sem(d: dict) -> str:
+    if d.get("mean") is None:
+        return "-"
+    return f"{d['mean']:.3g} ± {d['sem']:.2g} ({d['n']})" if d.get("sem") is not None else f"{d['mean']:.3g} (1)"
+
+
+def print_cora_table(by_method: dict) -> None:
+    for label, m in by_method.items():
+        if "error" in m:
+            print(f"CORA's metrics, {label}: not computed ({m['error']})")
+            continue
+        f, t = m["forgetting"], m["transfer"]
+        st = f["settings"]
+        cols = ["task", "forgetting", "zero-shot transfer", "scale (max |smoothed return|)"]
+        rows = [[task or "(none)", _fmt_sem(f["by_task"].get(task, {})), _fmt_sem(t["by_task"].get(task, {})),
+                 f"{f['scales'][task]:.4g}"] for task in f["tasks"]]
+        rows.append(["all (per-run means)", _fmt_sem(f["overall"]), _fmt_sem(t["overall"]), ""])
+        print_table(f"CORA's metrics, {label} ({len(f['runs'])} run{'s' * (len(f['runs']) != 1)}; window "
+                    f"{st['rolling_mean_count']}, "
+                    f"{st['num_cycles_for_forgetting']} cycle(s), x{st['metric_scale']:g}): mean ± SEM (runs)", cols,
+                    rows, width=120)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -775,6 +852,17 @@ class MetricsArgs:
     probability of improvement)"""
     bootstrap_seed: int = 0
     """seed of the bootstrap resampling"""
+    cw_reading: str = cw.DEFAULT_READING
+    """Continual World's metrics with repeated visits: per_visit (CW20's: every visit, averaged) | last (the end of a
+    regime's last visit) | first (its first visit)"""
+    cw_last: int = cw.CW_LAST_EVALUATIONS
+    """Continual World: each performance value is the mean of this many last evaluations"""
+    cora_rolling_mean_count: int = 20
+    """CORA: trailing running mean over this many evaluation points (CORA: 20 for Atari, Procgen, MiniHack; 5 CHORES)"""
+    cora_cycles: int = 1
+    """CORA: num_cycles_for_forgetting (CORA: 1)"""
+    cora_metric_scale: float = 1.0
+    """CORA: multiply its metrics by this (CORA's tables: 10)"""
 
 
 def _load_scores(text: Optional[str]) -> Optional[dict]:
@@ -799,6 +887,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         raise UserError(f"bootstrap_reps: must be positive, got {args.bootstrap_reps}")
     if args.plasticity_window is not None and args.plasticity_window <= 0:
         raise UserError(f"plasticity_window: must be positive, got {args.plasticity_window}")
+    if args.cw_reading not in cw.READINGS:
+        raise UserError(f"cw_reading: must be one of {', '.join(cw.READINGS)}, got {args.cw_reading!r}")
+    for name in ("cw_last", "cora_rolling_mean_count", "cora_cycles"):
+        if getattr(args, name) < 1:
+            raise UserError(f"{name}: must be positive, got {getattr(args, name)}")
     try:
         runs = [load_run(d) for d in args.run_dirs]
         refs = [load_run(d) for d in (args.reference or [])]
@@ -811,11 +904,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         norm = Normalizer(args.normalize, _load_scores(args.scores), runs=[*runs, *refs])
     except ValueError as e:
         raise UserError(str(e)) from None
-    results = [run_metrics(r, norm, refs, args.plasticity_window) for r in runs]
+    results = [run_metrics(r, norm, refs, args.plasticity_window, args.cw_reading, args.cw_last) for r in runs]
     group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None
     for res in results:
         print_run_table(res)
     out: dict = {"runs": results}
+    out["cora"] = cora_by_method(runs, group_by, args.cora_rolling_mean_count, args.cora_cycles,
+                                 args.cora_metric_scale)
+    print_cora_table(out["cora"])
     if len(runs) > 1:
         out["groups"] = aggregate(results, [r.config for r in runs], group_by)
         print_group_table(out["groups"])
@@ -824,7 +920,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         print_robust_table(out["robust"])
     path = args.out or (os.path.join(runs[0].run_dir, METRICS_FILE) if len(runs) == 1 else None)
     if path:
-        _write_json(path, results[0] if len(runs) == 1 and not args.out else out)
+        _write_json(path, {**results[0], "cora": out["cora"]} if len(runs) == 1 and not args.out else out)
         print(f"wrote {path}")
     return out
 

@@ -480,8 +480,8 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
                    legend=dict(fontsize=9))
     if "bars" in axes:
         ax = axes["bars"]
-        keys = [("final", "final"), ("average", "average"), ("forgetting_isolated", "forgetting\n(isolated)"),
-                ("forgetting_cw", "forgetting\n(Continual World)"), ("transfer_zero_shot", "zero-shot\ntransfer")]
+        keys = [("final", "final"), ("average", "average"), ("cw_forgetting", "forgetting\n(Continual World)"),
+                ("forgetting_all_visits", "forgetting\n(all later visits)"), ("transfer_zero_shot", "zero-shot\ntransfer")]
         results = {g: [M.run_metrics(r) for r in rs if r.evals] for g, rs in groups.items()}
         width = 0.8 / max(1, len(groups))
         for gi, (g, res) in enumerate(results.items()):
