@@ -253,9 +253,9 @@ def t_interval(scores: Any, confidence: float = CONFIDENCE) -> Interval:
     mean = float(r.mean())
     if n < 2:
         return _no_interval(mean, "t", n, confidence, "fewer than 2 runs")
+    if np.ptp(r) == 0:
+        return _no_interval(float(r[0]), "t", n, confidence, "every run has the same score")
     sd = float(r.std(ddof=1))
-    if sd == 0:
-        return _no_interval(mean, "t", n, confidence, "every run has the same score")
     h = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
     return Interval(mean, mean - h, mean + h, "t", n, confidence)
 
@@ -293,6 +293,9 @@ def bootstrap_interval(scores: Any, statistic: Statistic = "mean", method: str =
     label = method
     if n < 2:
         return _no_interval(estimate, label, n, confidence, "no runs" if n == 0 else "fewer than 2 runs")
+    if np.ptp(run_scores(m)) == 0 and (statistic == "mean" or np.array_equal(m, np.broadcast_to(m[0], m.shape),
+                                                                          equal_nan=True)):
+        return _no_interval(estimate, label, n, confidence, "every run has the same score")
     if method == "studentized":
         if statistic != "mean":
             raise ValueError("the studentized bootstrap is for the mean only")
@@ -313,8 +316,6 @@ def _studentized(r: np.ndarray, reps: int, seed: int, confidence: float) -> Inte
     repeated run (se* = 0) counts as +-inf on its side."""
     n = r.size
     mean, se = float(r.mean()), float(r.std(ddof=1)) / math.sqrt(n)
-    if se == 0:
-        return _no_interval(mean, "studentized", n, confidence, "every run has the same score")
     rng = np.random.default_rng(seed)
     t = np.empty(reps)
     for start in range(0, reps, 2000):
