@@ -48,6 +48,7 @@ for the existing reports; this module is the home of the report statistics.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from typing import Any, Callable, Optional, Union
@@ -242,10 +243,15 @@ def statistic_value(scores: Any, statistic: Statistic = "mean") -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def t_interval(scores: Any, confidence: float = CONFIDENCE) -> Interval:
-    """Student-t interval of the mean of the run scores: mean +- t_{(1+c)/2, n-1} sd / sqrt(n)."""
+@functools.lru_cache(maxsize=256)
+def _t_quantile(q: float, df: float) -> float:
     from scipy import stats
 
+    return float(stats.t.ppf(q, df))
+
+
+def t_interval(scores: Any, confidence: float = CONFIDENCE) -> Interval:
+    """Student-t interval of the mean of the run scores: mean +- t_{(1+c)/2, n-1} sd / sqrt(n)."""
     r = run_scores(scores)
     n = int(r.size)
     if n == 0:
@@ -256,7 +262,7 @@ def t_interval(scores: Any, confidence: float = CONFIDENCE) -> Interval:
     if np.ptp(r) == 0:
         return _no_interval(float(r[0]), "t", n, confidence, "every run has the same score")
     sd = float(r.std(ddof=1))
-    h = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
+    h = _t_quantile((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
     return Interval(mean, mean - h, mean + h, "t", n, confidence)
 
 
