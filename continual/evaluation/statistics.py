@@ -14,17 +14,30 @@ tasks share its seed, network and history (in the forgetting experiment both gam
 Intervals (`interval`; `Interval` is the result: estimate, low, high, method, n). The default at 95%:
 
 - the mean: Student-t on the run scores, mean +- t_{0.975, n-1} sd / sqrt(n) (`t_interval`);
-- any other statistic (IQM over all cells, median, a callable on the runs x tasks matrix): BCa run-level bootstrap
-  (`bootstrap_interval`, `scipy.stats.bootstrap(method="BCa")` over run indices, `RESAMPLES` resamples).
+- any other statistic (IQM or median over all cells, a callable of the runs x tasks matrix): the run-level
+  percentile bootstrap (`bootstrap_interval`: `scipy.stats.bootstrap` over run indices, `RESAMPLES` resamples);
+  `method="BCa"` gives BCa.
 
-Why (bench/statistics_coverage.py, coverage of the true mean by the 95% interval, 2,000 samples per cell; the
-numbers are in docs/evaluation.md): at n = 5 the percentile and BCa bootstraps cover 85% of normal samples and
-70-80% of skewed ones, because they use the plug-in sd (divisor n) and normal quantiles where t_{0.975, 4} = 2.78;
-the t interval covers 95% of normal samples, >= 93% of mildly skewed ones and of a 50/50 mix of runs that learn and
-runs that do not, 91-92% with skewness 1-2 and ~82% for a lognormal with sigma 1. The studentized bootstrap
-(`method="studentized"`) is the only interval here that does better on strongly skewed scores (90% there) and costs
-1.3-3x the t interval's width (up to 7x on a bimodal mix); it is available, not the default. No interval computed
-from 5 values covers a mix where one mode is rare: with P(learn) = 0.8 all 5 runs learn in 33% of samples.
+Why (bench/statistics_coverage.py -> bench/results/statistics_coverage.json: coverage of the true value by the 95%
+interval in 2,000 simulated samples per cell, Monte Carlo standard error 0.005; tables in docs/evaluation.md):
+
+- mean, n = 5 / 10: t covers 0.94 / 0.96 of normal samples, 0.95 / 0.95 with mild skew (lognormal sigma 0.25,
+  beta(2, 5): 0.94 / 0.95), 0.93 / 0.94 for a 50/50 mix of runs that learn and runs that do not, 0.92 / 0.91-0.93
+  with skewness 1.4-1.8 (gamma 2, lognormal 0.5) and 0.83 / 0.84 for lognormal sigma 1. The percentile and BCa
+  bootstraps cover 0.83 / 0.91 of normal samples and 0.80-0.85 / 0.86-0.91 of skewed ones: they use the plug-in sd
+  (divisor n) and normal quantiles where t_{0.975, 4} = 2.78. The studentized bootstrap (`method="studentized"`)
+  does better with strong skew (0.90 / 0.90 for lognormal 1, 0.925-0.95 for skewness 1.4-1.8) at 1.1-1.7x the t
+  interval's width (2.7x on the 50/50 mix at n = 5) and erratic endpoints at n = 5; available, not the default.
+  No interval computed from 5 values covers a mix with a rare mode: with P(learn) = 0.8 all 5 runs learn in 33% of
+  samples (t 0.77, percentile 0.67, studentized 0.82).
+- two tasks per run correlated +0.94, mean over the matrix, n = 5 / 10: run-level t 0.95 / 0.96, run-level
+  percentile 0.83 / 0.91, rliable's per-task (stratified) percentile bootstrap 0.72 / 0.80.
+- IQM and median, n = 5 / 10: the percentile bootstrap covers at least as often as BCa in every setting measured
+  (IQM: 0.90-0.95 / 0.92-0.94 against BCa's 0.89-0.94 / 0.89-0.93; median 0.94-0.95 / 0.93-0.95 both).
+- probability of improvement (normal, shift 0-1 sd), n = 5 / 10 per group: BCa 0.92-0.97 / 0.97, percentile
+  0.90-0.91 / 0.93-0.94, so BCa is its default. When every run of X beats every run of Y (36% of 5-vs-5 samples at a
+  2-sd shift) every resample gives 1 and there is no interval; the exact p-value carries the claim.
+- difference of means (lognormal against normal), n = 5 / 10: Welch t 0.95 / 0.96, BCa 0.87 / 0.92.
 
 Degenerate data gives an `Interval` with low = high = NaN and a `reason` (fewer than 2 runs, every run equal, every
 bootstrap resample equal), never an exception.
@@ -338,12 +351,13 @@ def _studentized(r: np.ndarray, reps: int, seed: int, confidence: float) -> Inte
 
 def interval(scores: Any, statistic: Statistic = "mean", method: str = "auto", reps: int = RESAMPLES, seed: int = 0,
              confidence: float = CONFIDENCE) -> Interval:
-    """The report's interval of `statistic` over a runs x tasks matrix. method 'auto': Student-t for the mean, BCa
-    run-level bootstrap otherwise (the module docstring says why); 't', 'BCa', 'percentile', 'studentized'."""
+    """The report's interval of `statistic` over a runs x tasks matrix. method 'auto': Student-t for the mean, the
+    run-level percentile bootstrap otherwise (the module docstring says why); 't', 'BCa', 'percentile',
+    'studentized'."""
     if method not in INTERVAL_METHODS:
         raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
     if method == "auto":
-        method = "t" if statistic == "mean" else "BCa"
+        method = "t" if statistic == "mean" else "percentile"
     if method == "t":
         if statistic != "mean":
             raise ValueError("the t interval is for the mean only")
