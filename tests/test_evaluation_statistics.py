@@ -197,7 +197,7 @@ def test_bootstrap_over_run_indices_is_scipys_bootstrap_of_the_run_scores():
     for method in ("BCa", "percentile"):
         iv = S.bootstrap_interval(m, "mean", method, reps=3000, seed=5)
         ref = stats.bootstrap((m.mean(axis=1),), np.mean, n_resamples=3000, method=method,
-                              rng=np.random.default_rng(5), batch=max(100, 2_000_000 // 7))
+                              rng=np.random.default_rng(5))
         assert (iv.low, iv.high) == (pytest.approx(ref.confidence_interval.low, abs=1e-12),
                                      pytest.approx(ref.confidence_interval.high, abs=1e-12))
 

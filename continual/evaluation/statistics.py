@@ -280,17 +280,17 @@ def t_interval(scores: Any, confidence: float = CONFIDENCE) -> Interval:
 
 
 def _run_bootstrap(data: tuple, statistic, estimate: float, method: str, n, reps: int, seed: int,
-                   confidence: float, vectorized: bool = True) -> Interval:
-    """scipy.stats.bootstrap over run-index arrays `data` (one per group); NaN interval with a reason where the
-    bootstrap distribution is degenerate or BCa is undefined."""
+                   confidence: float, vectorized: bool = True, cells: int = 1) -> Interval:
+    """scipy.stats.bootstrap over run-index arrays `data` (one per group), in batches of about 2M `cells` (the
+    numbers one resample's statistic touches); NaN interval with a reason where the bootstrap distribution is
+    degenerate or BCa is undefined."""
     from scipy import stats
 
-    cells = max(1, sum(len(d) for d in data))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DegenerateDataWarning, 0/0 in BCa's terms: reported as `reason` below
         res = stats.bootstrap(data, statistic, n_resamples=reps, vectorized=vectorized, method=method,
                               confidence_level=confidence, rng=np.random.default_rng(seed),
-                              batch=max(100, 2_000_000 // cells))
+                              batch=max(100, 2_000_000 // max(1, cells)))
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     if np.all(dist == dist[0]):
         return _no_interval(estimate, method, n, confidence,
@@ -309,12 +309,11 @@ def bootstrap_interval(scores: Any, statistic: Statistic = "mean", method: str =
     m = run_matrix(scores)
     n = int(m.shape[0])
     estimate = statistic_value(m, statistic) if n else math.nan
-    label = method
     if n < 2:
-        return _no_interval(estimate, label, n, confidence, "no runs" if n == 0 else "fewer than 2 runs")
+        return _no_interval(estimate, method, n, confidence, "no runs" if n == 0 else "fewer than 2 runs")
     if np.ptp(run_scores(m)) == 0 and (statistic == "mean" or np.array_equal(m, np.broadcast_to(m[0], m.shape),
                                                                           equal_nan=True)):
-        return _no_interval(estimate, label, n, confidence, "every run has the same score")
+        return _no_interval(estimate, method, n, confidence, "every run has the same score")
     if method == "studentized":
         if statistic != "mean":
             raise ValueError("the studentized bootstrap is for the mean only")
@@ -327,7 +326,7 @@ def bootstrap_interval(scores: Any, statistic: Statistic = "mean", method: str =
         return _run_bootstrap((np.arange(n),), stat, estimate, method, n, reps, seed, confidence, vectorized=False)
     f = _batched_statistic(statistic, m)
     return _run_bootstrap((np.arange(n),), lambda idx, axis=-1: f(idx), estimate, method, n, reps, seed,
-                          confidence)
+                          confidence, cells=m.size)
 
 
 def _studentized(r: np.ndarray, reps: int, seed: int, confidence: float) -> Interval:
@@ -422,7 +421,8 @@ def probability_of_improvement_interval(x: Any, y: Any, lower_is_better: bool = 
 
         def stat(ix, iy, axis=-1):
             return _poi(rx[ix], ry[iy])
-    return _run_bootstrap((np.arange(n[0]), np.arange(n[1])), stat, estimate, method, n, reps, seed, confidence)
+    return _run_bootstrap((np.arange(n[0]), np.arange(n[1])), stat, estimate, method, n, reps, seed, confidence,
+                          cells=mx.size * my.shape[0] if per_task else n[0] * n[1])
 
 
 def _check_alternative(alternative: str) -> None:
@@ -528,7 +528,8 @@ def mean_difference_bootstrap(x: Any, y: Any, method: str = "BCa", reps: int = R
 
     def stat(ix, iy, axis=-1):
         return rx[ix].mean(axis=-1) - ry[iy].mean(axis=-1)
-    return _run_bootstrap((np.arange(n[0]), np.arange(n[1])), stat, estimate, method, n, reps, seed, confidence)
+    return _run_bootstrap((np.arange(n[0]), np.arange(n[1])), stat, estimate, method, n, reps, seed, confidence,
+                          cells=sum(n))
 
 
 def compare(x: Any, y: Any, lower_is_better: bool = False, one_sided: bool = True, per_task: bool = False,
