@@ -240,8 +240,9 @@ def test_perfectly_correlated_tasks_give_the_interval_of_one_task(method):
     assert (hi - lo) < 0.75 * (one.high - one.low)  # the test would fail for per-task resampling
 
 
-# CLEAR's isolated forgetting in the committed forgetting experiment (bench/results/forgetting_minatar/report.json,
-# 5 seeds x SpaceInvaders, Breakout; the two games correlate +0.94), and IMPALA's.
+# CLEAR's forgetting over all later visits (`forgetting_all_visits`, the report's "isolated" forgetting) in the
+# committed forgetting experiment v1 (bench/results/forgetting_minatar/report.json, 5 seeds x SpaceInvaders,
+# Breakout; the two games correlate +0.94).
 CLEAR_FORGETTING = [[0.24946004319654427, 0.05660377358490565], [0.3401727861771059, 0.05031446540880502],
                     [0.1598272138228941, 0.0062893081761006275], [0.034557235421166344, -0.02515723270440251],
                     [-0.08153347732181424, -0.03144654088050314]]
