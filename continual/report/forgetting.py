@@ -1,0 +1,373 @@
+"""Forgetting report on the library's instruments (issue 45): CORA's metrics exactly as CORA's code computes them,
+Continual World's beside them, run-level small-n statistics and exact tests, the experiment file's declarations.
+
+    python -m continual.report forgetting EXPERIMENT_FOLDER --out DIR [--tuning TUNING_FOLDER]
+
+Runs. Every run directory under EXPERIMENT_FOLDER/runs that finished (its launcher status is "done", or it wrote
+metrics.json), grouped by its config's `exp_name`; labels starting with "reference" are single-task reference runs.
+A method's family is PPO (architecture PPO or PPO_CBP) or IMPALA (the rest); Continual World's forward transfer
+compares a method with its own family's references.
+
+Declarations (the experiment file's "declared" block, read from the folder's copy `experiment.json`; committed
+before any run): the primary metric and its settings, the compared pairs, the normalisation, the evaluation
+protocol. The report prints them in its heading and computes what they name; it adds nothing to the primary claim.
+
+Metrics, per run (continual.evaluation.cora and .cw name their sources, file and commit):
+- CORA's isolated forgetting (`cora.cora_forgetting`): running mean over `rolling_mean_count` evaluation points,
+  each method scaled by its own largest |smoothed return| per task, strict region bounds, the first cycle unless the
+  declaration says otherwise; the primary number is the declared task's per-run value;
+- Continual World's average performance P(T), forgetting and forward transfer (`cw.*`, the declared reading for
+  repeated visits), on returns normalised as declared (by default: divided per task by the mean final return of the
+  experiment's single-task reference runs, both families, i.e. 1.0 = the average single-task learner at a visit's
+  budget), never by a maximum over the compared methods.
+Statistics (continual.evaluation.statistics): per method, the mean over runs with a Student-t 95% interval (the run
+is the unit: a run's tasks are never resampled apart); per declared pair, the probability of improvement (rliable's
+definition on run scores) with a run-level bootstrap interval, the exact one-sided Mann-Whitney p-value, the
+difference of means with a Welch interval and the exact permutation p-value of that difference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from continual.errors import UserError
+from continual.evaluation import cora, cw, statistics
+from continual.evaluation.metrics import RunData, load_run
+
+PPO_FAMILY = ("PPO", "PPO_CBP")
+REFERENCE_PREFIX = "reference"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the experiment folder
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def declarations(folder: str, experiment: Optional[str] = None) -> dict:
+    """The experiment file's declared block ("declared", or "_declared" as first committed), from --experiment or
+    the folder's experiment.json."""
+    path = experiment or os.path.join(folder, "experiment.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    block = data.get("declared", data.get("_declared", {}))
+    if not isinstance(block, dict):
+        raise UserError(f"{path}: 'declared' must be an object")
+    return {**block, "_post_hoc": data.get("post_hoc", data.get("_post_hoc", []))}
+
+
+def finished(folder: str, run: str) -> bool:
+    status = os.path.join(folder, "queue", f"{run}.status.json")
+    if os.path.isfile(status):
+        with open(status, encoding="utf-8") as f:
+            return json.load(f).get("state") == "done"
+    return os.path.isfile(os.path.join(folder, "runs", run, "metrics.json"))
+
+
+def load_runs(folder: str) -> list[RunData]:
+    root = os.path.join(folder, "runs")
+    if not os.path.isdir(root):
+        raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
+    runs = [load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if finished(folder, d)]
+    if not runs:
+        raise UserError(f"{root}: no finished run yet")
+    return runs
+
+
+def label(run: RunData) -> str:
+    return str(run.config.get("exp_name") or run.config.get("architecture", "?"))
+
+
+def family(run: RunData) -> str:
+    return "PPO" if run.config.get("architecture") in PPO_FAMILY else "IMPALA"
+
+
+def is_reference(run: RunData) -> bool:
+    return label(run).startswith(REFERENCE_PREFIX)
+
+
+def post_hoc_labels(decl: dict) -> set[str]:
+    out = set()
+    for item in decl.get("_post_hoc", []):
+        out.add(item["label"] if isinstance(item, dict) else str(item))
+    return out
+
+
+def resolve(name: str, labels: Sequence[str]) -> Optional[str]:
+    """A declared method name to a run label: itself, or the one swept arm "<name> lambda=<x>" on these seeds."""
+    if name in labels:
+        return name
+    swept = [lab for lab in labels if lab.startswith(name + " lambda=")]
+    return swept[0] if len(swept) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# protocol and normalisation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def protocol(runs: Sequence[RunData]) -> dict:
+    """What the evaluation did, read from the runs (configs and eval rows), not from the declarations."""
+    greedy = sorted({str(bool(r.config.get("eval_greedy", False))) for r in runs})
+    return {"greedy": greedy, "episodes": sorted({int(r.config.get("eval_episodes", 0)) for r in runs}),
+            "every": sorted({int(r.config.get("eval_every", 0)) for r in runs}),
+            "at_switches": sorted({bool(r.config.get("eval_at_switches", False)) for r in runs}),
+            "max_episode_steps": sorted({str(r.config.get("eval_max_episode_steps")) for r in runs})}
+
+
+def protocol_text(p: dict) -> str:
+    policy = {"['True']": "greedy (argmax) actions", "['False']": "sampled actions"}.get(str(p["greedy"]),
+                                                                                          f"MIXED greedy {p['greedy']}")
+    caps = "whole games" if p["max_episode_steps"] == ["None"] else f"games capped at {p['max_episode_steps']} steps"
+    return (f"{policy}, {'/'.join(map(str, p['episodes']))} {caps} per task at each evaluation, every "
+            f"{'/'.join(f'{e:,}' for e in p['every'])} agent steps" + (" and at every switch" if p["at_switches"] ==
+                                                                         [True] else ""))
+
+
+def reference_scores(references: Sequence[RunData], n_last: int = cw.CW_LAST_EVALUATIONS) -> dict[str, float]:
+    """Per task: the mean over the reference runs that trained it of their final performance (mean of the last
+    `n_last` evaluations, Continual World's reading)."""
+    per_task: dict[str, list[float]] = {}
+    for ref in references:
+        for task in {v.regime for v in ref.visits}:
+            curve = ref.evals.get(task, [])
+            value = cw.tail_mean(curve, n_last)
+            if value is not None:
+                per_task.setdefault(task, []).append(value)
+    return {t: float(np.mean(v)) for t, v in per_task.items()}
+
+
+def normalizer(scores: dict[str, float]) -> Callable[[str, float], float]:
+    def norm(task: str, value: float) -> float:
+        s = scores.get(task)
+        return value / s if s else float("nan")
+    return norm
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# per method
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl: dict,
+                   norm: Callable[[str, float], float]) -> dict:
+    """Per-run values of every metric for one method's runs (lists aligned with `runs`)."""
+    primary = decl.get("primary_metric", {})
+    window = int(primary.get("rolling_mean_count", 20))
+    cycles = int(primary.get("num_cycles_for_forgetting", 1))
+    task = primary.get("task")
+    reading = primary.get("cw_reading", cw.DEFAULT_READING)
+    out: dict[str, Any] = {"runs": [r.name for r in runs], "seeds": [r.config.get("seed") for r in runs]}
+    f = cora.cora_forgetting(runs, rolling_mean_count=window, num_cycles_for_forgetting=cycles)
+    tasks = f["tasks"]
+    task = task or (tasks[0] if tasks else None)
+    key = next((t for t in tasks if task and (t == task or t.endswith(task))), None)
+    out["primary"] = f["by_task"].get(key, {}).get("per_run", [None] * len(runs)) if key else [None] * len(runs)
+    out["primary_task"] = key
+    out["cora_forgetting"] = f["overall"].get("per_run", [None] * len(runs))
+    out["cora_forgetting_2_cycles"] = cora.cora_forgetting(runs, rolling_mean_count=window,
+                                                           num_cycles_for_forgetting=2)["overall"].get("per_run")
+    out["cora_forgetting_window_20"] = cora.cora_forgetting(runs, rolling_mean_count=20,
+                                                            num_cycles_for_forgetting=cycles)["by_task"].get(
+        key, {}).get("per_run", [None] * len(runs)) if key else [None] * len(runs)
+    out["cora_scales"] = f["scales"]
+    out["cora_transfer"] = cora.cora_transfer(runs, rolling_mean_count=window)["overall"].get("per_run")
+    out["cw_forgetting"] = [cw.cw_forgetting(r, reading, normalizer=norm)["value"] for r in runs]
+    out["cw_forgetting_last"] = [cw.cw_forgetting(r, "last", normalizer=norm)["value"] for r in runs]
+    # CW's FT divides by (1 - AUC_ref), 1 being a success rate's ceiling; returns in reference units have none (a
+    # method can pass the references), so the report gives CW's numerator, AUC - AUC_ref, in reference units
+    out["cw_forward_transfer"] = [cw.cw_forward_transfer(r, references, reading, normalizer=norm,
+                                                         ceiling=_unit_ceiling(r, references, norm))["value"]
+                                  for r in runs]
+    out["average_performance"] = [cw.cw_average_performance(r, normalizer=norm)["value"] for r in runs]
+    # the learned check: the end of each task's first visit against the references' final performance (= 1)
+    first: dict[str, list[float]] = {}
+    for r in runs:
+        seen = set()
+        for v in r.visits:
+            if v.regime in seen:
+                continue
+            seen.add(v.regime)
+            value = cw.tail_mean([(s, norm(v.regime, y)) for s, y in r.evals.get(v.regime, [])],
+                                 cw.CW_LAST_EVALUATIONS, v.start, v.end)
+            if value is not None:
+                first.setdefault(v.regime, []).append(value)
+    out["first_visit_end"] = first
+    return out
+
+
+def _unit_ceiling(run: RunData, references: Sequence[RunData], norm) -> Callable[[str], float]:
+    """A ceiling of AUC_ref + 1 per task, which turns CW's (AUC - AUC_ref) / (C - AUC_ref) into AUC - AUC_ref."""
+    def ceiling(task: str) -> float:
+        aucs = cw.reference_aucs(references, task, norm)
+        return (float(np.mean(aucs)) if aucs else 0.0) + 1.0
+    return ceiling
+
+
+METRIC_COLUMNS = (
+    ("primary", "primary"),
+    ("cora_forgetting_2_cycles", "CORA forgetting, 2 cycles"),
+    ("cora_forgetting_window_20", "CORA forgetting, window 20"),
+    ("cw_forgetting", "CW forgetting"),
+    ("cw_forward_transfer", "transfer, AUC - AUC_ref (CW)"),
+    ("average_performance", "P(T)"),
+)
+
+
+def _values(xs: Sequence[Optional[float]]) -> list[float]:
+    return [float(x) for x in xs if x is not None and math.isfinite(x)]
+
+
+def _iv(xs) -> statistics.Interval:
+    return statistics.interval(_values(xs))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = None) -> dict:
+    decl = declarations(folder, experiment)
+    runs = load_runs(folder)
+    references = [r for r in runs if is_reference(r)]
+    methods: dict[str, list[RunData]] = {}
+    for r in runs:
+        if not is_reference(r):
+            methods.setdefault(label(r), []).append(r)
+    if not methods:
+        raise UserError(f"{folder}: no finished sequence run yet (only references)")
+    ref_scores = reference_scores(references)
+    norm = normalizer(ref_scores)
+    per_method = {m: method_metrics(rs, [ref for ref in references if family(ref) == family(rs[0])], decl, norm)
+                  for m, rs in methods.items()}
+    table = {m: {k: _iv(v[k]).as_dict() for k, _ in METRIC_COLUMNS} for m, v in per_method.items()}
+    labels = list(methods)
+    comparisons = {}
+    for pair in decl.get("pairs", []):
+        x, y = resolve(pair[0], labels), resolve(pair[1], labels)
+        if x is None or y is None:
+            comparisons[f"{pair[0]} vs {pair[1]}"] = {"missing": [n for n, r in zip(pair, (x, y)) if r is None]}
+            continue
+        c = {}
+        for key, lower in (("primary", True), ("cw_forgetting", True), ("average_performance", False)):
+            a, b = _values(per_method[x][key]), _values(per_method[y][key])
+            if len(a) >= 2 and len(b) >= 2:
+                c[key] = statistics.compare(a, b, lower_is_better=lower).as_dict()
+        comparisons[f"{x} vs {y}"] = c
+    result = {"folder": folder, "declared": {k: v for k, v in decl.items() if not k.startswith("_")},
+              "post_hoc": sorted(post_hoc_labels(decl)), "protocol": protocol(runs),
+              "normalisation": {"kind": "reference_runs", "reference_final_return": ref_scores},
+              "table": table, "comparisons": comparisons, "per_method": per_method}
+    lines = markdown(result)
+    result["markdown"] = lines
+    if out:
+        os.makedirs(out, exist_ok=True)
+        curves(methods, norm, os.path.join(out, "curves.png"))
+        with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# Forgetting ({os.path.basename(os.path.normpath(folder))})\n\n" + "\n".join(lines) +
+                    "\n\n![curves](curves.png)\n")
+        with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump({k: v for k, v in result.items() if k != "markdown"}, f, indent=1)
+    return result
+
+
+def _fmt(d: Optional[dict], digits: int = 3, sign: str = "+") -> str:
+    if not d or d.get("estimate") is None:
+        return ""
+    lo, hi = d["ci"]
+    ci = f"[{lo:{sign}.{digits}f}, {hi:{sign}.{digits}f}]" if lo is not None else f"[no interval: {d.get('reason')}]"
+    n = d["n"] if not isinstance(d["n"], list) else " vs ".join(map(str, d["n"]))
+    return f"{d['estimate']:{sign}.{digits}f} {ci} (n={n})"
+
+
+def _p(d: Optional[dict]) -> str:
+    return "" if not d or d.get("p") is None else f"{d['p']:.3g}"
+
+
+def markdown(result: dict) -> list[str]:
+    decl, prot = result["declared"], result["protocol"]
+    primary = decl.get("primary_metric", {})
+    post = set(result["post_hoc"])
+    mark = (lambda m: f"{m} †" if m in post else m)
+    lines = [
+        f"Evaluation: {protocol_text(prot)} (read from the runs' configs).",
+        "",
+        f"Primary metric (declared before any run): {primary.get('name', '?')} of "
+        f"{primary.get('task', 'the first task')}, CORA's code: running mean over "
+        f"{primary.get('rolling_mean_count', 20)} evaluation points, first "
+        f"{primary.get('num_cycles_for_forgetting', 1)} cycle(s), each method scaled by its own largest |return| "
+        f"per task; positive = forgotten. Primary pair: {' vs '.join(decl.get('primary_pair', [])) or '?'}.",
+        "",
+        "Normalisation of P(T) and CW's metrics: each task's return divided by the mean final return (last 5 "
+        "evaluations) of the experiment's single-task reference runs on it: " +
+        ", ".join(f"{t} {v:.2f}" for t, v in result["normalisation"]["reference_final_return"].items()) + ".",
+        "",
+        "Cells: mean over runs [95% Student-t interval] (n runs); the run is the unit of resampling.",
+        "",
+        "| method | " + " | ".join(name for _, name in METRIC_COLUMNS) + " |",
+        "|---|" + "---|" * len(METRIC_COLUMNS),
+    ]
+    for m, row in result["table"].items():
+        lines.append(f"| {mark(m)} | " + " | ".join(_fmt(row[k]) for k, _ in METRIC_COLUMNS) + " |")
+    if post:
+        lines += ["", "† added after the first results (post hoc), not part of the declared design."]
+    lines += ["", "Pairs (declared): X vs Y. P(X better) = rliable's probability of improvement on run scores "
+              "[run-level bootstrap 95% interval]; Mann-Whitney and permutation p-values exact, one-sided (H1: X "
+              "better); difference = mean(X) - mean(Y) [Welch 95% interval].", "",
+              "| pair | metric | P(X better) | Mann-Whitney p | difference | permutation p |", "|---|---|---|---|---|---|"]
+    for pair, c in result["comparisons"].items():
+        if "missing" in c:
+            lines.append(f"| {pair} | (no finished runs of {', '.join(c['missing'])}) | | | | |")
+            continue
+        for key, d in c.items():
+            poi = d["probability_of_improvement"]
+            lines.append(f"| {pair} | {key} | {_fmt(poi, 2, sign='')} | {_p(d['mann_whitney'])} | "
+                         f"{_fmt(d['mean_difference'])} | {_p(d['permutation'])} |")
+    lines += ["", "Learned check: the end of each task's first visit (mean of its last 5 evaluations, normalised), mean "
+              "over runs; 1.0 = the references' final return; a task counts as learned at >= 0.5.", "",
+              "| method | " + " | ".join(sorted({t for v in result["per_method"].values()
+                                                   for t in v["first_visit_end"]})) + " |"]
+    tasks = sorted({t for v in result["per_method"].values() for t in v["first_visit_end"]})
+    lines.append("|---|" + "---|" * len(tasks))
+    for m, v in result["per_method"].items():
+        cells = []
+        for t in tasks:
+            xs = v["first_visit_end"].get(t, [])
+            cells.append(f"{np.mean(xs):.2f}" + ("" if np.mean(xs) >= 0.5 else " (not learned)") if xs else "")
+        lines.append(f"| {mark(m)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def curves(methods: dict[str, list[RunData]], norm: Callable[[str, float], float], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({t for rs in methods.values() for r in rs for t in r.evals})
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(10, 3.2 * len(tasks)), squeeze=False)
+    for ax, task in zip(axes[:, 0], tasks):
+        for m, rs in methods.items():
+            curves_ = [r.evals.get(task, []) for r in rs]
+            k = min((len(c) for c in curves_), default=0)
+            if k == 0:
+                continue
+            xs = np.array([s for s, _ in curves_[0][:k]]) / 1e6
+            ys = np.array([[norm(task, y) for _, y in c[:k]] for c in curves_])
+            ax.plot(xs, ys.mean(0), label=f"{m} ({len(rs)})", lw=1.2)
+        for v in methods[next(iter(methods))][0].visits[1:]:
+            ax.axvline(v.start / 1e6, color="k", lw=0.6, ls=":")
+        ax.set_title(task, fontsize=9)
+        ax.set_ylabel("return / reference")
+        ax.legend(fontsize=6, ncol=3)
+    axes[-1, 0].set_xlabel("agent steps (M)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

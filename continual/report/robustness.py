@@ -1,0 +1,212 @@
+"""Robustness report: agents trained on different curricula of modifications, evaluated at the end of training under
+every modification of a table (the seed project's own experiment, continual_hackatari's `data/eval_data.csv`).
+
+    python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway]
+
+Runs. Every run directory under EXPERIMENT_FOLDER/runs with an `eval_table.csv` and a `config.json`; a run is
+grouped by its config's `exp_name` (the training curriculum's label, set per arm by the experiment file) and counted
+once it reached its `total_timesteps` (its last evaluation is the end-of-run one). Its score under a modification
+is the mean return of the evaluation games at the run's last evaluation step (whole games unless the runs capped
+them; greedy or sampled as the runs' `eval_greedy` says: both are read from the runs and printed in the heading).
+
+Statistics (continual.evaluation.statistics): per cell, the mean over runs with a Student-t 95% interval (the run is
+the unit); the comparisons the issue asks for are differences of means with Welch intervals (two curricula under
+one modification) and paired differences within runs (one curriculum under two modifications: unmodified minus
+the modification, a paired t interval over its runs).
+
+The seed's numbers (`--seed-table freeway`, `continual/report/data/continual_hackatari_freeway.json`, extracted
+unchanged from the seed's W&B export) are printed beside ours with their own protocol: 1 env, 10M steps, 5 seeds,
+21 sampled games per modification; its unmodified column is the training script's post-training evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+from continual.errors import UserError
+from continual.evaluation import statistics
+from continual.evaluation.table import EVAL_TABLE, read_eval_table
+from continual.modstrings import normalize_modification
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+SEED_TABLES = {"freeway": "continual_hackatari_freeway.json"}
+# the seed's table, in the issue's column order ("" = the unmodified game)
+FREEWAY_COLUMNS = ["", "all_white_cars", "all_black_cars", "stop_all_cars", "stop_all_cars_edge", "stop_random_car",
+                   "vary_car_speeds", "disable_cars"]
+# the seed's groups whose curricula match ours (its label -> the training strings it used)
+SEED_GROUPS = {"baseline": "Freeway-v5 baseline", "colours": "Freeway-v5 Colors",
+               "vary_cars_speeds (typo: unmodified)": "Freeway-v5 vary_car_speeds",
+               "colours + vary_cars_speeds (typo: colours)": "Freeway-v5 Colors and vary_car_speeds"}
+
+
+def load_seed_table(name: str) -> dict:
+    """The seed's per-run numbers: {group label: {modification: [values per run]}}, "" = the training script's
+    post-training evaluation on the unmodified game (its FinalReward)."""
+    with open(os.path.join(DATA, SEED_TABLES[name]), encoding="utf-8") as f:
+        data = json.load(f)
+    out: dict[str, dict[str, list[float]]] = {}
+    for label, group in SEED_GROUPS.items():
+        runs = data["groups"][group]["runs"]
+        cells: dict[str, list[float]] = {"": [r["training_final_reward"] for r in runs]}
+        for r in runs:
+            for m, v in r["eval"].items():
+                cells.setdefault(m, []).append(v)
+        out[label] = cells
+    return out
+
+
+def run_scores(run_dir: str) -> Optional[dict]:
+    """One finished run: its label, seed, protocol and {modification: mean return at the last evaluation step}."""
+    table, cfg_path = os.path.join(run_dir, EVAL_TABLE), os.path.join(run_dir, "config.json")
+    if not (os.path.isfile(table) and os.path.isfile(cfg_path)):
+        return None
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    rows = read_eval_table(table)
+    if not rows:
+        return None
+    last = max(r["step"] for r in rows)
+    if cfg.get("total_timesteps") and last < cfg["total_timesteps"]:
+        return None  # unfinished: its last evaluation is not the end-of-run one
+    final = [r for r in rows if r["step"] == last]
+    return {"run": os.path.basename(run_dir), "label": cfg.get("exp_name") or cfg.get("architecture", "?"),
+            "seed": cfg.get("seed"), "step": last,
+            "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
+            "mean_length": {normalize_modification(r["modification"]): r["mean_length"] for r in final},
+            "scores": {normalize_modification(r["modification"]): r["mean"] for r in final}}
+
+
+def load_runs(folder: str) -> list[dict]:
+    root = os.path.join(folder, "runs")
+    if not os.path.isdir(root):
+        raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
+    runs = [s for s in (run_scores(os.path.join(root, d)) for d in sorted(os.listdir(root))) if s]
+    if not runs:
+        raise UserError(f"{root}: no finished run with an evaluation table yet")
+    return runs
+
+
+def summarize(runs: Sequence[dict], columns: Sequence[str]) -> dict:
+    """{label: {modification: Interval over that label's runs}} for every column some run evaluated."""
+    labels = list(dict.fromkeys(r["label"] for r in runs))
+    table: dict = {}
+    for label in labels:
+        rs = [r for r in runs if r["label"] == label]
+        table[label] = {m: statistics.interval([r["scores"][m] for r in rs if m in r["scores"]])
+                        for m in columns if any(m in r["scores"] for r in rs)}
+    return table
+
+
+def compare_labels(runs: Sequence[dict], x: str, y: str, modification: str) -> Optional[statistics.Interval]:
+    """mean(x) - mean(y) under one modification, Welch interval."""
+    a = [r["scores"][modification] for r in runs if r["label"] == x and modification in r["scores"]]
+    b = [r["scores"][modification] for r in runs if r["label"] == y and modification in r["scores"]]
+    if not a or not b:
+        return None
+    return statistics.welch_interval(a, b)
+
+
+def paired_drop(runs: Sequence[dict], label: str, modification: str) -> Optional[statistics.Interval]:
+    """Within each run of `label`: unmodified minus `modification`; t interval over runs (> 0: the modification
+    costs return)."""
+    d = [r["scores"][""] - r["scores"][modification] for r in runs
+         if r["label"] == label and "" in r["scores"] and modification in r["scores"]]
+    return statistics.interval(d) if d else None
+
+
+def _cell(iv: Optional[statistics.Interval]) -> str:
+    return "" if iv is None else iv.format(digits=1)
+
+
+def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
+             pairs: Sequence[tuple[str, str]]) -> list[str]:
+    greedy = sorted({g for r in runs for g in r["greedy"]})
+    episodes = sorted({e for r in runs for e in r["episodes"]})
+    policy = {"['True']": "greedy (argmax)", "['False']": "sampled"}.get(str(greedy), f"mixed {greedy}")
+    lengths = [v for r in runs for v in r["mean_length"].values()]
+    lines = [f"Evaluation at the end of training: {policy} actions, {', '.join(map(str, episodes))} whole games per "
+             f"modification (mean game length {min(lengths):.0f}-{max(lengths):.0f} agent steps); "
+             f"cells: mean return over runs [95% t interval] (n runs).", ""]
+    head = ["trained on"] + [m or "unmodified" for m in columns]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, cells in table.items():
+        lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in columns]) + " |")
+    if seed:
+        lines += ["", "The seed's runs (continual_hackatari `data/eval_data.csv`: PPO with 1 env, 10M steps, 21 sampled "
+                  "games; unmodified = the training script's post-training evaluation), mean over its runs "
+                  "[95% t interval]:", "", "| " + " | ".join(["trained on (seed)"] + head[1:]) + " |",
+                  "|" + "---|" * len(head)]
+        for label, cells in seed.items():
+            lines.append("| " + " | ".join([label] + [_cell(statistics.interval(cells[m])) if m in cells else ""
+                                                      for m in columns]) + " |")
+    if pairs:
+        lines += ["", "Differences between curricula (mean of the first minus the second, Welch 95% interval):", "",
+                  "| first | second | " + " | ".join(m or "unmodified" for m in columns) + " |",
+                  "|---|---|" + "---|" * len(columns)]
+        for x, y in pairs:
+            lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(runs, x, y, m)) for m in columns) + " |")
+    lines += ["", "Cost of each modification within runs (unmodified minus modified, paired t 95% interval; > 0: the "
+              "modification lowers the return):", "", "| trained on | " + " | ".join(m for m in columns if m) + " |",
+              "|---|" + "---|" * len([m for m in columns if m])]
+    for label in table:
+        lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
+    return lines
+
+
+def heatmap(table: dict, columns: Sequence[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(table)
+    values = np.array([[table[lab][m].estimate if m in table[lab] else np.nan for m in columns] for lab in labels])
+    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.6 * len(labels) + 1.5))
+    im = ax.imshow(values, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(columns)), [m or "unmodified" for m in columns], rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    for i in range(len(labels)):
+        for j in range(len(columns)):
+            if np.isfinite(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+    fig.colorbar(im, ax=ax, label="mean evaluation return")
+    ax.set_xlabel("evaluated under")
+    ax.set_ylabel("trained on")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "freeway",
+           columns: Sequence[str] = FREEWAY_COLUMNS, pairs: Sequence[tuple[str, str]] = ()) -> dict:
+    runs = load_runs(folder)
+    columns = [normalize_modification(m) for m in columns]
+    seen = {m for r in runs for m in r["scores"]}
+    columns = [m for m in columns if m in seen] + sorted(seen - set(columns))
+    table = summarize(runs, columns)
+    seed = load_seed_table(seed_table) if seed_table else None
+    labels = list(table)
+    if not pairs and len(labels) > 1:
+        pairs = [(lab, labels[0]) for lab in labels[1:]]  # every curriculum against the first (unmodified) one
+    lines = markdown(runs, table, columns, seed, pairs)
+    result = {"folder": folder, "columns": columns,
+              "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
+              "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
+                                       for m in columns} for x, y in pairs},
+              "paired_drop": {lab: {m: (iv.as_dict() if (iv := paired_drop(runs, lab, m)) else None)
+                                    for m in columns if m} for lab in labels},
+              "runs": runs}
+    if out:
+        os.makedirs(out, exist_ok=True)
+        heatmap(table, columns, os.path.join(out, "heatmap.png"))
+        with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# Robustness under modifications ({os.path.basename(os.path.normpath(folder))})\n\n" +
+                    "\n".join(lines) + "\n\n![heatmap](heatmap.png)\n")
+        with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    result["markdown"] = lines
+    return result

@@ -1,0 +1,107 @@
+"""continual.report.robustness on hand-made experiment folders: its cells, differences and paired drops against
+independent float64 computations, the seed's table as extracted, and its refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from continual.report import robustness
+from continual.report.__main__ import main as report_main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
+           "seconds", "greedy", "success_rate"]
+MODS = ["", "all_white_cars", "stop_all_cars", "vary_car_speeds"]
+
+
+def _run(folder, name, label, seed, scores, total=1000, last=1000, greedy=False):
+    d = os.path.join(folder, "runs", name)
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"exp_name": label, "seed": seed, "total_timesteps": total, "eval_greedy": greedy}, f)
+    with open(os.path.join(d, "eval_table.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        for step in (0, last):
+            for m, v in scores.items():
+                w.writerow({"step": step, "modification": m, "slug": m or "no_modif", "split": "curriculum",
+                            "episodes": 21, "mean": v if step == last else 0.0, "std": 1.0, "min": 0, "max": 40,
+                            "mean_length": 2050.0, "seconds": 1.0, "greedy": greedy, "success_rate": ""})
+
+
+def _t(values):
+    x = np.asarray(values, dtype=np.float64)
+    h = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return x.mean(), x.mean() - h, x.mean() + h
+
+
+@pytest.fixture
+def folder(tmp_path):
+    rng = np.random.default_rng(0)
+    data = {}
+    for label, base in (("unmodified", 30.0), ("colours", 31.0)):
+        for seed in range(1, 5):
+            scores = {m: float(base - 10 * i + rng.normal()) for i, m in enumerate(MODS)}
+            data[(label, seed)] = scores
+            _run(str(tmp_path), f"{len(data):03d}_{label}_seed={seed}", label, seed, scores)
+    _run(str(tmp_path), "999_unfinished", "unmodified", 9, {m: 99.0 for m in MODS}, last=500)  # not counted
+    return str(tmp_path), data
+
+
+def test_cells_differences_and_drops_match_independent_computations(folder, tmp_path):
+    path, data = folder
+    out = str(tmp_path / "out")
+    res = robustness.report(path, out, seed_table=None)
+    for label in ("unmodified", "colours"):
+        for m in MODS:
+            vals = [data[(label, s)][m] for s in range(1, 5)]
+            mean, lo, hi = _t(vals)
+            cell = res["table"][label][m]
+            assert cell["n"] == 4 and cell["method"] == "t"
+            assert np.allclose([cell["estimate"], *cell["ci"]], [mean, lo, hi], rtol=1e-12)
+            a, b = np.array(vals), np.array([data[("unmodified", s)][m] for s in range(1, 5)])
+            if label == "colours":
+                va, vb = a.var(ddof=1) / 4, b.var(ddof=1) / 4
+                df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
+                h = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+                diff = res["pairs"]["colours - unmodified"][m]
+                assert np.allclose([diff["estimate"], *diff["ci"]], [a.mean() - b.mean(), a.mean() - b.mean() - h,
+                                                                       a.mean() - b.mean() + h], rtol=1e-10)
+            if m:
+                drop = res["paired_drop"][label][m]
+                d = [data[(label, s)][""] - data[(label, s)][m] for s in range(1, 5)]
+                assert np.allclose([drop["estimate"], *drop["ci"]], list(_t(d)), rtol=1e-12)
+    assert all(r["run"] != "999_unfinished" for r in res["runs"])
+    md = open(os.path.join(out, "report.md")).read()
+    assert "sampled actions, 21 whole games" in md and os.path.getsize(os.path.join(out, "heatmap.png")) > 1000
+
+
+def test_seed_table_is_the_seeds_export():
+    seed = robustness.load_seed_table("freeway")
+    # the issue's table: means over the seed's 5 runs
+    assert round(np.mean(seed["baseline"]["all_white_cars"]), 1) == 15.8
+    assert round(np.mean(seed["baseline"]["stop_all_cars"]), 1) == 6.8
+    assert round(np.mean(seed["colours"]["all_white_cars"]), 1) == 31.4
+    assert round(np.mean(seed["colours"]["vary_car_speeds"]), 1) == 20.7
+    assert round(np.mean(seed["baseline"][""]), 1) == 32.7 and len(seed["baseline"][""]) == 5
+
+
+def test_refusals_are_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        report_main(["robustness", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no runs/ folder" in err[0]
+    os.makedirs(tmp_path / "runs")
+    p = subprocess.run([sys.executable, "-m", "continual.report", "robustness", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
