@@ -296,10 +296,11 @@ def markdown(result: dict) -> list[str]:
     primary = decl.get("primary_metric", {})
     post = set(result["post_hoc"])
     mark = (lambda m: f"{m} †" if m in post else m)
-    lines = [
+    lines = ([f"**Post hoc**: {decl['post_hoc_declaration']}", ""] if decl.get("post_hoc_declaration") else []) + [
         f"Evaluation: {protocol_text(prot)} (read from the runs' configs).",
         "",
-        f"Primary metric (declared before any run): {primary.get('name', '?')} of "
+        f"Primary metric{'' if decl.get('post_hoc_declaration') else ' (declared before any run)'}: "
+        f"{primary.get('name', '?')} of "
         f"{primary.get('task', 'the first task')}, CORA's code: running mean over "
         f"{primary.get('rolling_mean_count', 20)} evaluation points, first "
         f"{primary.get('num_cycles_for_forgetting', 1)} cycle(s), each method scaled by its own largest |return| "
