@@ -6,7 +6,8 @@
       "flags": {"env_id": "CartPole-v1", "backend": "Gymnasium", "total_timesteps": 20000, "eval_every": 4096},
       "grid": {"seed": [1, 2, 3], "architecture": ["PPO", "PPO_CBP"]},
       "runs": [{"name": "sp", "shrink_and_perturb": true}],   # optional; each one is crossed with the grid
-      "cpus_per_run": 1, "gpus_per_run": 0, "max_retries": 2
+      "cpus_per_run": 1, "gpus_per_run": 0, "max_retries": 2,
+      "declared": {...}, "tuning": {...}, "reporting_seeds": [...], "post_hoc": [...]   # optional: declarations.py
     }
 
 A run's configuration, later keys winning: the `config` file, `flags`, its `runs` item, its grid values. Keys are
@@ -14,6 +15,9 @@ the training CLI's flags (`Args` fields) and the curriculum keys of run_config.j
 (a list of run_config.json files) and `flags` (a list of flag objects, one variant each). Paths in the file are
 relative to the file. Entries are numbered in expansion order (the grid's last key varies fastest); `--resume-id N`
 names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
+What the file declares before any run (primary metric, compared pairs, normalisation, evaluation, the tuning and
+reporting seeds, the chosen value of a sweep, post-hoc arms) and the rules the launcher enforces on it:
+continual/launch/declarations.py.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from typing import Any, Callable, Optional
 from continual.config.args import field_names
 from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
 from continual.errors import UserError, one_line
+from continual.launch import declarations
+from continual.launch.declarations import CHOSEN, Declarations
 from continual.training.startup import check_creatable, preflight
 
-TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script")
+TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
+            *declarations.KEYS)
 RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
 DEFAULT_MAX_RETRIES = 2
 
@@ -42,6 +49,7 @@ class Entry:
     name: str  # the run directory's name: "<index>_<varying values>"
     label: str  # what varies, "architecture=PPO, seed=1"
     config: dict  # the run's run_config.json (Args fields + curriculum keys)
+    chosen_from_tuning: Optional[str] = None  # a sweep's chosen value: the experiment file that tuned it
 
 
 @dataclasses.dataclass
@@ -53,6 +61,7 @@ class Experiment:
     gpus_per_run: float = 0.0
     max_retries: int = DEFAULT_MAX_RETRIES
     script: Optional[str] = None  # the training script named in the file (absolute)
+    declarations: Declarations = dataclasses.field(default_factory=Declarations)
 
 
 def _slug(text: str) -> str:
@@ -91,9 +100,9 @@ def _number(data: dict, key: str, default: float, path: str, integer: bool = Fal
     return int(value) if integer else float(value)
 
 
-def load_experiment(path: str) -> Experiment:
+def load_experiment(path: str, resolve_chosen: bool = True) -> Experiment:
     """Read and expand an experiment file (schema errors are one-line UserErrors; the runs' own flags are checked by
-    `validate`)."""
+    `validate`). `resolve_chosen`: open the tuning files that chosen values name (declarations.check_entries)."""
     data = load_json_file(path, "experiment")
     base_dir = os.path.dirname(os.path.abspath(path))
     where = f"experiment {path!r}"
@@ -117,12 +126,12 @@ def load_experiment(path: str) -> Experiment:
     flags = data.get("flags", {})
     if not isinstance(flags, dict):
         raise UserError(f"{where}: flags must be an object of flag -> value")
-    _check_keys(flags, f"{where}: flags")
+    _check_keys(flags, f"{where}: flags", extra=(CHOSEN,))
     runs = data.get("runs", [{}])
     if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
         raise UserError(f"{where}: runs must be a non-empty list of objects (flag -> value, optional name)")
     for i, r in enumerate(runs):
-        _check_keys(r, f"{where}: runs[{i}]", extra=("name",))
+        _check_keys(r, f"{where}: runs[{i}]", extra=("name", CHOSEN))
     grid = data.get("grid", {})
     if not isinstance(grid, dict):
         raise UserError(f"{where}: grid must be an object of key -> list of values")
@@ -134,7 +143,7 @@ def load_experiment(path: str) -> Experiment:
             for j, v in enumerate(values):
                 if not isinstance(v, dict):
                     raise UserError(f"{where}: grid 'flags'[{j}] must be an object of flag -> value")
-                _check_keys(v, f"{where}: grid 'flags'[{j}]", extra=("name",))
+                _check_keys(v, f"{where}: grid 'flags'[{j}]", extra=("name", CHOSEN))
     if "grid" not in data and "runs" not in data:
         raise UserError(f"{where}: nothing to run: give a grid and/or runs")
     base = config_file(data["config"], "config") if "config" in data else {}
@@ -157,7 +166,7 @@ def load_experiment(path: str) -> Experiment:
                 elif k == "flags":
                     cfg.update({fk: fv for fk, fv in v.items() if fk != "name"})
                     parts.append(str(v["name"]) if "name" in v else
-                                 ",".join(f"{fk}={_short(fv)}" for fk, fv in v.items()))
+                                 ",".join(f"{fk}={_short(fv)}" for fk, fv in v.items() if fk != CHOSEN))
                 else:
                     cfg[k] = v
                     parts.append(f"{k}={_short(v)}")
@@ -167,7 +176,11 @@ def load_experiment(path: str) -> Experiment:
             if entry_name in names_seen:
                 raise UserError(f"{where}: two entries are both named {entry_name!r}")
             names_seen.add(entry_name)
-            entries.append(Entry(index, entry_name, label, cfg))
+            chosen = cfg.pop(CHOSEN, None)
+            entries.append(Entry(index, entry_name, label, cfg, chosen))
+    decl = declarations.parse(data, where)
+    declarations.check_entries(decl, entries, where, path,
+                               load=(lambda p: load_experiment(p, resolve_chosen=False)) if resolve_chosen else None)
     script = data.get("script")
     if script is not None:
         if not isinstance(script, str) or not script:
@@ -177,7 +190,8 @@ def load_experiment(path: str) -> Experiment:
         path=os.path.abspath(path), name=_slug(name), entries=entries,
         cpus_per_run=_number(data, "cpus_per_run", 1.0, path, minimum=0.01),
         gpus_per_run=_number(data, "gpus_per_run", 0.0, path),
-        max_retries=int(_number(data, "max_retries", DEFAULT_MAX_RETRIES, path, integer=True)), script=script)
+        max_retries=int(_number(data, "max_retries", DEFAULT_MAX_RETRIES, path, integer=True)), script=script,
+        declarations=decl)
 
 
 def run_config(entry: Entry, group: str) -> dict:

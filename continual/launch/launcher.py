@@ -11,6 +11,10 @@ a full disk (exit 1) is retried, and every retry resumes from the newest checkpo
 skipped; a run with none whole starts again, its remains kept as `<entry>.incomplete<k>`). A run lost with its Ray node is resumed
 elsewhere without counting as a failure. Several launchers may share one experiment folder (also from several
 machines, the folder on shared storage): each entry is run by one of them.
+
+The first launch records the experiment file's sha256, git revision and declarations in the folder
+(`declarations.json`, continual/launch/declarations.py); a later launch whose file declares otherwise, or renames or
+removes an entry that was started, is refused (entries may be appended; a new method must be listed in post_hoc).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from rich.table import Table
 from continual.config.loading import cli
 from continual.errors import UserError, one_line
 from continual.evaluation import metrics, plots
-from continual.launch import archive, ray_runner
+from continual.io import atomic_write_json
+from continual.launch import archive, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Queue
 from continual.training.checkpoint import SUFFIX, looks_complete
@@ -350,7 +355,16 @@ class Launcher:
 
 
 def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> None:
-    """An entry whose configuration changed since it was first launched would resume a different run: refuse."""
+    """An entry whose configuration changed since it was first launched would resume a different run, and one that is
+    gone from the file (renamed by an entry inserted before it, or removed) would leave its run to the reports under
+    a name the file no longer has: refuse both (entries may be appended at the end of the expansion order)."""
+    names = {e.name for e in exp.entries}
+    folder = os.path.join(queue.folder, "configs")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json") and name[:-len(".json")] not in names:
+            raise UserError(f"experiment {exp.path!r}: the entry {name[:-len('.json')]!r} started in {queue.folder!r} "
+                            f"is not in the file (an entry inserted before it renames it; entries may only be appended "
+                            f"at the end of the expansion order): use another --folder for a changed experiment")
     for e in entries:
         path = queue.config_path(e.name)
         if os.path.exists(path):
@@ -359,6 +373,32 @@ def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> No
             if old != run_config(e, exp.name):
                 raise UserError(f"entry {e.index} ({e.label}) differs from the one started in {queue.folder!r} "
                                 f"(configs/{e.name}.json): use another --folder for a changed experiment")
+
+
+def check_declarations(queue: Queue, exp: Experiment, kept: Optional[Queue] = None) -> Optional[dict]:
+    """The declarations record the folder goes on with (its own, else the archive's; None: a first start), after
+    refusing a file whose declarations differ from it (declarations.check_record)."""
+    record = declarations.read_record(queue.folder)
+    if record is not None:
+        declarations.check_record(record, exp, queue.folder)
+    kept_record = declarations.read_record(kept.folder) if kept is not None else None
+    if kept_record is not None:
+        declarations.check_record(kept_record, exp, kept.folder)
+    return record or kept_record  # a new folder goes on with the archive's record
+
+
+def start(queue: Queue, exp: Experiment, record: Optional[dict]) -> None:
+    """Create the folder (or go on with it): the experiment file's copy, its declarations record (a new one, or this
+    file's revision appended), each entry's config."""
+    started = len(glob.glob(os.path.join(queue.dir, "*.status.json")))  # runs before the record: an older folder
+    queue.create()
+    shutil.copyfile(exp.path, os.path.join(queue.folder, "experiment.json"))
+    atomic_write_json(os.path.join(queue.folder, declarations.RECORD),
+                      declarations.updated_record(record, exp, started_before=started if record is None else 0))
+    for e in exp.entries:
+        if not os.path.exists(queue.config_path(e.name)):
+            with open(queue.config_path(e.name), "w") as f:
+                json.dump(run_config(e, exp.name), f, indent=2)
 
 
 def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
@@ -403,6 +443,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     if args.archive is not None:
         archive.check_archive(args.archive, exp.path)
         kept = Queue(args.archive)
+    record = check_declarations(queue, exp, kept)
     console = Console()
     if args.dry_run:
         for e in entries:
@@ -410,19 +451,14 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         console.print(f"{len(entries)} entries, folder {queue.folder}, script {script}")
         return 0
 
-    queue.create()
-    shutil.copyfile(exp.path, os.path.join(queue.folder, "experiment.json"))
-    for e in exp.entries:
-        if not os.path.exists(queue.config_path(e.name)):
-            with open(queue.config_path(e.name), "w") as f:
-                json.dump(run_config(e, exp.name), f, indent=2)
+    start(queue, exp, record)
     if kept is not None:
         restored = sum(archive.restore_entry(kept, queue, e.name) for e in entries)
         if restored:
             console.print(f"{restored} finished entries restored from the archive {kept.folder}")
     ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
     launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept)
-    for e in entries:  # finished before this launch (or by an earlier one without --archive)
+    for e in exp.entries:  # finished before this launch (or by an earlier one without --archive, or interrupted)
         launcher.keep(e.name)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     interrupted = False
