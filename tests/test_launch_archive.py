@@ -1,5 +1,7 @@
 """continual.launch.archive: finished runs kept without their checkpoints, restored by a launch into an empty folder
-(the scratch disk lost between sessions), entries written whole or not at all, and the launcher's --archive."""
+(the scratch disk lost between sessions), entries written whole or not at all, the launcher's --archive, and the
+archive's manifest (every file's sha256 and size): an edited, missing or extra file anywhere is found, and refused in
+one line with exit 2."""
 
 from __future__ import annotations
 
@@ -8,14 +10,16 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
-from test_launch import CARTPOLE, attempts, fake_script, write
+from test_launch import CARTPOLE, PY, REPO, attempts, env, fake_script, write
 
-from continual.errors import UserError
+from continual.errors import UserError, exit_on_user_error
 from continual.io import read_jsonl
 from continual.launch import archive as A
 from continual.launch import launcher as L
+from continual.launch.experiment import load_experiment, run_config
 from continual.launch.queue import Queue
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -28,6 +32,12 @@ def ray_shutdown():
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def configs(tmp_path) -> dict:
+    """The entries' configs of the experiment `finished_folder` ran (e.json), as the launcher checks an archive."""
+    e = load_experiment(str(tmp_path / "e.json"))
+    return {x.name: run_config(x, e.name) for x in e.entries}
 
 
 def finished_folder(tmp_path, seeds=(1, 2), states=None) -> Queue:
@@ -52,7 +62,7 @@ def finished_folder(tmp_path, seeds=(1, 2), states=None) -> Queue:
         with open(os.path.join(run, "metrics.jsonl"), "w") as f:
             for step in range(0, 500, 10):
                 f.write(json.dumps({"kind": "episode", "global_step": step, "return": step / 7}) + "\n")
-        write(q.config_path(name), {"seed": s})
+        write(q.config_path(name), run_config(load_experiment(exp).entries[i], "e"))
         q.set_status(name, state=(states or {}).get(s, "done"), returncode=0)
     return q
 
@@ -96,7 +106,8 @@ def test_an_archive_killed_at_any_write_leaves_the_entry_whole_or_absent(tmp_pat
     A.archive_entry(q, kept, entry)
     monkeypatch.setattr(A.os, "replace", real_replace)
     n = len(calls)
-    assert n == 2  # the run directory, then its status
+    assert A.verify_manifest(kept.folder) == []
+    assert n == 4  # the manifest naming the entry, the run directory, its status, the manifest with its files
     for k in range(n):  # killed before the k-th rename
         shutil.rmtree(kept.folder, ignore_errors=True)
         done = []
@@ -111,12 +122,19 @@ def test_an_archive_killed_at_any_write_leaves_the_entry_whole_or_absent(tmp_pat
         with pytest.raises(KeyboardInterrupt):
             A.archive_entry(q, kept, entry)
         monkeypatch.setattr(A.os, "replace", real_replace)
-        assert not A.archived(kept, entry)
-        target = Queue(str(tmp_path / f"restore{k}"))
-        target.create()
-        assert A.restore_entry(kept, target, entry) is False and not os.path.exists(target.run_dir(entry))
+        if k < 3:  # before its status is in place: the entry is not archived
+            assert not A.archived(kept, entry)
+            target = Queue(str(tmp_path / f"restore{k}"))
+            target.create()
+            assert A.restore_entry(kept, target, entry) is False and not os.path.exists(target.run_dir(entry))
+        if k > 0:  # the manifest says so: the archive does not verify, and only a folder that has the run redoes it
+            assert f"the archive of entry {entry!r} was interrupted" in A.verify_manifest(kept.folder)
+            with pytest.raises(UserError, match="interrupted"):
+                A.check_archive(kept.folder, configs(tmp_path), "e.json")
+        A.check_archive(kept.folder, configs(tmp_path), "e.json", source=q)
         assert A.archive_entry(q, kept, entry) is True  # the next launch finishes the job
         assert A.archived(kept, entry) and sorted(os.listdir(os.path.dirname(kept.run_dir(entry)))) == [entry]
+        assert A.verify_manifest(kept.folder) == []
 
 
 def test_restore_fills_an_empty_folder_and_never_replaces_a_run_there(tmp_path):
@@ -139,7 +157,11 @@ def test_an_archive_of_another_experiment_or_a_missing_folder_is_exit_2_creating
     A.main([q.folder, kept])
     other = write(tmp_path / "other.json", {"flags": CARTPOLE, "grid": {"seed": [7]}})
     with pytest.raises(UserError, match="holds another experiment"):
-        A.check_archive(kept, other)
+        A.check_archive(kept, {"000_seed=7": {"seed": 7}}, other)
+    with pytest.raises(UserError, match="configures it differently"):
+        A.check_archive(kept, {"000_seed=1": {"seed": 2}}, other)
+    appended = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2]}})
+    A.check_archive(kept, configs(tmp_path), appended)  # an entry appended: fine
     with pytest.raises(UserError, match="holds another experiment"):
         L.main([other, "--folder", str(tmp_path / "new"), "--archive", kept])
     assert not os.path.exists(tmp_path / "new")
@@ -158,6 +180,7 @@ def test_the_launcher_archives_each_finished_run_and_a_new_folder_runs_only_the_
     assert L.main([exp, "--folder", first, "--script", script, "--num_cpus", "2", "--archive", kept.folder]) == 1
     assert sorted(os.listdir(os.path.join(kept.folder, "runs"))) == ["000_seed=1", "001_seed=2"]
     assert "checkpoints" not in os.listdir(kept.run_dir("000_seed=1"))
+    assert A.verify_manifest(kept.folder) == [] and os.path.exists(os.path.join(kept.folder, "declarations.json"))
     shutil.rmtree(first)
     write(os.path.join(tmp_path, "s", "plan.json"), {})
     second = Queue(str(tmp_path / "scratch2"))
@@ -168,3 +191,120 @@ def test_the_launcher_archives_each_finished_run_and_a_new_folder_runs_only_the_
     assert [a[1] for a in attempts(second.run_dir("002_seed=3"))] == ["fresh", "end"]
     assert sorted(os.listdir(os.path.join(kept.folder, "runs"))) == ["000_seed=1", "001_seed=2", "002_seed=3"]
     assert all(kept.status(f"{i:03d}_seed={i + 1}")["state"] == "done" for i in range(3))
+    assert A.verify_manifest(kept.folder) == []
+    # the new folder went on with the archive's record of the declarations: one revision of the file
+    record = json.load(open(os.path.join(second.folder, "declarations.json")))
+    assert record == json.load(open(os.path.join(kept.folder, "declarations.json")))
+    assert len(record["revisions"]) == 1
+
+
+# --- the manifest ----------------------------------------------------------------------------------------------------
+
+
+def archived_folder(tmp_path, seeds=(1, 2, 3)) -> str:
+    q = finished_folder(tmp_path, seeds=seeds)
+    kept = str(tmp_path / "kept")
+    assert A.main([q.folder, kept]) == 0
+    return kept
+
+
+def test_the_archive_writes_a_manifest_of_every_file_it_keeps(tmp_path):
+    kept = archived_folder(tmp_path)
+    manifest = A.read_manifest(kept)
+    files = sorted(os.path.relpath(os.path.join(d, f), kept) for d, _, fs in os.walk(kept) for f in fs)
+    assert sorted(manifest["files"]) == [f for f in files if f != "manifest.json"] and manifest["archiving"] == []
+    assert len(manifest["files"]) == 1 + 3 * 6  # experiment.json + 3 x (config, status, 4 files of the run)
+    for rel, d in manifest["files"].items():
+        assert d == A.digest(os.path.join(kept, rel))
+    text = open(os.path.join(kept, "manifest.json")).read()
+    assert all(f'"{rel}": ' in line for rel, line in zip(sorted(manifest["files"]), text.splitlines()[4:]))
+    assert A.verify_manifest(kept) == [] and A.check_manifest(kept) == len(manifest["files"])
+
+
+def _files(kept):
+    return sorted(A.read_manifest(kept)["files"])
+
+
+def test_verify_finds_an_edited_byte_a_missing_file_and_an_extra_file_at_every_file(tmp_path):
+    """Each fault, injected at each file of an archive of three runs (experiment, configs, statuses, run files,
+    gzipped metrics, nested plots), is found and named, alone; the pristine copy verifies."""
+    kept = archived_folder(tmp_path)
+    files = _files(kept)
+    assert len(files) >= 15 and {f.split("/")[0] for f in files} == {"experiment.json", "configs", "queue", "runs"}
+    for i, rel in enumerate(files):
+        for fault in ("edit", "append", "missing", "extra"):
+            copy = str(tmp_path / f"c{i}_{fault}")
+            shutil.copytree(kept, copy)
+            path = os.path.join(copy, rel)
+            data = open(path, "rb").read()
+            if fault == "edit":  # one bit flipped: the same size
+                k = len(data) // 2
+                open(path, "wb").write(data[:k] + bytes([data[k] ^ 1]) + data[k + 1:])
+                expect = f"{rel} was changed (its sha256 differs)"
+            elif fault == "append":  # a byte more: the size differs too
+                open(path, "ab").write(b" ")
+                expect = f"{rel} was changed ({len(data) + 1} bytes, the manifest says {len(data)})"
+            elif fault == "missing":
+                os.unlink(path)
+                expect = f"{rel} is missing"
+            else:  # a file beside it
+                extra = os.path.join(os.path.dirname(path), "extra.json")
+                open(extra, "w").write("{}")
+                expect = f"{os.path.relpath(extra, copy)} is not in the manifest"
+            assert A.verify_manifest(copy) == [expect], (rel, fault)
+            with pytest.raises(UserError, match="does not match its manifest.json"):
+                A.check_manifest(copy)
+            shutil.rmtree(copy)
+    assert A.verify_manifest(kept) == []
+    # several at once: all listed, the first named in the one-line refusal
+    os.unlink(os.path.join(kept, files[0]))
+    open(os.path.join(kept, files[-1]), "ab").write(b"x")
+    assert len(A.verify_manifest(kept)) == 2
+    with pytest.raises(UserError, match=rf"\(2 problems; first: {files[0]} is missing\)"):
+        A.check_manifest(kept)
+
+
+def test_a_manifest_that_does_not_match_refuses_the_cli_and_the_launcher_in_one_line_exit_2(tmp_path, capsys):
+    kept = archived_folder(tmp_path)
+    ok = subprocess.run([PY, "-m", "continual.launch.archive", "--verify", kept], capture_output=True, text=True,
+                        env=env(), cwd=REPO, timeout=300)
+    assert ok.returncode == 0 and "files of" in ok.stdout and ok.stderr == ""
+    status = os.path.join(kept, "queue", "001_seed=2.status.json")
+    open(status, "w").write(open(status).read().replace('"done"', '"done" '))
+    for flag, message in (("--verify", "queue/001_seed=2.status.json was changed ("),
+                          ("--write-manifest", "has a manifest.json already")):
+        p = subprocess.run([PY, "-m", "continual.launch.archive", flag, kept], capture_output=True, text=True,
+                           env=env(), cwd=REPO, timeout=300)
+        assert p.returncode == 2 and p.stdout == "", p
+        assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and message in p.stderr, p.stderr
+    # the launcher refuses to go on with such an archive, creating nothing
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3]}})
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(tmp_path / "new"), "--archive", kept])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "queue/001_seed=2.status.json was changed" in err
+    assert not os.path.exists(tmp_path / "new")
+
+
+def test_an_archive_from_before_manifests_gets_its_first_one_once(tmp_path):
+    kept = archived_folder(tmp_path)
+    before = A.read_manifest(kept)
+    os.unlink(os.path.join(kept, "manifest.json"))  # as archived before manifests existed
+    assert A.verify_manifest(kept) == ["no manifest.json"]
+    with pytest.raises(UserError, match="--write-manifest"):
+        A.check_archive(kept, configs(tmp_path), "e.json")
+    assert A.main(["--write-manifest", kept]) == 0
+    assert A.read_manifest(kept) == before and A.verify_manifest(kept) == []
+    with pytest.raises(UserError, match="has a manifest.json already"):
+        A.main(["--write-manifest", kept])
+    with pytest.raises(UserError, match="one of them"):
+        A.main(["--verify", kept, "--write-manifest", kept])
+    with pytest.raises(UserError, match="not an archived experiment folder"):
+        A.main(["--write-manifest", str(tmp_path / "nothing")])
+
+
+def test_a_report_reads_a_launcher_folder_without_a_manifest_only_when_told(tmp_path):
+    q = finished_folder(tmp_path, seeds=(1,))
+    assert A.check_manifest(q.folder, require=False) == 0
+    with pytest.raises(UserError, match="no manifest.json"):
+        A.check_manifest(q.folder)

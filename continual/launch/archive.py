@@ -15,28 +15,51 @@ whose scratch disk is gone loses only its unfinished runs).
 
 Each entry is written to a temporary name and renamed into place, its status file last: a kill leaves an entry whole
 or absent, never a run directory without the status that makes it count.
+
+KEPT/manifest.json lists every file of KEPT (but itself) with its sha256 and size, one file a line:
+
+    {"format": "continual-archive-manifest/1", "archiving": [], "files": {
+     "configs/000_seed=1_PPO.json": {"bytes": 1234, "sha256": "9f86d0..."}, ...}}
+
+The archive writes it as it writes an entry: the entry is named in "archiving" first, then copied, then its files'
+lines replace the old ones and the name leaves "archiving". Only files the archive itself has just written get
+lines, so the manifest never blesses an edit. `verify_manifest(KEPT)` lists what does not match (a changed, missing
+or unlisted file, an archive that was interrupted); the reports call `check_manifest(KEPT)` first, and the launcher
+refuses an archive that does not match (an archive interrupted by a kill is redone from the finished runs of the
+folder). An archive written before the manifest existed gets one with `--write-manifest`, once, after a look at its
+runs (it records the files as they are then):
+
+    python -m continual.launch.archive --verify KEPT            # exit 2 with one line when it does not match
+    python -m continual.launch.archive --write-manifest KEPT    # the first manifest of an older archive
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
+import hashlib
 import json
 import os
 import shutil
 import sys
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import tyro
 
 from continual.config.loading import cli
-from continual.errors import UserError, exit_on_user_error
+from continual.errors import UserError, exit_on_user_error, one_line
+from continual.io import atomic_write_text
+from continual.launch.declarations import RECORD
 from continual.launch.queue import DONE, Queue
 
 SKIPPED_DIRS = ("checkpoints", "replay", "wandb", "videos")  # replay: CLEAR's buffer (252 MB on MinAtar)
 MAX_FILE_BYTES = 20 * 2**20
 SKIPPED_PREFIXES = ("events.out.tfevents.",)
 METRICS = "metrics.jsonl"
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "continual-archive-manifest/1"
+EXPERIMENT_FILES = ("experiment.json", RECORD)  # the files of the whole experiment, rewritten with every entry
 
 
 def kept(name: str, is_dir: bool) -> bool:
@@ -90,10 +113,13 @@ def archive_entry(queue: Queue, kept_queue: Queue, entry: str) -> bool:
     status = queue.status(entry)
     if status.get("state") != DONE or not os.path.isdir(queue.run_dir(entry)):
         return False
-    if archived(kept_queue, entry) and kept_queue.status(entry) == status:
+    if archived(kept_queue, entry) and kept_queue.status(entry) == status and in_manifest(kept_queue.folder, entry):
         return False  # archived already
     kept_queue.create()
-    shutil.copy2(os.path.join(queue.folder, "experiment.json"), os.path.join(kept_queue.folder, "experiment.json"))
+    begin(kept_queue.folder, entry)
+    for name in EXPERIMENT_FILES:
+        if os.path.exists(os.path.join(queue.folder, name)):
+            shutil.copy2(os.path.join(queue.folder, name), os.path.join(kept_queue.folder, name))
     shutil.copy2(queue.config_path(entry), kept_queue.config_path(entry))
     dst = kept_queue.run_dir(entry)
     tmp = dst + ".archiving"
@@ -102,6 +128,7 @@ def archive_entry(queue: Queue, kept_queue: Queue, entry: str) -> bool:
     shutil.rmtree(dst, ignore_errors=True)  # an older copy (the entry was re-run)
     os.replace(tmp, dst)
     copy_status(queue, kept_queue, entry)
+    commit(kept_queue.folder, entry)
     return True
 
 
@@ -120,31 +147,251 @@ def restore_entry(kept_queue: Queue, queue: Queue, entry: str) -> bool:
     return True
 
 
-def check_archive(kept: str, experiment_path: str) -> None:
-    """An archive of another experiment is refused (its entries would be taken for this one's)."""
-    old = os.path.join(kept, "experiment.json")
-    if os.path.exists(old):
-        with open(old) as f, open(experiment_path) as g:
-            if json.load(f) != json.load(g):
-                raise UserError(f"archive: {kept!r} holds another experiment (its experiment.json differs from "
-                                f"{experiment_path!r}): use another --archive for a changed experiment")
+def check_archive(kept: str, configs: dict, what: str, source: Optional[Queue] = None) -> None:
+    """Refuse an archive of another experiment: an entry archived there whose config is not `configs[entry]` (the
+    configs of the experiment `what`; entries appended to the experiment are fine). Refuse an archive that does not
+    match its manifest, except an archive of an entry that was interrupted and that `source` holds finished (it is
+    archived again)."""
+    kept_queue = Queue(kept)
+    if not os.path.isdir(kept) or (read_manifest(kept) is None and not scan(kept)):
+        return  # nothing archived yet
+    folder = os.path.join(kept, "configs")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        entry = name[:-len(".json")]
+        if not name.endswith(".json") or not os.path.exists(kept_queue.run_dir(entry)):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            old = json.load(f)
+        if old != configs.get(entry):
+            why = "has no such entry" if entry not in configs else "configures it differently"
+            raise UserError(f"archive: {kept!r} holds another experiment (its entry {entry!r}: {what!r} {why}): use "
+                            f"another --archive for a changed experiment")
+    problems = _problems(kept)
+    redo = {e for e in (read_manifest(kept) or {}).get("archiving", [])
+            if source is not None and source.status(e).get("state") == DONE and os.path.isdir(source.run_dir(e))}
+    left = [msg for path, msg in problems if not (redo and (path in EXPERIMENT_FILES or _entry_of(path) in redo))]
+    if left:
+        hint = ("python -m continual.launch.archive --write-manifest on an archive written before manifests"
+                if read_manifest(kept) is None else "git status / git checkout the folder")
+        raise UserError(f"archive: {kept!r} does not match its {MANIFEST} ({len(left)} problems; first: {left[0]}): "
+                        f"{hint}")
+
+
+# --- the manifest ------------------------------------------------------------------------------------------------
+
+
+def digest(path: str) -> dict:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+def scan(folder: str, under: str = "") -> dict:
+    """relative path -> digest of every file under `folder` (or its subfolder `under`), but the manifest."""
+    out = {}
+    root = os.path.join(folder, under) if under else folder
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/")
+            if rel != MANIFEST:
+                out[rel] = digest(os.path.join(dirpath, name))
+    return out
+
+
+def read_manifest(folder: str) -> Optional[dict]:
+    """{"files": {path: {"bytes", "sha256"}}, "archiving": [entry, ...]}, None when there is none; a manifest that
+    does not parse is a UserError."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), dict) or \
+                not isinstance(data.get("archiving", []), list):
+            raise ValueError(f"not a {MANIFEST_FORMAT} manifest")
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"{path!r} cannot be read: {one_line(str(e))[:200]}") from None
+    return {"files": data["files"], "archiving": list(data.get("archiving", []))}
+
+
+def write_manifest(folder: str, manifest: dict) -> None:
+    """One file a line (a change shows as the lines of the files that changed in git diff), written atomically."""
+    lines = [f"  {json.dumps(rel)}: {json.dumps(d, sort_keys=True)}" for rel, d in sorted(manifest["files"].items())]
+    text = (f'{{\n "format": {json.dumps(MANIFEST_FORMAT)},\n "archiving": {json.dumps(sorted(manifest["archiving"]))},'
+            f'\n "files": {{\n' + ",\n".join(lines) + "\n }\n}\n")
+    atomic_write_text(os.path.join(folder, MANIFEST), text)
+
+
+@contextlib.contextmanager
+def _locked(folder: str) -> Iterator[None]:
+    """Several launchers archiving into one folder update the manifest one at a time (an flock on the folder; where
+    the file system has none, as some NFS mounts, without it)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _entry_files(entry: str) -> tuple[str, list[str]]:
+    """The run directory's prefix and the other files of an entry in an archive."""
+    return f"runs/{entry}/", [f"configs/{entry}.json", f"queue/{entry}.status.json"]
+
+
+def _entry_of(path: Optional[str]) -> Optional[str]:
+    if not path:
+        return None
+    parts = path.split("/")  # an entry's files, and those an archive of it leaves when it is killed
+    if parts[0] == "runs" and len(parts) > 2:
+        return parts[1][:-len(".archiving")] if parts[1].endswith(".archiving") else parts[1]
+    if parts[0] == "configs" and len(parts) == 2 and parts[1].endswith(".json"):
+        return parts[1][:-len(".json")]
+    for suffix in (".status.json", ".status.json.copying"):
+        if parts[0] == "queue" and len(parts) == 2 and parts[1].endswith(suffix):
+            return parts[1][:-len(suffix)]
+    return None
+
+
+def _entry_lines(folder: str, entry: str) -> dict:
+    prefix, files = _entry_files(entry)
+    lines = scan(folder, prefix.rstrip("/")) if os.path.isdir(os.path.join(folder, prefix)) else {}
+    lines.update({f: digest(os.path.join(folder, f)) for f in files if os.path.isfile(os.path.join(folder, f))})
+    return lines
+
+
+def begin(folder: str, entry: str) -> None:
+    """Name `entry` in the manifest's "archiving" before its files are written."""
+    with _locked(folder):
+        manifest = read_manifest(folder) or {"files": {}, "archiving": []}
+        if entry not in manifest["archiving"]:
+            manifest["archiving"].append(entry)
+            write_manifest(folder, manifest)
+
+
+def commit(folder: str, entry: str) -> None:
+    """The lines of `entry`'s files (and the experiment's files), as just written, in place of the old ones."""
+    with _locked(folder):
+        manifest = read_manifest(folder) or {"files": {}, "archiving": []}
+        prefix, files = _entry_files(entry)
+        kept = {rel: d for rel, d in manifest["files"].items()
+                if not rel.startswith(prefix) and rel not in files and rel not in EXPERIMENT_FILES}
+        kept.update(_entry_lines(folder, entry))
+        kept.update({f: digest(os.path.join(folder, f)) for f in EXPERIMENT_FILES
+                     if os.path.isfile(os.path.join(folder, f))})
+        write_manifest(folder, {"files": kept, "archiving": [e for e in manifest["archiving"] if e != entry]})
+
+
+def in_manifest(folder: str, entry: str) -> bool:
+    """The manifest lists exactly `entry`'s files as they are, and no archive of it is under way."""
+    manifest = read_manifest(folder)
+    if manifest is None or entry in manifest["archiving"]:
+        return False
+    prefix, files = _entry_files(entry)
+    listed = {rel: d for rel, d in manifest["files"].items() if rel.startswith(prefix) or rel in files}
+    return listed == _entry_lines(folder, entry)
+
+
+def _problems(folder: str) -> list[tuple[Optional[str], str]]:
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return [(None, f"no {MANIFEST}")]
+    problems: list[tuple[Optional[str], str]] = [
+        (f"runs/{e}/", f"the archive of entry {e!r} was interrupted") for e in manifest["archiving"]]
+    found = scan(folder)
+    for rel, d in sorted(manifest["files"].items()):
+        if rel not in found:
+            problems.append((rel, f"{rel} is missing"))
+        elif found[rel] != d:
+            what = f"{found[rel]['bytes']} bytes, the manifest says {d.get('bytes')}" \
+                if found[rel]["bytes"] != d.get("bytes") else "its sha256 differs"
+            problems.append((rel, f"{rel} was changed ({what})"))
+    problems += [(rel, f"{rel} is not in the manifest") for rel in sorted(set(found) - set(manifest["files"]))]
+    return problems
+
+
+def verify_manifest(folder: str) -> list[str]:
+    """What in an archived experiment folder does not match its manifest.json, one line each (empty: it matches):
+    a changed, missing or unlisted file, an interrupted archive, no manifest."""
+    return [msg for _, msg in _problems(folder)]
+
+
+def check_manifest(folder: str, require: bool = True) -> int:
+    """Refuse (UserError: one line, exit 2) an experiment folder that does not match its manifest; the number of
+    files checked. `require=False`: a folder without a manifest (a launcher's folder, not an archive) passes."""
+    if not os.path.isdir(folder):
+        raise UserError(f"{folder!r} is not a folder")
+    if not require and not os.path.exists(os.path.join(folder, MANIFEST)):
+        return 0
+    problems = verify_manifest(folder)
+    if problems:
+        raise UserError(f"{folder!r} does not match its {MANIFEST} ({len(problems)} problems; first: {problems[0]}): "
+                        f"its files were changed after they were archived")
+    return len(read_manifest(folder)["files"])
+
+
+def write_first_manifest(folder: str) -> int:
+    """The manifest of an archive written before manifests: every file as it is now; refused when it has one."""
+    if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, "experiment.json")):
+        raise UserError(f"write_manifest: {folder!r} is not an archived experiment folder (no experiment.json)")
+    if os.path.exists(os.path.join(folder, MANIFEST)):
+        raise UserError(f"write_manifest: {folder!r} has a {MANIFEST} already (check it with --verify; a manifest "
+                        f"is written once, then kept by the archive)")
+    files = scan(folder)
+    write_manifest(folder, {"files": files, "archiving": []})
+    return len(files)
 
 
 @dataclasses.dataclass
 class ArchiveArgs:
-    folder: tyro.conf.Positional[str]
+    folder: tyro.conf.Positional[Optional[str]] = None
     """the experiment folder (as given to python -m continual.launch --folder)"""
-    archive: tyro.conf.Positional[str]
+    archive: tyro.conf.Positional[Optional[str]] = None
     """where its finished runs are kept (created if missing; entries already there are replaced)"""
+    verify: Optional[str] = None
+    """check an archived experiment folder against its manifest.json (exit 2 with one line when it does not match)"""
+    write_manifest: Optional[str] = None
+    """write the first manifest.json of an archive written before manifests (every file as it is now)"""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(ArchiveArgs, argv, default=None, description=__doc__.splitlines()[0])
+    if (args.verify is not None) + (args.write_manifest is not None) + (args.folder is not None) != 1:
+        raise UserError("give FOLDER ARCHIVE, --verify ARCHIVE or --write-manifest ARCHIVE (one of them)")
+    if args.verify is not None:
+        n = check_manifest(args.verify)
+        print(f"{n} files of {args.verify} match its {MANIFEST}")
+        return 0
+    if args.write_manifest is not None:
+        n = write_first_manifest(args.write_manifest)
+        print(f"{MANIFEST} of {args.write_manifest} written: {n} files")
+        return 0
+    if args.archive is None:
+        raise UserError("archive: give the folder to keep the runs in (FOLDER ARCHIVE)")
     if not os.path.exists(os.path.join(args.folder, "experiment.json")):
         raise UserError(f"folder: {args.folder!r} is not an experiment folder (no experiment.json)")
-    check_archive(args.archive, os.path.join(args.folder, "experiment.json"))
     queue, kept_queue = Queue(args.folder), Queue(args.archive)
+    configs = {}
+    for name in os.listdir(os.path.join(queue.folder, "configs")):
+        if name.endswith(".json"):
+            with open(os.path.join(queue.folder, "configs", name)) as f:
+                configs[name[:-len(".json")]] = json.load(f)
+    check_archive(args.archive, configs, args.folder, source=queue)
+    from continual.launch import declarations
+
+    mine, theirs = declarations.read_record(queue.folder), declarations.read_record(kept_queue.folder) \
+        if os.path.isdir(kept_queue.folder) else None
+    if mine is not None and theirs is not None and mine["declarations"] != theirs["declarations"]:
+        raise UserError(f"archive: {args.archive!r} was started with other declarations than {args.folder!r} "
+                        f"({declarations.RECORD}): use another archive")
     names = sorted(n[:-len(".status.json")] for n in os.listdir(queue.dir) if n.endswith(".status.json"))
     n = sum(archive_entry(queue, kept_queue, e) for e in names)
     print(f"{n} finished entries of {len(names)} archived in {kept_queue.folder}")

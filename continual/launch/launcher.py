@@ -441,7 +441,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     check_configs(queue, exp, exp.entries)
     kept = None
     if args.archive is not None:
-        archive.check_archive(args.archive, exp.path)
+        archive.check_archive(args.archive, {e.name: run_config(e, exp.name) for e in exp.entries}, exp.path,
+                              source=queue)
         kept = Queue(args.archive)
     record = check_declarations(queue, exp, kept)
     console = Console()
