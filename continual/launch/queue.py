@@ -2,6 +2,7 @@
 
     <experiment folder>/
       experiment.json            the experiment file as given (a record)
+      declarations.json          its sha256, git revision and declarations at the first launch (declarations.py)
       configs/<entry>.json       each entry's run_config.json
       runs/<entry>/              each entry's run directory (the training CLI's --runs_dir/--run_name)
       logs/<entry>.log           the training CLI's stdout and stderr, every attempt appended
