@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -134,7 +135,9 @@ BAD = [
     (dict(declared={"normalisation": {"kind": "fixed", "ranges": {"CartPole-v1": [500, 0]}}}),
      "ranges['CartPole-v1'] must be [low, high] with low < high"),
     (dict(declared={"normalisation": {"kind": "reference_runs"}}), "'reference_runs' needs references"),
-    (dict(declared={"primary_metric": ""}), "declared.primary_metric must be a metric name"),
+    (dict(declared={"primary_metric": ""}), "declared.primary_metric: a metric is a name or an object with a name"),
+    (dict(declared={"secondary_metrics": [{"reading": "last"}]}), "declared.secondary_metrics: a metric is a name"),
+    (dict(declared={"primary_pair": ["PPO", "CLEAR"]}), "declared.primary_pair: 'CLEAR' is no method label"),
     (dict(declared={"evaluation": "greedy"}), "declared.evaluation must be an object"),
 ]
 
@@ -150,6 +153,49 @@ def test_a_declaration_that_breaks_a_rule_is_one_line_and_exit_2_before_anything
     assert e.value.code == 2 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not folder.exists() and sorted(os.listdir(tmp_path)) == ["bad.json", "tune.json"]
+
+
+V2_DECLARED = {  # the shape of configs/experiments/forgetting_minatar_v2.json's declarations
+    "primary_metric": {"name": "cora_forgetting", "task": "CartPole-v1", "num_cycles_for_forgetting": 1},
+    "secondary_metrics": [{"name": "cora_forgetting", "num_cycles_for_forgetting": 2}, "cw_forgetting"],
+    "pairs": [["PPO_CBP", "PPO"], ["PPO lr=", "PPO"]], "primary_pair": ["PPO_CBP", "PPO"],
+    "primary_claim": "PPO_CBP forgets less than PPO", "statistics": "run-level resampling",
+    "normalisation": {"kind": "reference_runs", "rule": "by the single-task reference runs"},
+    "evaluation": {"policy": "greedy", "episodes_per_point": 10}}
+
+
+def test_a_reporting_file_names_its_tuning_experiment_and_appends_the_chosen_value_later(tmp_path, capsys):
+    """The sweeps run in a tuning file; the reporting file names it (tuning.experiment), starts without the sweep's
+    arms and appends the chosen value once tuning is done: no post-hoc mark needed, the plan was declared."""
+    write(tmp_path / "tune.json", tuning_file(tmp_path))
+    data = {"flags": CARTPOLE, "grid": {"flags": ARMS[:2], "seed": [1, 2, 3]}, "declared": V2_DECLARED,
+            "tuning": {**TUNING, "experiment": "tune.json"}, "reporting_seeds": [1, 2, 3]}
+    exp = write(tmp_path / "report.json", data)
+    e = load_experiment(exp)  # the prefix 'PPO lr=' has its arms in tune.json
+    assert e.declarations.declared == V2_DECLARED and e.declarations.chosen == {}
+    for tuning, message in (({**TUNING, "seeds": [101], "experiment": "tune.json"}, "must be those of tuning.experiment"),
+                            ({**TUNING, "sweeps": {"PPO lr=": "gamma"}, "experiment": "tune.json"},
+                             "must be those of tuning.experiment"),
+                            ({**TUNING, "experiment": "tuning.json"}, "tuning.experiment is 'tuning.json', which does "
+                                                                      "not exist")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_experiment(write(tmp_path / "bad.json", {**data, "tuning": tuning}))
+    folder = tmp_path / "f"
+    first_start(exp, folder)
+    chosen = {**ARMS[3], "chosen_from_tuning": "tune.json"}
+    write(tmp_path / "other.json", tuning_file(tmp_path))
+    write(exp, {**data, "grid": {"flags": [*ARMS[:2], {**chosen, "chosen_from_tuning": "other.json"}],
+                                 "seed": [1, 2, 3]}})
+    assert "is chosen from 'other.json', not from tuning.experiment 'tune.json'" in refused(capsys, exp, folder)
+    write(exp, {**data, "grid": {"flags": [*ARMS[:2], chosen], "seed": [1, 2, 3]}})
+    first_start(exp, folder)  # accepted: the declared sweep's chosen value
+    record = json.load(open(folder / "declarations.json"))
+    assert record["chosen"] == {"PPO lr=0.01": "tune.json"} and record["post_hoc"] == {}
+    assert record["chosen_sha256"] == {"PPO lr=0.01": D.sha256_file(str(tmp_path / "tune.json"))}
+    assert len(record["revisions"]) == 2
+    write(exp, {**data, "grid": {"flags": [*ARMS[:2], chosen, {"name": "SnP", "exp_name": "PPO+S&P"}],
+                                 "seed": [1, 2, 3]}})
+    assert "adds the method 'PPO+S&P'" in refused(capsys, exp, folder)
 
 
 def test_a_tuning_file_whose_seeds_are_reporting_seeds_here_is_refused(tmp_path):

@@ -7,10 +7,13 @@ in the experiment folder.
                                                                           # sweep's prefix (its chosen value)
       "normalisation": {"kind": "reference_runs", "references": {...}}    # or {"kind": "fixed",
                                                                           #     "ranges": {task: [low, high]}}
-      "evaluation": {"greedy": false, "episodes": 8}
-    },
+      "evaluation": {"greedy": false, "episodes": 8},
+      "secondary_metrics": [...], "primary_pair": ["CLEAR", "IMPALA"], "primary_claim": "...", "statistics": "..."
+    },                                             # primary_metric and secondary_metrics: a name or {"name", ...}
     "tuning": {"seeds": [101, 102, 103], "criterion": "highest mean P(T)",
-               "sweeps": {"IMPALA+EWC lambda=": "ewc_lambda"}},   # label prefix -> the flag it sweeps
+               "sweeps": {"IMPALA+EWC lambda=": "ewc_lambda"},    # label prefix -> the flag it sweeps
+               "experiment": "forgetting_minatar_tuning.json"},   # optional: the file that runs the sweeps (its
+                                                                  # seeds and sweeps are these)
     "reporting_seeds": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
     "post_hoc": ["TRAC reference", {"label": "NaP torso", "reason": "NaP failed", "added": "2026-12-01"}]
 
@@ -23,7 +26,7 @@ Rules (each a one-line error before anything runs):
 - an entry whose label starts with a sweep's prefix is an arm of that sweep and sets the swept flag; on a seed that is
   not a tuning seed (a reporting seed) only the arm marked `chosen_from_tuning` may run, one per sweep, and the file it
   names declares tuning seeds disjoint from this file's reporting seeds and ran that arm on them (the file itself may
-  be named: tuning and reporting entries in one file);
+  be named: tuning and reporting entries in one file; with tuning.experiment, that file);
 - labels in pairs and post_hoc are the file's method labels (pairs may also name a sweep's prefix), and a file that
   declares anything runs each label once per seed (the reports group runs by label).
 
@@ -31,8 +34,9 @@ The record, `declarations.json` in the experiment folder (and in its archive), i
 starts the folder: the experiment file's sha256, the git revision it was committed at (and whether it was), the
 declarations above, the method labels then, and the post-hoc labels. A later launch is refused when the declarations
 differ from the record (entries may be appended; declarations may not change), when a post-hoc label was removed,
-or when it adds a method label not listed in post_hoc. Each launch with a changed file appends its sha256 and
-revision to the record's `revisions`, so every edit of the file is visible.
+or when it adds a method label that is neither listed in post_hoc nor a declared sweep's chosen value. Each launch
+with a changed file appends its sha256 and revision to the record's `revisions`, so every edit of the file is
+visible.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ from typing import Any, Iterable, Optional, Sequence
 from continual.errors import UserError
 
 KEYS = ("declared", "tuning", "reporting_seeds", "post_hoc")  # the experiment file's top-level declaration keys
-DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation")
-TUNING_KEYS = ("seeds", "criterion", "sweeps")
+DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation", "secondary_metrics", "primary_pair",
+                 "primary_claim", "statistics")
+TUNING_KEYS = ("seeds", "criterion", "sweeps", "experiment")
 NORMALISATION_KINDS = ("reference_runs", "fixed")
 CHOSEN = "chosen_from_tuning"  # the key of a flag object that marks a sweep's chosen value
 RECORD = "declarations.json"
@@ -121,17 +126,30 @@ def parse(data: dict, where: str) -> Declarations:
     if not isinstance(declared, dict):
         raise UserError(f"{where}: declared must be an object ({', '.join(DECLARED_KEYS)})")
     _keys(declared, DECLARED_KEYS, f"{where}: declared")
-    if "primary_metric" in declared and (not isinstance(declared["primary_metric"], str)
-                                         or not declared["primary_metric"]):
-        raise UserError(f"{where}: declared.primary_metric must be a metric name, got {declared['primary_metric']!r}")
+    for key in ("primary_metric", *(["secondary_metrics"] if "secondary_metrics" in declared else [])):
+        metrics = declared.get(key)
+        if key == "secondary_metrics" and not isinstance(metrics, list):
+            raise UserError(f"{where}: declared.secondary_metrics must be a list of metrics, got {metrics!r}")
+        for m in (metrics if key == "secondary_metrics" else [metrics] if key in declared else []):
+            name = m.get("name") if isinstance(m, dict) else m
+            if not isinstance(name, str) or not name:
+                raise UserError(f"{where}: declared.{key}: a metric is a name or an object with a name (and its "
+                                f"parameters), got {m!r}")
     pairs = declared.get("pairs", [])
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
         raise UserError(f"{where}: declared.pairs must be a list of [A, B] method label pairs, got {pairs!r}")
-    for i, (a, b) in enumerate(pairs):
-        _label(a, f"{where}: declared.pairs[{i}][0]")
-        _label(b, f"{where}: declared.pairs[{i}][1]")
+    named = [(f"pairs[{i}]", p) for i, p in enumerate(pairs)]
+    if "primary_pair" in declared:
+        named.append(("primary_pair", declared["primary_pair"]))
+        if not isinstance(declared["primary_pair"], list) or len(declared["primary_pair"]) != 2:
+            raise UserError(f"{where}: declared.primary_pair must be a pair [A, B], got {declared['primary_pair']!r}")
+    for name, (a, b) in named:
+        _label(a, f"{where}: declared.{name}[0]")
+        _label(b, f"{where}: declared.{name}[1]")
         if a == b:
-            raise UserError(f"{where}: declared.pairs[{i}] compares {a!r} with itself")
+            raise UserError(f"{where}: declared.{name} compares {a!r} with itself")
+    if "primary_claim" in declared and not isinstance(declared["primary_claim"], str):
+        raise UserError(f"{where}: declared.primary_claim must be a sentence, got {declared['primary_claim']!r}")
     if "normalisation" in declared:
         norm = declared["normalisation"]
         if not isinstance(norm, dict) or not isinstance(norm.get("kind"), str):
@@ -141,9 +159,9 @@ def parse(data: dict, where: str) -> Declarations:
             raise UserError(f"{where}: declared.normalisation: unknown kind {norm['kind']!r}" +
                             _did_you_mean(norm["kind"], NORMALISATION_KINDS) +
                             f" (kinds: {', '.join(NORMALISATION_KINDS)})")
-        if norm["kind"] == "reference_runs" and not isinstance(norm.get("references"), dict):
+        if norm["kind"] == "reference_runs" and not isinstance(norm.get("references", norm.get("rule")), (dict, str)):
             raise UserError(f"{where}: declared.normalisation of kind 'reference_runs' needs references (an object: "
-                            f"which runs normalise which task)")
+                            f"which runs normalise which task) or a rule (a sentence)")
         if norm["kind"] == "fixed":
             ranges = norm.get("ranges")
             if not isinstance(ranges, dict) or not ranges:
@@ -170,6 +188,9 @@ def parse(data: dict, where: str) -> Declarations:
         _seeds(tuning["seeds"], f"{where}: tuning.seeds")
         if "criterion" in tuning and (not isinstance(tuning["criterion"], str) or not tuning["criterion"]):
             raise UserError(f"{where}: tuning.criterion must say how a value is chosen, got {tuning['criterion']!r}")
+        if "experiment" in tuning and (not isinstance(tuning["experiment"], str) or not tuning["experiment"]):
+            raise UserError(f"{where}: tuning.experiment must name the experiment file that runs the sweeps, got "
+                            f"{tuning['experiment']!r}")
         sweeps = tuning.get("sweeps", {})
         if not isinstance(sweeps, dict):
             raise UserError(f"{where}: tuning.sweeps must be an object of method label prefix -> swept flag")
@@ -284,11 +305,44 @@ def check_entries(decl: Declarations, entries: Sequence, where: str, path: str,
                             f" a sweep has one")
     decl.chosen = chosen
 
+    here = os.path.dirname(os.path.abspath(path))
+    resolve = lambda f: os.path.abspath(f if os.path.isabs(f) else os.path.join(here, f))  # noqa: E731
+    loaded: dict[str, Any] = {}
+
+    def tuning_experiment(file: str, what: str) -> Optional[tuple[Sequence, set]]:
+        """The entries and tuning seeds of the experiment file `file` (this one, or another opened with `load`)."""
+        full = resolve(file)
+        if full == os.path.abspath(path):
+            return entries, set(decl.tuning_seeds)
+        if load is None:
+            return None
+        if not os.path.isfile(full):
+            raise UserError(f"{where}: {what} {file!r}, which does not exist")
+        if full not in loaded:
+            loaded[full] = load(full)
+        if loaded[full].declarations.tuning is None:
+            raise UserError(f"{where}: {what} {file!r}, which declares no tuning block")
+        return loaded[full].entries, set(loaded[full].declarations.tuning_seeds)
+
+    tuning_file = decl.tuning.get("experiment") if decl.tuning else None
+    tuned_there: list[str] = []  # the labels the tuning experiment runs
+    if tuning_file is not None:
+        got = tuning_experiment(tuning_file, "tuning.experiment is")
+        other = loaded.get(resolve(tuning_file))
+        if other is not None:
+            if set(other.declarations.tuning_seeds) != set(decl.tuning_seeds) or \
+                    other.declarations.sweeps != decl.sweeps:
+                raise UserError(f"{where}: tuning: its seeds and sweeps must be those of tuning.experiment "
+                                f"{tuning_file!r} ({sorted(other.declarations.tuning_seeds)}, "
+                                f"{other.declarations.sweeps})")
+        tuned_there = [entry_label(t.config) for t in got[0]] if got is not None else []
+
     for prefix, param in decl.sweeps.items():
         arms = [e for e in entries if decl.sweep_of(entry_label(e.config)) == prefix]
-        if not arms:
+        if not arms and not any(decl.sweep_of(label) == prefix for label in tuned_there) and \
+                not (tuning_file is not None and load is None):
             raise UserError(f"{where}: tuning.sweeps[{prefix!r}]: no entry's label starts with it (labels: "
-                            f"{', '.join(sorted(map(repr, labels)))})")
+                            f"{', '.join(sorted(map(repr, labels | set(tuned_there))))})")
         for e in arms:
             if param not in e.config:
                 raise UserError(f"{where}: entry {e.index} ({e.label}) is an arm of the sweep {prefix!r} but does not "
@@ -301,31 +355,26 @@ def check_entries(decl: Declarations, entries: Sequence, where: str, path: str,
     reporting = set(decl.reporting_seeds) if decl.reporting_seeds is not None else \
         {entry_seed(e.config) for e in entries} - set(decl.tuning_seeds)
     for label, file in chosen.items():
-        full = file if os.path.isabs(file) else os.path.join(os.path.dirname(os.path.abspath(path)), file)
-        if os.path.abspath(full) == os.path.abspath(path):
-            tuned, tuning_seeds = entries, set(decl.tuning_seeds)
-        elif load is None:
+        if tuning_file is not None and resolve(file) != resolve(tuning_file):
+            raise UserError(f"{where}: {label!r} is chosen from {file!r}, not from tuning.experiment {tuning_file!r}")
+        got = tuning_experiment(file, f"{label!r} is chosen from")
+        if got is None:
             continue
-        elif not os.path.isfile(full):
-            raise UserError(f"{where}: {label!r} is chosen from {file!r}, which does not exist")
-        else:
-            other = load(full)
-            if other.declarations.tuning is None:
-                raise UserError(f"{where}: {label!r} is chosen from {file!r}, which declares no tuning block")
-            tuning_seeds = set(other.declarations.tuning_seeds)
-            tuned = other.entries
-            if tuning_seeds & reporting:
-                raise UserError(f"{where}: {label!r} is chosen from {file!r}, whose tuning seeds "
-                                f"{sorted(tuning_seeds & reporting)} are reporting seeds here")
+        tuned, tuning_seeds = got
+        if tuning_seeds & reporting:
+            raise UserError(f"{where}: {label!r} is chosen from {file!r}, whose tuning seeds "
+                            f"{sorted(tuning_seeds & reporting)} are reporting seeds here")
         if not any(entry_label(t.config) == label and entry_seed(t.config) in tuning_seeds for t in tuned):
             raise UserError(f"{where}: {label!r} is chosen from {file!r}, which does not run it on its tuning seeds "
                             f"{sorted(tuning_seeds)}")
 
     known = sorted(labels)
-    for i, pair in enumerate(decl.declared.get("pairs", [])):
+    named = [(f"pairs[{i}]", p) for i, p in enumerate(decl.declared.get("pairs", []))]
+    named += [("primary_pair", decl.declared["primary_pair"])] if "primary_pair" in decl.declared else []
+    for name, pair in named:
         for label in pair:
             if label not in labels and label not in decl.sweeps:
-                raise UserError(f"{where}: declared.pairs[{i}]: {label!r} is no method label of the file (an "
+                raise UserError(f"{where}: declared.{name}: {label!r} is no method label of the file (an "
                                 f"entry's exp_name) or sweep prefix" + _did_you_mean(label, known + list(decl.sweeps)))
     for label in decl.post_hoc:
         if label not in labels:
@@ -389,7 +438,7 @@ def read_record(folder: str) -> Optional[dict]:
 
 def check_record(record: dict, experiment: Any, folder: str) -> None:
     """Refuse `experiment` (an `Experiment`) on the folder whose record this is: its declarations changed, a post-hoc
-    label was removed, or a new method label is not marked post hoc."""
+    label was removed, or a new method label is neither marked post hoc nor a declared sweep's chosen value."""
     decl: Declarations = experiment.declarations
     first = (record.get("revisions") or [{}])[0]
     where = (f"experiment {experiment.path!r}: {folder!r} was started with other declarations ({RECORD}: sha256 "
@@ -407,8 +456,8 @@ def check_record(record: dict, experiment: Any, folder: str) -> None:
         raise UserError(f"{where}: post_hoc no longer lists {removed[0]!r}; a post-hoc label stays")
     methods = set(record.get("methods") or [])
     for e in experiment.entries:
-        label = entry_label(e.config)
-        if label not in methods and label not in decl.post_hoc:
+        label = entry_label(e.config)  # a sweep's chosen value, appended once tuning is done, is the declared plan
+        if label not in methods and label not in decl.post_hoc and label not in decl.chosen:
             raise UserError(f"experiment {experiment.path!r}: entry {e.index} ({e.label}) adds the method {label!r} "
                             f"after {folder!r} was started: list it in post_hoc (a label, or {{label, reason, added}})")
 
