@@ -308,3 +308,14 @@ def test_a_report_reads_a_launcher_folder_without_a_manifest_only_when_told(tmp_
     assert A.check_manifest(q.folder, require=False) == 0
     with pytest.raises(UserError, match="no manifest.json"):
         A.check_manifest(q.folder)
+
+
+def test_the_report_refuses_an_archive_whose_manifest_does_not_match_in_one_line_exit_2(tmp_path):
+    kept = archived_folder(tmp_path)
+    os.unlink(os.path.join(kept, "runs", "002_seed=3", "eval_table.csv"))
+    for kind in ("forgetting", "robustness"):
+        p = subprocess.run([PY, "-m", "continual.report", kind, kept], capture_output=True, text=True, env=env(),
+                           cwd=REPO, timeout=300)
+        assert p.returncode == 2 and p.stdout == "", p
+        assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and \
+            "runs/002_seed=3/eval_table.csv is missing" in p.stderr, p.stderr

@@ -3,6 +3,9 @@
 Kinds: forgetting (a task sequence: CORA's and Continual World's metrics, run-level statistics, the experiment's
 declarations), robustness (agents trained on curricula, evaluated at the end under a table of modifications; the
 seed project's table beside ours).
+
+An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
+manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 from continual.errors import exit_on_user_error
+from continual.launch.archive import check_manifest
 from continual.report import forgetting, robustness
 
 KINDS = ("forgetting", "robustness")
@@ -28,6 +32,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply (default: the "
                    "folder's experiment.json)")
     a = p.parse_args(argv)
+    check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
     if a.kind == "forgetting":
         result = forgetting.report(a.folder, a.out, experiment=a.experiment)
         print("\n".join(result["markdown"]))
