@@ -8,7 +8,8 @@ in the experiment folder.
       "normalisation": {"kind": "reference_runs", "references": {...}}    # or {"kind": "fixed",
                                                                           #     "ranges": {task: [low, high]}}
       "evaluation": {"greedy": false, "episodes": 8},
-      "secondary_metrics": [...], "primary_pair": ["CLEAR", "IMPALA"], "primary_claim": "...", "statistics": "..."
+      "secondary_metrics": [...], "primary_pair": ["CLEAR", "IMPALA"], "primary_claim": "...", "statistics": "...",
+      "post_hoc_declaration": "..."                # when the block itself was written after the results
     },                                             # primary_metric and secondary_metrics: a name or {"name", ...}
     "tuning": {"seeds": [101, 102, 103], "criterion": "highest mean P(T)",
                "sweeps": {"IMPALA+EWC lambda=": "ewc_lambda"},    # label prefix -> the flag it sweeps
@@ -54,7 +55,7 @@ from continual.errors import UserError
 
 KEYS = ("declared", "tuning", "reporting_seeds", "post_hoc")  # the experiment file's top-level declaration keys
 DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation", "secondary_metrics", "primary_pair",
-                 "primary_claim", "statistics")
+                 "primary_claim", "statistics", "post_hoc_declaration")
 TUNING_KEYS = ("seeds", "criterion", "sweeps", "experiment")
 NORMALISATION_KINDS = ("reference_runs", "fixed")
 CHOSEN = "chosen_from_tuning"  # the key of a flag object that marks a sweep's chosen value
@@ -148,8 +149,9 @@ def parse(data: dict, where: str) -> Declarations:
         _label(b, f"{where}: declared.{name}[1]")
         if a == b:
             raise UserError(f"{where}: declared.{name} compares {a!r} with itself")
-    if "primary_claim" in declared and not isinstance(declared["primary_claim"], str):
-        raise UserError(f"{where}: declared.primary_claim must be a sentence, got {declared['primary_claim']!r}")
+    for key in ("primary_claim", "post_hoc_declaration"):  # the latter: declarations written after the results
+        if key in declared and not isinstance(declared[key], str):
+            raise UserError(f"{where}: declared.{key} must be a sentence, got {declared[key]!r}")
     if "normalisation" in declared:
         norm = declared["normalisation"]
         if not isinstance(norm, dict) or not isinstance(norm.get("kind"), str):
