@@ -50,6 +50,7 @@ import tyro
 from continual.config.loading import cli
 from continual.errors import UserError, exit_on_user_error, one_line
 from continual.io import atomic_write_text
+from continual.launch import declarations
 from continual.launch.declarations import RECORD
 from continual.launch.queue import DONE, Queue
 
@@ -385,8 +386,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             with open(os.path.join(queue.folder, "configs", name)) as f:
                 configs[name[:-len(".json")]] = json.load(f)
     check_archive(args.archive, configs, args.folder, source=queue)
-    from continual.launch import declarations
-
     mine, theirs = declarations.read_record(queue.folder), declarations.read_record(kept_queue.folder) \
         if os.path.isdir(kept_queue.folder) else None
     if mine is not None and theirs is not None and mine["declarations"] != theirs["declarations"]:

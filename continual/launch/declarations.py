@@ -51,7 +51,10 @@ import os
 import subprocess
 from typing import Any, Iterable, Optional, Sequence
 
+from continual.config.args import Args, field_names
+from continual.config.loading import load_json_file
 from continual.errors import UserError
+from continual.evaluation.metrics import method_label
 
 KEYS = ("declared", "tuning", "reporting_seeds", "post_hoc")  # the experiment file's top-level declaration keys
 DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation", "secondary_metrics", "primary_pair",
@@ -196,8 +199,6 @@ def parse(data: dict, where: str) -> Declarations:
         sweeps = tuning.get("sweeps", {})
         if not isinstance(sweeps, dict):
             raise UserError(f"{where}: tuning.sweeps must be an object of method label prefix -> swept flag")
-        from continual.config.args import field_names
-
         names = field_names()
         for prefix, param in sweeps.items():
             if not prefix:
@@ -235,14 +236,10 @@ def parse(data: dict, where: str) -> Declarations:
 
 def entry_label(config: dict) -> str:
     """The method label of a run: its exp_name, else what the reports group it by (architecture, +S&P, ...)."""
-    from continual.evaluation.metrics import method_label
-
     return config.get("exp_name") or method_label(config)
 
 
 def entry_seed(config: dict) -> int:
-    from continual.config.args import Args
-
     return config.get("seed", Args.seed)
 
 
@@ -507,8 +504,6 @@ def read_declarations(path: str) -> Declarations:
             d.chosen = dict(record.get("chosen") or {})
             return d
         path = os.path.join(path, "experiment.json")
-    from continual.config.loading import load_json_file
-
     data = load_json_file(path, "experiment")
     return parse({k: data[k] for k in KEYS if k in data}, f"experiment {path!r}")
 
