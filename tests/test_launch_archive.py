@@ -92,6 +92,32 @@ def test_a_finished_run_is_kept_without_checkpoints_and_reads_back_the_same(tmp_
     assert A.archive_entry(q, kept, "000_seed=1") is False
 
 
+def test_the_archive_keeps_a_compact_record_of_metrics_and_no_policy_file(tmp_path):
+    """Iteration records keep the fields the reports read, episode records lose their wall-clock time, every other
+    record and a damaged last line are kept as written; the final policy file stays behind."""
+    q = finished_folder(tmp_path, seeds=(1,))
+    run = q.run_dir("000_seed=1")
+    open(os.path.join(run, "PPO.cleanrl_model"), "wb").write(b"m" * 10)
+    it = {"kind": "iteration", "global_step": 64, "time": 1.5, "iteration": 1, "modification": "a",
+          "losses/entropy": 0.123456789, "losses/value_loss": 2.0, "pnc/compress": 1.0, "time/learn_s": 0.1,
+          "plasticity/trac_scale": 0.5}
+    ep = {"kind": "episode", "global_step": 70, "time": 2.5, "modification": "a", "return": 3.0, "length": 9}
+    other = {"kind": "switch", "global_step": 80, "time": 3.0, "previous": "a", "modification": "b"}
+    with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+        for rec in (it, ep, other):
+            f.write(json.dumps(rec) + "\n")
+        f.write('{"kind": "episode", "glob')  # a run killed mid-line
+    kept = Queue(str(tmp_path / "kept"))
+    assert A.main([q.folder, kept.folder]) == 0
+    copy = kept.run_dir("000_seed=1")
+    assert "PPO.cleanrl_model" not in os.listdir(copy)
+    lines = gzip.open(os.path.join(copy, "metrics.jsonl.gz")).read().decode().splitlines()
+    assert json.loads(lines[0]) == {k: it[k] for k in ("kind", "global_step", "iteration", "modification",
+                                                        "losses/entropy", "pnc/compress", "plasticity/trac_scale")}
+    assert json.loads(lines[1]) == {k: v for k, v in ep.items() if k != "time"}
+    assert json.loads(lines[2]) == other and lines[3] == '{"kind": "episode", "glob'
+
+
 def test_an_archive_killed_at_any_write_leaves_the_entry_whole_or_absent(tmp_path, monkeypatch):
     q = finished_folder(tmp_path, seeds=(1,))
     kept, entry = Queue(str(tmp_path / "kept")), "000_seed=1"

@@ -6,10 +6,12 @@ only a running or resuming run needs.
 
 KEPT has the experiment folder's layout (`experiment.json`, `configs/`, `queue/<entry>.status.json`, `runs/<entry>/`),
 holding the entries whose state is "done" and, of each run directory, every file except what only a resume needs or
-another tool keeps (checkpoints, CLEAR's replay buffer, TensorBoard event files, W&B and video folders) and any file
-over 20 MB (named in the entry's `archive_left_out.json`); `metrics.jsonl` is stored gzipped (`metrics.jsonl.gz`, read
-back transparently by `continual.io.read_jsonl`). A MinAtar run of 2M steps keeps 0.1-1.6 MB (IMPALA's learner logs
-every update), so KEPT fits in a git repository: the reports read it as they read the folder, and a launch with a
+another tool keeps (checkpoints, the final policy file, CLEAR's replay buffer, TensorBoard event files, W&B and video
+folders) and any file over 20 MB (named in the entry's `archive_left_out.json`); `metrics.jsonl` is stored gzipped
+(`metrics.jsonl.gz`, read back transparently by `continual.io.read_jsonl`) as a compact record: its iteration records
+keep only the fields the reports read (ITERATION_FIELDS; the losses and timings stay in the experiment folder and
+TensorBoard), its episode records lose their wall-clock time. A MinAtar run of 2M steps keeps 0.1-0.25 MB, so KEPT
+fits in a git repository: the reports read it as they read the folder, and a launch with a
 new, empty folder and the same `--archive` restores the archived entries first and runs only the others (a session
 whose scratch disk is gone loses only its unfinished runs).
 
@@ -57,6 +59,13 @@ from continual.launch.queue import DONE, Queue
 SKIPPED_DIRS = ("checkpoints", "replay", "wandb", "videos")  # replay: CLEAR's buffer (252 MB on MinAtar)
 MAX_FILE_BYTES = 20 * 2**20
 SKIPPED_PREFIXES = ("events.out.tfevents.",)
+SKIPPED_SUFFIXES = (".cleanrl_model",)  # the final policy: a checkpoint, for evaluation, not read by the reports
+# The compact record: metrics.jsonl's records as written, but for these two kinds, which are most of its bytes (an
+# IMPALA learner writes one iteration record per update): an iteration record keeps only the fields a report reads
+# (policy entropy for collapse, P&C's phase, TRAC's scale), an episode record drops its wall-clock time.
+ITERATION_FIELDS = ("kind", "global_step", "iteration", "modification", "losses/entropy", "pnc/compress",
+                    "plasticity/trac_scale")
+EPISODE_DROPPED = ("time",)
 METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "continual-archive-manifest/1"
@@ -64,7 +73,24 @@ EXPERIMENT_FILES = ("experiment.json", RECORD)  # the files of the whole experim
 
 
 def kept(name: str, is_dir: bool) -> bool:
-    return not (name in SKIPPED_DIRS if is_dir else name.startswith(SKIPPED_PREFIXES))
+    return not (name in SKIPPED_DIRS if is_dir else name.startswith(SKIPPED_PREFIXES) or
+                name.endswith(SKIPPED_SUFFIXES))
+
+
+def compact_line(line: bytes) -> bytes:
+    """One metrics.jsonl line as the archive keeps it (ITERATION_FIELDS, EPISODE_DROPPED); a line that is not a
+    JSON object (a damaged last line) is kept as it is."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(rec, dict) or rec.get("kind") not in ("iteration", "episode"):
+        return line
+    if rec["kind"] == "iteration":
+        rec = {k: v for k, v in rec.items() if k in ITERATION_FIELDS}
+    else:
+        rec = {k: v for k, v in rec.items() if k not in EPISODE_DROPPED}
+    return (json.dumps(rec) + "\n").encode()
 
 
 def copy_run(src: str, dst: str) -> None:
@@ -89,7 +115,8 @@ def _copy(src: str, dst: str, root: str, left_out: list[dict]) -> None:
             # mtime 0: the same run gives the same bytes (no churn in a git repository)
             with open(path, "rb") as f, open(os.path.join(dst, name + ".gz"), "wb") as out, \
                     gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=out, mtime=0) as g:
-                shutil.copyfileobj(f, g)
+                for line in f:
+                    g.write(compact_line(line))
         elif (size := os.path.getsize(path)) > MAX_FILE_BYTES:
             left_out.append({"file": os.path.relpath(path, root), "bytes": size})
         else:
