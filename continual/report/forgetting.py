@@ -308,7 +308,8 @@ def markdown(result: dict) -> list[str]:
         "",
         "Normalisation of P(T) and CW's metrics: each task's return divided by the mean final return (last 5 "
         "evaluations) of the experiment's single-task reference runs on it: " +
-        ", ".join(f"{t} {v:.2f}" for t, v in result["normalisation"]["reference_final_return"].items()) + ".",
+        (", ".join(f"{t} {v:.2f}" for t, v in result["normalisation"]["reference_final_return"].items()) or
+         "(no reference run finished yet: these columns are empty)") + ".",
         "",
         "Cells: mean over runs [95% Student-t interval] (n runs); the run is the unit of resampling.",
         "",
