@@ -1,12 +1,17 @@
-"""bench/plasticity_report.py: per-regime returns, the early-vs-late drop and its bootstrap CIs on hand-made run
-directories; the whole report on a tiny real experiment folder (MinAtar with permuted channels and actions, two
-methods x two seeds, trained here); the shipped experiment file (every entry validates, seeds fixed, one budget);
-bad input (one line, exit 2, nothing created)."""
+"""continual.report.plasticity (python -m continual.report plasticity): per-regime returns, the early-vs-late drop,
+its Student-t intervals (against the formula by hand), Welch differences, the probability of improvement and the exact
+Mann-Whitney p against PPO and PPO_fresh, on hand-made run directories; post-hoc and chosen-default marks; the whole
+report on a tiny real experiment folder (MinAtar with permuted channels and actions, two methods x two seeds, trained
+here); --from-report on the committed report.json reproduces its table, report.md and records exactly; README's and
+bench/RESULTS.md's plasticity numbers are the committed report.json's; the shipped experiment file (every entry
+validates, seeds fixed, one budget, its post-hoc labels); bad input (one line, exit 2, nothing created)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from typing import Optional
@@ -14,16 +19,22 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import load_bench, write_config
-from continual.evaluation.metrics import bootstrap_mean
+from conftest import write_config
+from continual.config.args import Args
+from continual.envs.backends import minatar_permutation
+from continual.errors import UserError
+from continual.evaluation.metrics import COLLAPSED_ENTROPY
+from continual.launch.experiment import load_experiment, validate
 from continual.modstrings import normalize_modification
+from continual.report import plasticity as R
+from continual.report.__main__ import main as report_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-R = load_bench("plasticity_report")
-
-EXPERIMENT = os.path.join(ROOT, "configs", "experiments", "plasticity_minatar.json")
+EXPERIMENT = os.path.join("configs", "experiments", "plasticity_minatar.json")
+REPORT = os.path.join("bench", "results", "plasticity_minatar")
 REGIMES = ["permute_obs=1", "permute_obs=2", "permute_obs=3", "permute_obs=4"]  # visits (0,10], (10,20], ...
+# t_{0.975, df} from a printed table (df 1, 2, 4, 10 digits): the hand formula of the t interval
+T975 = {1: 12.70620474, 2: 4.302652730, 4: 2.776445105}
 
 
 def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int = 40, dormant=(0.1, 0.3),
@@ -56,6 +67,10 @@ def write_run(runs_dir: str, name: str, episodes: list[list[float]], total: int 
     return d
 
 
+def summaries(runs_dir: str, early: int, late: int) -> list[dict]:
+    return [R.run_summary(os.path.join(runs_dir, d), early, late) for d in sorted(os.listdir(runs_dir))]
+
+
 def tables(lines: list[str]) -> list[list[str]]:
     """The markdown tables among report lines (runs of lines starting with '|')."""
     out: list[list[str]] = []
@@ -65,6 +80,27 @@ def tables(lines: list[str]) -> list[list[str]]:
                 out.append([])
             out[-1].append(line)
     return out
+
+
+def rectangular(lines: list[str]) -> bool:
+    return all(len({row.count("|") for row in t}) == 1 for t in tables(lines))
+
+
+def t_by_hand(xs: list[float]) -> tuple[float, float, float]:
+    """mean -+ t_{0.975, n-1} sd / sqrt(n), sd with divisor n - 1."""
+    n, m = len(xs), sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    h = T975[n - 1] * sd / math.sqrt(n)
+    return m, m - h, m + h
+
+
+def cell(m: float, lo: float, hi: float) -> str:
+    return f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# per run
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 def test_run_summary_by_hand(tmp_path):
@@ -79,6 +115,9 @@ def test_run_summary_by_hand(tmp_path):
     assert s["diagnostics"][0] == {"step": 10, "dormant": 0.1, "effective_rank": 19.0, "weight_norm": 5.0}
     assert s["diagnostics"][-1]["dormant"] == 0.3
     assert s["collapsed"] is None  # no entropy logged
+    # the early/late fields are a function of the per-regime lists (what --from-report recomputes)
+    assert R.windows(s, 2, 2) == {k: s[k] for k in R.windows(s, 2, 2)}
+    assert R.windows(s, 3, 2) == {}  # 4 regimes hold no 3 + 2 window
 
 
 def test_time_average_weights_the_parts_of_a_visit_equally(tmp_path):
@@ -105,15 +144,15 @@ def test_trac_scale_per_regime_and_at_zero(tmp_path):
     for seed, s in scales.items():
         write_run(runs_dir, f"00{seed}_PPO_TRAC_seed={seed}", [[1], [1], [1], [1]], trac=s)
     write_run(runs_dir, "003_PPO_seed=1", [[1], [1], [1], [1]])
-    runs = [R.run_summary(os.path.join(runs_dir, d), 1, 1) for d in sorted(os.listdir(runs_dir))]
+    runs = summaries(runs_dir, 1, 1)
     assert runs[0]["trac_scale_end"] == scales[1] and runs[0]["trac_scale_zero"] == 0.5
     assert "trac_scale_end" not in runs[2]
     table = R.summarize(runs)
     assert table["PPO_TRAC"]["trac_scale_end_median"] == pytest.approx([0.6, 0.05, 0.1, 0.15])
     assert table["PPO_TRAC"]["trac_scale_zero"] == [0.5, 0.25] and "trac_scale_zero" not in table["PPO"]
-    lines = R.markdown(table, runs, type("A", (), {"early": 1, "late": 1})())
+    lines = R.markdown(table, runs, 1, 1)
     assert "| PPO_TRAC | 0.6 | 0.05 | 0.1 | 0.15 | 0.50, 0.25 |" in lines
-    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))
+    assert rectangular(lines)
 
 
 def test_run_names_in_either_grid_order():
@@ -129,30 +168,54 @@ def test_unfinished_runs_and_unnamed_runs(tmp_path):
     assert R.run_summary(str(tmp_path / "missing"), 1, 1) is None
 
 
-def test_summarize_drops_cis_and_differences_to_ppo(tmp_path):
+def test_weight_norm_is_the_root_sum_of_layer_norms():
+    assert R.weight_norm({"plasticity/weight_norm/x": 1.0, "plasticity/weight_norm/y": 2.0, "other": 9.0}) == \
+        pytest.approx(np.sqrt(5.0))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# statistics
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_t_intervals_welch_differences_and_exact_p_by_hand(tmp_path):
     runs_dir = str(tmp_path / "runs")
-    drops = {"PPO": [6, 5, 7], "PPO+S&P": [1, 0, 2]}
+    drops = {"PPO": [6, 5, 7], "PPO+S&P": [1, 0, 2]}  # late returns: PPO 4, 5, 3; S&P 9, 10, 8
     for m, ds in drops.items():
         for seed, drop in enumerate(ds, 1):
             write_run(runs_dir, f"00{seed}_{m}_seed={seed}", [[10], [10], [10 - drop], [10 - drop]])
     write_run(runs_dir, "009_PPO_seed=9", [[1], [1]], total=40)  # unfinished: left out
-    runs = [R.run_summary(os.path.join(runs_dir, d), 2, 2) for d in sorted(os.listdir(runs_dir))]
+    runs = summaries(runs_dir, 2, 2)
     table = R.summarize(runs)
-    assert table["PPO"]["n"] == 3 and table["PPO"]["seeds"] == [1, 2, 3]
-    expected = bootstrap_mean([6.0, 5.0, 7.0])
-    assert table["PPO"]["drop"]["mean"] == 6.0 and table["PPO"]["drop"]["ci95"] == expected["ci95"]
-    assert 5.0 <= expected["ci95"][0] < 6.0 < expected["ci95"][1] <= 7.0  # inside the seeds' range, excludes 0
-    sp = table["PPO+S&P"]
-    assert sp["late_minus_PPO"]["mean"] == pytest.approx(5.0) and sp["drop_minus_PPO"]["mean"] == pytest.approx(-5.0)
-    lo, hi = sp["drop_minus_PPO"]["ci95"]
-    assert -7.0 <= lo <= hi <= -3.0
-    assert sp["p_late_above_PPO"]["mean"] == 1.0  # every S&P late return is above every PPO one
-    lines = R.markdown(table, runs, type("A", (), {"early": 2, "late": 2})())
-    assert any(line.startswith("| PPO | 3 | 10.0") for line in lines)
+    ppo, sp = table["PPO"], table["PPO+S&P"]
+    assert ppo["n"] == 3 and ppo["seeds"] == [1, 2, 3] and ppo["drop"]["per_seed"] == [6.0, 5.0, 7.0]
+    # the t interval: 6 -+ t_{0.975, 2} * 1 / sqrt(3)
+    m, lo, hi = t_by_hand([6.0, 5.0, 7.0])
+    assert ppo["drop"]["method"] == "t" and ppo["drop"]["estimate"] == m
+    assert ppo["drop"]["ci"] == pytest.approx([lo, hi], rel=1e-9)
+    assert ppo["early"]["estimate"] == 10.0 and ppo["early"]["ci"] == [None, None]  # every seed equal: no interval
+    # Welch: S&P late - PPO late = 5, variances 1/3 + 1/3, Welch-Satterthwaite df = 4
+    d = sp["late_minus_PPO"]
+    assert d["method"] == "Welch t" and d["estimate"] == pytest.approx(5.0)
+    h = T975[4] * math.sqrt(2 / 3)
+    assert d["ci"] == pytest.approx([5.0 - h, 5.0 + h], rel=1e-9)
+    assert sp["drop_minus_PPO"]["estimate"] == pytest.approx(-5.0)
+    # every S&P late return above every PPO one: P = 1, no bootstrap interval, exact one-sided p = 1 / C(6, 3)
+    p = sp["p_late_above_PPO"]
+    assert p["estimate"] == 1.0 and p["ci"] == [None, None] and "every bootstrap resample" in p["reason"]
+    assert p["mann_whitney"]["p"] == pytest.approx(1 / 20) and p["mann_whitney"]["method"] == "exact"
+    lines = R.markdown(table, runs, 2, 2)
+    assert any(line.startswith(f"| PPO | 3 | 10.00 | {cell(*t_by_hand([4.0, 5.0, 3.0]))} | {cell(m, lo, hi)} |")
+               for line in lines)
+    row = next(line for line in lines if line.startswith("| PPO+S&P |"))
+    assert f"| {cell(5.0, 5.0 - h, 5.0 + h)} | 1.00 (every pair) | 0.050 |" in row
     header = next(line for line in lines if line.startswith("| method"))
-    assert "late - PPO |" in header and "PPO_fresh" not in header  # a baseline without runs gets no columns
-    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))  # every row as wide as its header
+    assert "late - PPO | P(late > PPO) | p |" in header and "PPO_fresh" not in header  # a baseline without runs
+    assert rectangular(lines)  # every row as wide as its header
     assert any("009_PPO_seed=9" in line for line in lines)
+    heading = "\n".join(lines[:4])
+    assert "95% Student-t interval" in heading and "Welch interval" in heading and "BCa" in heading
+    assert "exact one-sided Mann-Whitney" in heading and "with 3 seeds each the smallest possible is 1/20" in heading
 
 
 def test_differences_to_a_fresh_network(tmp_path):
@@ -162,22 +225,246 @@ def test_differences_to_a_fresh_network(tmp_path):
     for i, (m, ls) in enumerate(lates.items()):
         for seed, late in enumerate(ls, 1):
             write_run(runs_dir, f"{i}{seed}_{m}_seed={seed}", [[10], [10], [late], [late]])
-    runs = [R.run_summary(os.path.join(runs_dir, d), 2, 2) for d in sorted(os.listdir(runs_dir))]
+    runs = summaries(runs_dir, 2, 2)
     table = R.summarize(runs)
     redo = table["PPO_ReDo"]
-    assert redo["late_minus_PPO_fresh"]["mean"] == pytest.approx(0.0)
-    assert redo["p_late_above_PPO_fresh"]["mean"] == 0.5  # one seed above, one below every fresh seed
-    assert redo["late_minus_PPO"]["mean"] == pytest.approx(2.0)
-    assert redo["late_time_average_minus_PPO_fresh"]["mean"] == pytest.approx(0.0)  # one episode per part here
-    assert table["PPO_fresh"]["late_minus_PPO"]["mean"] == pytest.approx(2.0)
+    assert redo["late_minus_PPO_fresh"]["estimate"] == pytest.approx(0.0)
+    assert redo["p_late_above_PPO_fresh"]["estimate"] == 0.5  # one seed above, one below every fresh seed
+    assert redo["late_minus_PPO"]["estimate"] == pytest.approx(2.0)
+    assert redo["late_time_average_minus_PPO_fresh"]["estimate"] == pytest.approx(0.0)  # one episode per part here
+    assert table["PPO_fresh"]["late_minus_PPO"]["estimate"] == pytest.approx(2.0)
     assert "late_minus_PPO_fresh" not in table["PPO_fresh"] and "late_minus_PPO" not in table["PPO"]
-    lines = R.markdown(table, runs, type("A", (), {"early": 2, "late": 2})())
+    lines = R.markdown(table, runs, 2, 2)
     header = next(line for line in lines if line.startswith("| method"))
-    assert "late - PPO_fresh | P(late > PPO_fresh) |" in header
-    assert "| PPO_ReDo | 4.0 [3.0, 5.0] | 4.0 [3.0, 5.0] | 6.0 [5.0, 7.0] | 0.0 [-1.0, 1.0] |" in lines  # sensitivity
+    assert "late - PPO_fresh | P(late > PPO_fresh) | p |" in header
+    # sensitivity row: drops 3 and 5, time-average late 7 and 5 (t, df 1); the difference to fresh: Welch, df 1
+    drop, late = cell(*t_by_hand([3.0, 5.0])), cell(*t_by_hand([7.0, 5.0]))
+    assert f"| PPO_ReDo | {drop} | {drop} | {late} | {cell(0.0, -T975[1], T975[1])} |" in lines
     rows = [line for line in tables(lines)[0] if line.startswith("| PPO")]
     assert [r.split(" | ")[0] for r in rows] == ["| PPO", "| PPO_fresh", "| PPO_ReDo"]  # baselines first
-    assert all(len({row.count("|") for row in t}) == 1 for t in tables(lines))
+    assert rectangular(lines)
+
+
+def test_post_hoc_and_chosen_default_marks(tmp_path):
+    folder = tmp_path / "exp"
+    lates = {"PPO": [4, 3], "PPO_fresh": [6, 6.5], "PPO_ReDo": [7, 5], "PPO_L2Init_x": [5, 5.5]}
+    for i, (m, ls) in enumerate(lates.items()):
+        for seed, late in enumerate(ls, 1):
+            write_run(str(folder / "runs"), f"{i}{seed}_{m}_seed={seed}", [[10], [10], [late], [late]])
+    write_config(folder, {"_post_hoc": [{"label": "PPO_ReDo", "reason": "added after PPO failed", "added": "abc1234"},
+                                        {"label": "PPO_L2Init_x", "added": "def5678"}],
+                          "_defaults_chosen_here": [{"flag": "l2_init_coef", "value": 1e-4, "label": "PPO_L2Init_x",
+                                                     "set": "0123abc", "reason": "the best of three"}]},
+                 "experiment.json")
+    res = R.report(str(folder), str(tmp_path / "out"), early=2, late=2)
+    lines = res["markdown"]
+    for t in tables(lines)[:3]:  # main, end of a regime, sensitivity: every method row is marked
+        assert any(row.startswith("| PPO_ReDo † |") for row in t), t
+        assert any(row.startswith("| PPO_L2Init_x †‡ |") for row in t), t
+        assert not any(row.startswith("| PPO † ") or row.startswith("| PPO_fresh †") for row in t)
+    text = "\n".join(lines)
+    assert "- PPO_ReDo (added at abc1234): added after PPO failed" in text
+    assert "- `--l2_init_coef` = 0.0001 (PPO_L2Init_x, set at 0123abc): the best of three" in text
+    stored = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [i["label"] for i in stored["post_hoc"]] == ["PPO_ReDo", "PPO_L2Init_x"]
+    assert stored["defaults_chosen_here"][0]["flag"] == "l2_init_coef"
+    assert stored["args"]["experiment"] == str(folder / "experiment.json")
+    for name in ("report.md", "regimes.png", "drop.png", "diagnostics.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    # --from-report on it, without the experiment file: the stored labels
+    os.remove(folder / "experiment.json")
+    again = R.report(from_report=str(tmp_path / "out" / "report.json"), figures=False)
+    assert again["table"] == json.loads(json.dumps(res["table"]))
+    assert "| PPO_ReDo † |" in "\n".join(again["markdown"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the committed report
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict:
+    with open(os.path.join(ROOT, REPORT, "report.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_from_report_reproduces_the_committed_report(committed, tmp_path, monkeypatch):
+    """The committed report.md and report.json are what `--from-report` computes from the committed per-run
+    records, byte for byte (the records unchanged), and the records' windowed fields are their per-regime lists'."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "again"
+    report_main(["plasticity", "--from-report", os.path.join(REPORT, "report.json"), "--out", str(out)])
+    for name in ("report.md", "report.json"):
+        new = (out / name).read_text(encoding="utf-8")
+        old = open(os.path.join(ROOT, REPORT, name), encoding="utf-8").read()
+        if name == "report.json":  # args name the file read and the output folder; everything else is equal
+            a, b = json.loads(new), json.loads(old)
+            assert a["args"]["out"] == str(out) and b["args"]["out"] == REPORT
+            assert {k: v for k, v in a.items() if k not in ("args", "source")} == \
+                {k: v for k, v in b.items() if k not in ("args", "source")}
+            assert new[new.index('\n "runs": ['):] == old[old.index('\n "runs": ['):]  # the records, as text
+        else:
+            assert new == old
+    assert committed["runs_sha256"] == R.runs_digest(committed["runs"])
+    assert len(committed["runs"]) == 90 and all(r["done"] for r in committed["runs"])
+    early, late = committed["args"]["early"], committed["args"]["late"]
+    for r in committed["runs"]:
+        assert R.windows(r, early, late) == {k: r[k] for k in R.windows(r, early, late)}, r["run"]
+    # the interval methods the heading names
+    row = committed["table"]["PPO_LN"]
+    assert row["late"]["method"] == "t" and row["late_minus_PPO"]["method"] == "Welch t"
+    assert row["p_late_above_PPO_fresh"]["method"] == "BCa" and row["p_late_above_PPO"]["mann_whitney"]["method"] == \
+        "exact"
+
+
+def test_committed_t_intervals_are_the_formula(committed):
+    for method, row in committed["table"].items():
+        for key in ("early", "late", "drop"):
+            xs = row[key]["per_seed"]
+            m, lo, hi = t_by_hand(xs)
+            assert row[key]["estimate"] == pytest.approx(m, rel=1e-12, abs=1e-12)
+            assert row[key]["ci"] == pytest.approx([lo, hi], rel=1e-9, abs=1e-8), (method, key)
+
+
+def test_committed_report_marks_post_hoc_arms_and_the_chosen_default(committed):
+    experiment = json.load(open(os.path.join(ROOT, EXPERIMENT), encoding="utf-8"))
+    post = {i["label"] for i in experiment["_post_hoc"]}
+    assert post == {"PPO_NaP_torso", "PPO_L2Init_1e-3", "PPO_L2Init_1e-4", "PPO_TRAC_ref"}
+    assert {i["label"] for i in committed["post_hoc"]} == post
+    chosen = experiment["_defaults_chosen_here"]
+    assert [(c["flag"], c["value"], c["label"]) for c in chosen] == [("l2_init_coef", Args.l2_init_coef,
+                                                                       "PPO_L2Init_1e-4")]
+    md = open(os.path.join(ROOT, REPORT, "report.md"), encoding="utf-8").read().splitlines()
+    for t in tables(md)[:3]:
+        for method in committed["table"]:
+            row = next(r for r in t if r.startswith(f"| {method} "))
+            expected = (" †" if method in post else "") + ("‡" if method == "PPO_L2Init_1e-4" else "")
+            assert row.startswith(f"| {method}{expected} |"), row
+    assert any(line.startswith("† Post hoc") for line in md) and any(line.startswith("‡ A flag's default") for line in md)
+    assert any("`--l2_init_coef` = 0.0001 (PPO_L2Init_1e-4, set at 21e9535)" in line for line in md)
+
+
+def test_edited_records_are_refused(committed, tmp_path):
+    edited = json.loads(json.dumps(committed))
+    edited["runs"][0]["regimes"][0] += 1.0
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(edited))
+    with pytest.raises(UserError, match="runs_sha256"):
+        R.report(from_report=str(path))
+
+
+def test_from_report_with_other_windows_recomputes_them(committed):
+    res = R.report(from_report=os.path.join(ROOT, REPORT, "report.json"), early=2, late=3, figures=False)
+    ppo = [r for r in committed["runs"] if r["method"] == "PPO"]
+    assert res["table"]["PPO"]["early"]["per_seed"] == [float(np.mean(r["regimes"][:2])) for r in ppo]
+    assert res["table"]["PPO"]["late"]["per_seed"] == [float(np.mean(r["regimes"][-3:])) for r in ppo]
+    assert "early = regimes 1-2, late = regimes 8-10 of 10" in res["markdown"][0]
+    assert committed["runs"][0]["early"] == ppo[0]["early"]  # the stored records are not modified
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# README and bench/RESULTS.md quote the committed report
+# ---------------------------------------------------------------------------------------------------------------------
+
+NUMBER = r"-?\d+\.\d+"
+TRIPLE = re.compile(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]")
+
+
+def _decimals(s: str) -> int:
+    return len(s.split(".")[1])
+
+
+def _intervals(table: dict) -> list[dict]:
+    """Every interval dict of the table (estimate and ci)."""
+    out = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "estimate" in x and "ci" in x:
+                out.append(x)
+            for k, v in x.items():
+                if k != "per_seed":
+                    walk(v)
+    walk(table)
+    return out
+
+
+def _numbers(table: dict) -> list[float]:
+    """Every number of the table but the per-seed values: estimates, interval ends, p-values, diagnostics."""
+    out = []
+
+    def walk(x, key=""):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k not in ("per_seed", "seeds", "n", "confidence", "statistic", "trac_scale_zero"):
+                    walk(v, k)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, key)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            out.append(float(x))
+    walk(table)
+    return out
+
+
+def check_triples(text: str, table: dict) -> int:
+    """Every 'm [lo, hi]' in `text` is an interval of the table at the printed precision (or its negation: 'below')."""
+    printed = set()
+    for iv in _intervals(table):
+        if iv["ci"][0] is None:
+            continue
+        for sign in (1, -1):
+            m, lo, hi = sign * iv["estimate"], sign * iv["ci"][0], sign * iv["ci"][1]
+            lo, hi = min(lo, hi), max(lo, hi)
+            for d in (1, 2, 3):
+                printed.add(f"{m:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]")
+    found = TRIPLE.findall(text)
+    for m, lo, hi in found:
+        assert f"{m} [{lo}, {hi}]" in printed, f"{m} [{lo}, {hi}] is no interval of the report"
+    return len(found)
+
+
+def check_p_values(text: str, table: dict) -> int:
+    """'P = x' is a probability of improvement of the table, 'p = x' an exact Mann-Whitney p-value of it."""
+    poi = {f"{iv['estimate']:.2f}" for iv in _intervals(table) if iv["method"] == "BCa"}
+    mw = {f"{row[k]['mann_whitney']['p']:.3f}" for row in table.values() for k in row if k.startswith("p_late_above")}
+    found = re.findall(r"\b([Pp]) = (\d\.\d+)", text)
+    for which, value in found:
+        assert value in (poi if which == "P" else mw), f"{which} = {value} is not in the report"
+    return len(found)
+
+
+def section(path: str, start: str, end: str) -> str:
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    i = text.index(start)
+    return text[i:text.index(end, i + len(start))]
+
+
+def test_readme_plasticity_numbers_are_the_report(committed):
+    bullet = section("README.md", "- **Loss of plasticity**", "\n- **")
+    table = committed["table"]
+    assert "t interval" in bullet and "Welch" in bullet  # the interval methods named
+    assert check_triples(bullet, table) >= 10 and check_p_values(bullet, table) >= 2
+    # every other decimal number of the bullet is a number of the report at its printed precision
+    rest = re.sub(r"\b[Pp] = \d\.\d+", "", TRIPLE.sub("", bullet))
+    numbers = _numbers(table)
+    allowed = {f"{COLLAPSED_ENTROPY}"}
+    for s in re.findall(r"(?<![\w.\-])\d+\.\d+", rest):
+        d = _decimals(s)
+        assert s in allowed or any(f"{abs(x):.{d}f}" == s for x in numbers), f"README: {s} is not in report.json"
+
+
+def test_results_plasticity_intervals_are_the_report(committed):
+    text = section(os.path.join("bench", "RESULTS.md"), "## Loss of plasticity: PPO on 10 permuted",
+                   "### Loss of plasticity (pilots)")
+    assert check_triples(text, committed["table"]) >= 60 and check_p_values(text, committed["table"]) >= 5
+    assert "percentile" not in text and "bootstrap CI" not in text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a tiny real experiment, the shipped experiment file, bad input
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +495,7 @@ def tiny_folder(tmp_path_factory):
 
 def test_report_on_a_tiny_real_experiment(tiny_folder, tmp_path):
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "bench/plasticity_report.py", str(tiny_folder), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "continual.report", "plasticity", str(tiny_folder), "--out", str(out),
                            "--early", "1", "--late", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
@@ -223,13 +510,14 @@ def test_report_on_a_tiny_real_experiment(tiny_folder, tmp_path):
     for name in ("report.md", "regimes.png", "drop.png", "diagnostics.png"):
         assert (out / name).stat().st_size > 0
     assert "| PPO | 2 |" in (out / "report.md").read_text()
+    assert "- Code: " in (out / "report.md").read_text()  # the runs' revision, from their start records
+    # the stored report rebuilds the same table
+    again = R.report(from_report=str(out / "report.json"), figures=False)
+    assert again["table"] == report["table"]
 
 
 def test_shipped_experiment_every_entry_validates_with_one_budget(tmp_path):
-    from continual.envs.backends import minatar_permutation
-    from continual.launch.experiment import load_experiment, validate
-
-    experiment = load_experiment(EXPERIMENT)
+    experiment = load_experiment(os.path.join(ROOT, EXPERIMENT))
     seeds = sorted({e.config["seed"] for e in experiment.entries})
     methods = {R.parse_run_name(e.name)[0] for e in experiment.entries}
     # method by method, seeds varying fastest; plain PPO and the fresh-network reference first
@@ -238,6 +526,11 @@ def test_shipped_experiment_every_entry_validates_with_one_budget(tmp_path):
     assert seeds == [1, 2, 3, 4, 5] and len(experiment.entries) == 5 * len(methods)
     assert {"PPO", "PPO_NSAdam", "PPO_CBP", "PPO_SP", "PPO_ReDo", "PPO_L2Init", "PPO_LN", "PPO_CReLU", "PPO_reset",
             "PPO_Parseval", "PPO_NaP", "PPO_TRAC"} <= methods
+    labels = R.read_labels(os.path.join(ROOT, EXPERIMENT))
+    assert {i["label"] for i in labels["post_hoc"]} <= methods and all(i["added"] for i in labels["post_hoc"])
+    assert {i["label"] for i in labels["defaults_chosen_here"]} <= methods
+    chosen = next(e for e in experiment.entries if R.parse_run_name(e.name)[0] == "PPO_L2Init_1e-4")
+    assert chosen.config["l2_init_coef"] == Args.l2_init_coef  # the arm whose value became the default
     budgets = {(e.config["total_timesteps"], json.dumps(e.config["modification_factory_kwargs"], sort_keys=True))
                for e in experiment.entries}
     assert len(budgets) == 1  # the same sequence and budget for every method
@@ -256,20 +549,36 @@ def test_shipped_experiment_every_entry_validates_with_one_budget(tmp_path):
     validate(type(experiment)(**{**experiment.__dict__, "entries": one_per_method}), str(tmp_path / "runs"))
 
 
-@pytest.mark.parametrize("argv,message", [(["{missing}"], "no runs/"), (["{empty}"], "no run with"),
-                                          (["{empty}", "--late", "0"], "--late")])
-def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, argv, message):
+@pytest.mark.parametrize("argv,message", [
+    (["{missing}"], "is not a folder"),
+    (["{empty}"], "no run with"),
+    (["{empty}", "--late", "0"], "--late"),
+    (["{empty}", "--experiment", "{missing}/experiment.json"], "no such experiment file"),
+    (["--from-report", "{missing}/report.json"], "no such file"),
+    (["--from-report", "{not_a_report}"], "no per-run records"),
+    (["--from-report", "{broken}"], "not a readable JSON"),
+    ([], "one of the two"),
+    (["{empty}", "--from-report", "{not_a_report}"], "one of the two"),
+])
+def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, capsys, argv, message):
     (tmp_path / "empty" / "runs").mkdir(parents=True)
-    argv = [a.format(missing=tmp_path / "missing", empty=tmp_path / "empty") for a in argv]
+    (tmp_path / "not_a_report.json").write_text(json.dumps({"table": {}}))
+    (tmp_path / "broken.json").write_text("{")
+    argv = [a.format(missing=tmp_path / "missing", empty=tmp_path / "empty", not_a_report=tmp_path / "not_a_report.json",
+                     broken=tmp_path / "broken.json") for a in argv]
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "bench/plasticity_report.py", *argv, "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and not proc.stdout
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    with pytest.raises(SystemExit) as e:
+        report_main(["plasticity", *argv, "--out", str(out)])
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert not captured.out and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     assert not out.exists()
 
 
-def test_weight_norm_is_the_root_sum_of_layer_norms():
-    assert R.weight_norm({"plasticity/weight_norm/x": 1.0, "plasticity/weight_norm/y": 2.0, "other": 9.0}) == \
-        pytest.approx(np.sqrt(5.0))
+def test_bad_input_from_the_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "continual.report", "plasticity", "--from-report",
+                           str(tmp_path / "nope.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.json'}: no such file (give a report.json "
+                                                "written by this report)"]

@@ -1,9 +1,15 @@
-"""Report of the loss-of-plasticity experiment (configs/experiments/plasticity_minatar.json): per method, how much
-worse plain and remedied PPO learn the late regimes of a long permuted-MinAtar sequence than the early ones.
+"""Loss-of-plasticity report (configs/experiments/plasticity_minatar.json): per method, how much worse plain and
+remedied PPO learn the late regimes of a long permuted-MinAtar sequence than the early ones, and than a fresh network.
 
-    python bench/plasticity_report.py EXPERIMENT_FOLDER --out bench/results/plasticity_minatar [--early 3 --late 5]
+    python -m continual.report plasticity EXPERIMENT_FOLDER --out DIR [--early 3 --late 5] [--experiment FILE]
+    python -m continual.report plasticity --from-report bench/results/plasticity_minatar/report.json --out DIR
 
-Statistics (fixed before any run of the experiment):
+The second form rebuilds everything from the per-run records a report.json keeps (its "runs" list): every statistic
+below is computed from those records alone, so the table is the one the run folder would give. The records are
+kept unchanged (and their sha256, `runs_sha256`, is checked when the file has one); with other --early/--late the
+windowed fields are recomputed from the records' per-regime lists.
+
+Per run (fixed before any run of the experiment, except where marked):
 - regime return: the mean return of the training episodes (the sampling policy) that end inside a regime's visit,
   (start, end], i.e. the area under the regime's learning curve: it falls when a network learns a new regime more
   slowly or to a lower level. `final quarter`: the same over the visit's last 25% of steps.
@@ -12,62 +18,80 @@ Statistics (fixed before any run of the experiment):
   relative drop, drop / early. Defaults 3 and 5: for the experiment's 10 regimes, the first 3 against the second half
   (set before the experiment's runs, after the pilots, where plain PPO's collapse and recovery fell at different
   regimes from run to run, so the last 3 alone depended on where a recovery fell; the pilots used 3 and 3).
-- 95% CIs: percentile bootstrap over the method's seeds (`continual.evaluation.metrics.bootstrap_mean`: the
-  stratified bootstrap with one task; 2,000 resamples). Differences to PPO (late return, drop): both methods' seeds
-  resampled independently (`paired_bootstrap`), and rliable's probability that the method's late return is above
-  PPO's, with its CI; the same against PPO_fresh (a fresh network every regime), the level a remedy that fully
-  restores plasticity would reach (added when PPO and PPO_fresh had finished and 2 of the 60 remedy runs, PPO_NSAdam
-  seeds 1-2). With 5 seeds a percentile bootstrap is narrow; the t-interval is in report.json as well.
 - sensitivity (added after PPO and PPO_fresh ran, a second weighting of the same episodes, not the statistic the
   conclusions use): the time-average regime return, the mean over TIME_BINS equal parts of a visit of the episodes
   ending in each part. The episode average weights a regime's failing start (many short episodes) more than its
   learned end (few long ones); the time average weights each part of the visit the same.
-- policy collapse: the share of PPO updates (iteration records) whose policy entropy `losses/entropy` is below
-  COLLAPSED_ENTROPY, where the policy is deterministic, every gradient vanishes and the regime cannot be learned (the
-  pilots' collapse; added after them).
+- policy collapse (added after the pilots): the share of PPO updates (iteration records) whose policy entropy
+  `losses/entropy` is below COLLAPSED_ENTROPY, where the policy is deterministic, every gradient vanishes and the
+  regime cannot be learned.
 - diagnostics (`plasticity/*` records at every switch): dormant fraction (all hidden units), effective rank of the
   penultimate features, the weight norm (the root sum of squares of the per-layer norms), at the first and at the
   last record (the last switch, unless the run logs them every --diagnostics_every steps).
 - TRAC (runs that log `plasticity/trac_scale`, from e77a843 on): its scale S at the end of each regime (median over
   seeds) and the share of iterations that ended with S = 0.
 
+Statistics (continual.evaluation.statistics; the run, i.e. the seed, is the unit):
+- per method, every quantity: the mean over its seeds with a 95% Student-t interval (`statistics.interval`);
+- against PPO and PPO_fresh (a fresh network every regime: the level a remedy that fully restores plasticity
+  reaches; these comparisons were added when PPO and PPO_fresh had finished and 2 of the 60 remedy runs then
+  planned, PPO_NSAdam seeds 1-2): the difference of the means (late, drop, time-average late) with a 95% Welch
+  interval (`statistics.welch_interval`); P(late > baseline), rliable's probability of improvement on the late
+  returns, with its run-level 95% BCa bootstrap interval (`statistics.probability_of_improvement_interval`: both
+  methods' seeds resampled; none when every resample gives the same value, as when every run of one method is above
+  every run of the other) and beside it the exact one-sided Mann-Whitney p-value of the same comparison
+  (`statistics.mann_whitney`, H1: the method's late returns are higher).
+
+Labels (from the experiment file: --experiment, else the folder's experiment.json, else the one named in the stored
+report's args, else the stored report's own lists): "post_hoc" or "_post_hoc" lists the arms added after the first
+results ({label, reason, added}), marked † in every table and figure; "_defaults_chosen_here" lists flag defaults
+chosen from this experiment's results on its reporting seeds ({flag, value, label, set, reason}), marked ‡.
+
 Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
-naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed and left out.
-Writes report.md, report.json, regimes.png (regime return per regime, one panel per method beside PPO and PPO_fresh,
-mean and CI band), drop.png (the drop per method with CIs) and diagnostics.png.
+naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed
+and left out. Writes report.md, report.json (the arguments, the labels, the table, the runs' sha256 and the per-run
+records), regimes.png (regime return per regime, one panel per method beside PPO and PPO_fresh, mean and t band),
+drop.png (the drop per method with t intervals) and diagnostics.png.
 """
 
 from __future__ import annotations
 
-import argparse
+import copy
+import hashlib
 import json
 import math
 import os
 import re
-import sys
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
-from continual.evaluation.metrics import (  # noqa: E402
+from continual.errors import UserError
+from continual.evaluation import statistics
+from continual.evaluation.metrics import (
     COLLAPSED_ENTROPY,
-    bootstrap_mean,
     collapsed_share,
     load_run,
-    mean_ci,
     method_label,
-    paired_bootstrap,
-    probability_of_improvement,
     provenance,
     provenance_lines,
 )
-from continual.io import jsonl_file  # noqa: E402
+from continual.io import jsonl_file
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
 RUN_NAMES = (re.compile(r"^\d+_seed=(?P<seed>\d+)_(?P<method>.+)$"), re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$"))
+DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
+TIME_BINS = 10  # the time-average regime return: the mean over this many equal parts of a visit
+BASELINES = ("PPO", "PPO_fresh")  # plain PPO, and a fresh network every regime: the from-scratch level
+EARLY, LATE = 3, 5
+POST_HOC_MARK, CHOSEN_MARK = "\u2020", "\u2021"  # † and ‡
+# the per-run quantities that get a t interval per method
+QUANTITIES = ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed",
+              "early_time_average", "late_time_average", "drop_time_average")
+DIFFERENCES = ("late", "drop", "late_time_average")  # mean(method) - mean(baseline), Welch
+STATISTICS_TEXT = ("per method: mean over seeds [95% Student-t interval]; against a baseline: difference of means "
+                   "[95% Welch interval]; P(late > baseline): probability of improvement [95% run-level BCa "
+                   "bootstrap interval] with the exact one-sided Mann-Whitney p")
 
 
 def parse_run_name(name: str) -> Optional[tuple[str, int]]:
@@ -77,8 +101,6 @@ def parse_run_name(name: str) -> Optional[tuple[str, int]]:
         if m:
             return m.group("method"), int(m.group("seed"))
     return None
-DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
-TIME_BINS = 10  # the time-average regime return: the mean over this many equal parts of a visit
 
 
 def _mean(xs) -> Optional[float]:
@@ -88,6 +110,29 @@ def _mean(xs) -> Optional[float]:
 
 def weight_norm(record: dict) -> float:
     return math.sqrt(sum(v * v for k, v in record.items() if k.startswith("plasticity/weight_norm/")))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# per run
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def windows(run: dict, early: int, late: int) -> dict:
+    """The early/late fields of a run record, from its per-regime lists (empty when it has fewer than early + late
+    regimes)."""
+    regimes, finals, timed = run["regimes"], run["final_quarter"], run["time_average"]
+    if len(regimes) < early + late:
+        return {}
+    out: dict[str, Any] = {"early": _mean(regimes[:early]), "late": _mean(regimes[-late:])}
+    out["drop"] = None if out["early"] is None or out["late"] is None else out["early"] - out["late"]
+    out["relative_drop"] = None if not out["early"] or out["drop"] is None else out["drop"] / abs(out["early"])
+    out["late_final_quarter"] = _mean(finals[-late:])
+    out["early_final_quarter"] = _mean(finals[:early])
+    out["late_time_average"] = _mean(timed[-late:])
+    out["early_time_average"] = _mean(timed[:early])
+    out["drop_time_average"] = (None if out["early_time_average"] is None or out["late_time_average"] is None
+                                else out["early_time_average"] - out["late_time_average"])
+    return out
 
 
 def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
@@ -115,17 +160,7 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     out = {"run": name, "method": method, "seed": seed, "steps": run.end_step, "total": total, "done": done,
            "regimes": regimes, "final_quarter": finals, "time_average": timed,
            "visits": [(v.regime, v.start, v.end) for v in run.visits], "starts": run.starts}
-    if len(regimes) >= early + late:
-        out["early"] = _mean(regimes[:early])
-        out["late"] = _mean(regimes[-late:])
-        out["drop"] = None if out["early"] is None or out["late"] is None else out["early"] - out["late"]
-        out["relative_drop"] = None if not out["early"] or out["drop"] is None else out["drop"] / abs(out["early"])
-        out["late_final_quarter"] = _mean(finals[-late:])
-        out["early_final_quarter"] = _mean(finals[:early])
-        out["late_time_average"] = _mean(timed[-late:])
-        out["early_time_average"] = _mean(timed[:early])
-        out["drop_time_average"] = (None if out["early_time_average"] is None or out["late_time_average"] is None
-                                    else out["early_time_average"] - out["late_time_average"])
+    out.update(windows(out, early, late))
     out["collapsed"] = collapsed_share(r["losses/entropy"] for r in run.iterations
                                        if r.get("losses/entropy") is not None)
     scales = [(r["global_step"], r["plasticity/trac_scale"]) for r in run.iterations if "plasticity/trac_scale" in r]
@@ -140,19 +175,96 @@ def run_summary(run_dir: str, early: int, late: int) -> Optional[dict]:
     return out
 
 
-def fmt_ci(d: dict, digits: int = 1) -> str:
-    if d["mean"] is None:
-        return "-"
-    if d.get("ci95") is None:
-        return f"{d['mean']:.{digits}f}"
-    lo, hi = d["ci95"]
-    return f"{d['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+# ---------------------------------------------------------------------------------------------------------------------
+# inputs: an experiment folder, or a stored report's records; the experiment file's labels
+# ---------------------------------------------------------------------------------------------------------------------
 
 
-BASELINES = ("PPO", "PPO_fresh")  # plain PPO, and a fresh network every regime: the from-scratch level
+def check_windows(early: int, late: int) -> None:
+    if early < 1 or late < 1:
+        raise UserError("--early and --late must be at least 1")
+
+
+def load_folder(folder: str, early: int, late: int) -> list[dict]:
+    runs_root = os.path.join(folder, "runs")
+    if not os.path.isdir(runs_root):
+        raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
+    runs = [s for s in (run_summary(os.path.join(runs_root, d), early, late) for d in sorted(os.listdir(runs_root)))
+            if s]
+    if not runs:
+        raise UserError(f"{runs_root}: no run with training episodes yet")
+    return runs
+
+
+RECORD_KEYS = ("run", "method", "seed", "done", "regimes", "final_quarter", "time_average", "diagnostics")
+
+
+def runs_digest(runs: list[dict]) -> str:
+    """sha256 of the per-run records (canonical JSON: sorted keys, no spaces)."""
+    text = json.dumps(runs, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def load_report(path: str) -> dict:
+    """A stored report.json with its per-run records, checked: readable, a "runs" list of plasticity run records,
+    and, when it has one, the records' sha256."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file (give a report.json written by this report)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable JSON file ({e})") from None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) and all(k in r for k in RECORD_KEYS)
+                                                          for r in runs):
+        raise UserError(f"{path}: no per-run records (a 'runs' list with {', '.join(RECORD_KEYS)}): not a plasticity "
+                        f"report.json")
+    digest = data.get("runs_sha256")
+    if digest is not None and digest != runs_digest(runs):
+        raise UserError(f"{path}: the per-run records do not match its runs_sha256 (edited after the report was "
+                        f"written?)")
+    return data
+
+
+def read_labels(path: str) -> dict:
+    """The post-hoc arms and the defaults chosen from this experiment, from an experiment file:
+    {"post_hoc": [{label, reason, added}], "defaults_chosen_here": [{flag, value, label, set, reason}]}."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such experiment file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable JSON file ({e})") from None
+    post = data.get("post_hoc", data.get("_post_hoc", []))
+    chosen = data.get("defaults_chosen_here", data.get("_defaults_chosen_here", []))
+    if not isinstance(post, list) or not isinstance(chosen, list):
+        raise UserError(f"{path}: post_hoc and _defaults_chosen_here must be lists")
+    items = []
+    for i, item in enumerate(post):
+        item = {"label": item} if isinstance(item, str) else item
+        if not isinstance(item, dict) or not isinstance(item.get("label"), str):
+            raise UserError(f"{path}: post_hoc[{i}] must be a label or an object {{label, reason, added}}")
+        items.append(item)
+    for i, item in enumerate(chosen):
+        if not isinstance(item, dict) or not isinstance(item.get("label"), str) or "flag" not in item:
+            raise UserError(f"{path}: _defaults_chosen_here[{i}] must be an object {{flag, value, label, set, reason}}")
+    return {"experiment": path, "post_hoc": items, "defaults_chosen_here": list(chosen)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# statistics
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _values(xs) -> list[float]:
+    return [float(x) for x in xs if x is not None and math.isfinite(x)]
 
 
 def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
+    """Per method (finished runs with an early/late window): every quantity's mean with its t interval and per-seed
+    values, the diagnostics' means, and the comparisons with each baseline that has runs."""
     methods: dict[str, list[dict]] = {}
     for r in runs:
         if r["done"] and "drop" in r:
@@ -160,53 +272,133 @@ def summarize(runs: list[dict], baselines: tuple[str, ...] = BASELINES) -> dict:
     table = {}
     for method, rs in methods.items():
         rs = sorted(rs, key=lambda r: (r["seed"] is None, r["seed"]))
-        row = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
-        for key in ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed",
-                    "early_time_average", "late_time_average", "drop_time_average"):
-            row[key] = bootstrap_mean(r[key] for r in rs)
-            row[key]["t_ci95_half_width"] = mean_ci(r[key] for r in rs)["ci95"]
-            row[key]["per_seed"] = [r[key] for r in rs]
+        methods[method] = rs
+        row: dict[str, Any] = {"n": len(rs), "seeds": [r["seed"] for r in rs]}
+        for key in QUANTITIES:
+            per_seed = [r.get(key) for r in rs]
+            row[key] = {**statistics.interval(_values(per_seed)).as_dict(), "per_seed": per_seed}
         if all("trac_scale_end" in r for r in rs):
-            ends = np.array([r["trac_scale_end"] for r in rs], dtype=np.float64)
+            ends = np.array([[np.nan if x is None else x for x in r["trac_scale_end"]] for r in rs], dtype=np.float64)
             row["trac_scale_end_median"] = [float(x) for x in np.nanmedian(ends, axis=0)]
             row["trac_scale_zero"] = [r["trac_scale_zero"] for r in rs]
         for diag in DIAGNOSTICS:
             first = [r["diagnostics"][0][diag] for r in rs if r["diagnostics"]]
             last = [r["diagnostics"][-1][diag] for r in rs if r["diagnostics"]]
             row[f"{diag}_first_switch"], row[f"{diag}_end"] = _mean(first), _mean(last)
-        for baseline in baselines:
-            base = methods.get(baseline)
-            if not base or method == baseline:
-                continue
-            for key in ("late", "drop", "late_time_average"):
-                x = np.array([[r[key]] for r in rs], dtype=np.float64)
-                y = np.array([[r[key]] for r in base], dtype=np.float64)
-                lo, hi = paired_bootstrap(x, y, lambda a, b: float(a.mean() - b.mean()))
-                row[f"{key}_minus_{baseline}"] = {"mean": float(x.mean() - y.mean()), "ci95": [lo, hi]}
-            x = np.array([[r["late"]] for r in rs], dtype=np.float64)
-            y = np.array([[r["late"]] for r in base], dtype=np.float64)
-            lo, hi = paired_bootstrap(x, y, probability_of_improvement)
-            row[f"p_late_above_{baseline}"] = {"mean": probability_of_improvement(x, y), "ci95": [lo, hi]}
         table[method] = row
+    for method, row in table.items():
+        for baseline in baselines:
+            if baseline not in methods or method == baseline:
+                continue
+            rs, base = methods[method], methods[baseline]
+            for key in DIFFERENCES:
+                x, y = _values(r[key] for r in rs), _values(r[key] for r in base)
+                row[f"{key}_minus_{baseline}"] = statistics.welch_interval(x, y).as_dict()
+            x, y = _values(r["late"] for r in rs), _values(r["late"] for r in base)
+            row[f"p_late_above_{baseline}"] = {
+                **statistics.probability_of_improvement_interval(x, y).as_dict(),
+                "mann_whitney": statistics.mann_whitney(x, y, alternative="greater").as_dict()}
     return table
 
 
-def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = BASELINES) -> list[str]:
+# ---------------------------------------------------------------------------------------------------------------------
+# markdown
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def fmt_ci(d: Optional[dict], digits: int = 2) -> str:
+    """'1.64 [1.18, 2.10]'; the estimate alone where there is no interval; '-' without an estimate."""
+    if not d or d.get("estimate") is None:
+        return "-"
+    lo, hi = d.get("ci") or (None, None)
+    if lo is None or hi is None:
+        return f"{d['estimate']:.{digits}f}"
+    return f"{d['estimate']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def fmt_p(d: Optional[dict]) -> str:
+    """P(late > baseline) [interval], or '1.00 (every pair)' / '0.00 (no pair)' where no bootstrap interval exists."""
+    if not d or d.get("estimate") is None:
+        return "-"
+    if d["ci"][0] is not None:
+        return fmt_ci(d)
+    note = {1.0: "every pair", 0.0: "no pair"}.get(d["estimate"], "no interval")
+    return f"{d['estimate']:.2f} ({note})"
+
+
+def fmt_mw(d: Optional[dict]) -> str:
+    p = (d or {}).get("mann_whitney", {}).get("p")
+    return "-" if p is None else f"{p:.3f}"
+
+
+def marks(labels: dict) -> dict[str, str]:
+    """method -> its marks (' †', ' ‡', ' †‡')."""
+    out: dict[str, str] = {}
+    for item in labels.get("post_hoc", []):
+        out[item["label"]] = out.get(item["label"], "") + POST_HOC_MARK
+    for item in labels.get("defaults_chosen_here", []):
+        out[item["label"]] = out.get(item["label"], "") + CHOSEN_MARK
+    return {m: f" {s}" for m, s in out.items()}
+
+
+def footnotes(labels: dict, methods: Sequence[str]) -> list[str]:
+    lines = []
+    post = [i for i in labels.get("post_hoc", []) if i["label"] in methods]
+    if post:
+        lines += ["", f"{POST_HOC_MARK} Post hoc: added to the experiment after its first results, not part of the "
+                  "design fixed before the first run:"]
+        lines += [f"- {i['label']}" + (f" (added at {i['added']})" if i.get("added") else "") +
+                  (f": {i['reason']}" if i.get("reason") else "") for i in post]
+    chosen = [i for i in labels.get("defaults_chosen_here", []) if i["label"] in methods]
+    if chosen:
+        lines += ["", f"{CHOSEN_MARK} A flag's default chosen from this experiment's results, on the seeds reported "
+                  "here (no separate tuning seeds): the arm's numbers are those of the best of the values run, so they "
+                  "overstate what the default gives on a new task or new seeds:"]
+        lines += [f"- `--{i['flag']}` = {i.get('value')} ({i['label']}" + (f", set at {i['set']}" if i.get("set")
+                                                                           else "") + ")" +
+                  (f": {i['reason']}" if i.get("reason") else "") for i in chosen]
+    return lines
+
+
+def smallest_p(seeds: Sequence[int]) -> str:
+    """'; with 5 seeds each the smallest possible is 1/252 = 0.004' (one seed count for every method), else ''."""
+    if len(seeds) != 1 or seeds[0] < 2:
+        return ""
+    k = math.comb(2 * seeds[0], seeds[0])
+    return f"; with {seeds[0]} seeds each the smallest possible is 1/{k} = {1 / k:.3f}"
+
+
+def markdown(table: dict, runs: list[dict], early: int, late: int, labels: Optional[dict] = None,
+             baselines: tuple[str, ...] = BASELINES, source: Optional[list[str]] = None) -> list[str]:
+    labels = labels or {}
+    mark = marks(labels)
     n_regimes = max((len(r["regimes"]) for r in runs), default=0)
     baselines = tuple(b for b in baselines if b in table)
-    versus = "".join(f" late - {b} | P(late > {b}) |" for b in baselines)
-    lines = [f"Regime return = mean training-episode return over a regime's visit; early = regimes 1-{args.early}, "
-             f"late = regimes {n_regimes - args.late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
-             f"regimes learned worse). Mean over seeds [95% percentile-bootstrap CI]. Against PPO_fresh (a fresh "
-             f"network every regime): a late return at or above it means the method learns the late regimes as "
-             f"well as from scratch.", "",
-             f"Collapsed = share of updates with policy entropy < {COLLAPSED_ENTROPY} nats.", "",
-             *provenance_lines(provenance((r["run"], r.get("starts", [])) for r in runs)), "",
+    versus = "".join(f" late - {b} | P(late > {b}) | p |" for b in baselines)
+    seeds = sorted({row["n"] for row in table.values()})
+    lines = [f"Regime return = mean training-episode return over a regime's visit; early = regimes 1-{early}, "
+             f"late = regimes {n_regimes - late + 1}-{n_regimes} of {n_regimes}; drop = early - late (> 0: late "
+             f"regimes learned worse).", "",
+             f"Statistics ({'/'.join(map(str, seeds))} seeds per method; the seed is the unit): cells are the mean "
+             "over seeds [95% Student-t interval, mean +- t(0.975, n-1) sd / sqrt(n)]. late - B: the difference of "
+             "the means [95% Welch interval]. P(late > B): the probability that a run of the method has a higher "
+             "late return than a run of B (rliable's probability of improvement) [95% run-level BCa bootstrap "
+             f"interval, {statistics.RESAMPLES:,} resamples; 'every pair' / 'no pair' where every run of one is above "
+             "every run of the other, so that every resample gives the same value and there is no interval]; p: "
+             "the exact one-sided Mann-Whitney p-value of the same comparison (H1: the method's late returns are "
+             f"higher{smallest_p(seeds)}). Against PPO_fresh (a fresh network every "
+             "regime): a late return at or above it means the method learns the late regimes as well as from "
+             "scratch. The comparisons with PPO_fresh were added when PPO and PPO_fresh had finished and 2 remedy "
+             "runs.", "",
+             f"Collapsed = share of updates with policy entropy < {COLLAPSED_ENTROPY} nats (a share, so its t "
+             "interval can reach below 0).", "",
+             *(source if source is not None else
+               provenance_lines(provenance((r["run"], r.get("starts", [])) for r in runs))), "",
              f"| method | seeds | early | late | drop | drop / early |{versus} "
              "collapsed | dormant (1st -> last switch) | eff. rank (1st -> last switch) | "
              "weight norm (1st -> last switch) |",
-             "|---" * (10 + 2 * len(baselines)) + "|"]
-    order = [b for b in baselines] + sorted(m for m in table if m not in baselines)
+             "|---" * (10 + 3 * len(baselines)) + "|"]
+    order = list(baselines) + sorted(m for m in table if m not in baselines)
 
     def arrow(row: dict, key: str, digits: int) -> str:
         a, b = row[f"{key}_first_switch"], row[f"{key}_end"]
@@ -215,23 +407,33 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
     for method in order:
         row = table[method]
         cells = "".join(f" {fmt_ci(row[f'late_minus_{b}']) if f'late_minus_{b}' in row else ''} |"
-                        f" {fmt_ci(row[f'p_late_above_{b}'], 2) if f'p_late_above_{b}' in row else ''} |"
+                        f" {fmt_p(row[f'p_late_above_{b}']) if f'p_late_above_{b}' in row else ''} |"
+                        f" {fmt_mw(row[f'p_late_above_{b}']) if f'p_late_above_{b}' in row else ''} |"
                         for b in baselines)
-        lines.append(f"| {method} | {row['n']} | {fmt_ci(row['early'])} | {fmt_ci(row['late'])} | "
-                     f"{fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'], 2)} |{cells} "
-                     f"{fmt_ci(row['collapsed'], 2)} | {arrow(row, 'dormant', 3)} | "
+        lines.append(f"| {method}{mark.get(method, '')} | {row['n']} | {fmt_ci(row['early'])} | "
+                     f"{fmt_ci(row['late'])} | {fmt_ci(row['drop'])} | {fmt_ci(row['relative_drop'])} |{cells} "
+                     f"{fmt_ci(row['collapsed'])} | {arrow(row, 'dormant', 3)} | "
                      f"{arrow(row, 'effective_rank', 1)} | {arrow(row, 'weight_norm', 1)} |")
+    lines += footnotes(labels, order)
     fresh = "PPO_fresh" if "PPO_fresh" in baselines else None
+    lines += ["", "End of a regime: the mean return of the episodes ending in the last quarter of each visit, early "
+              "and late regimes [95% t interval].", "",
+              "| method | early, last quarter | late, last quarter |", "|---|---|---|"]
+    for method in order:
+        row = table[method]
+        lines.append(f"| {method}{mark.get(method, '')} | {fmt_ci(row['early_final_quarter'], 1)} | "
+                     f"{fmt_ci(row['late_final_quarter'], 1)} |")
     lines += ["", f"Sensitivity to the regime return's weighting (added after PPO and PPO_fresh ran): an episode average "
               f"counts the many short episodes of a regime's failing start more than the few long ones that follow; "
-              f"the time average is the mean over {TIME_BINS} equal parts of the visit of the episodes ending in each.",
+              f"the time average is the mean over {TIME_BINS} equal parts of the visit of the episodes ending in each. "
+              "Means [95% t interval]; the difference [95% Welch interval].",
               "", "| method | drop (episode average) | drop (time average) | late (time average) |" +
               (" late - PPO_fresh (time average) |" if fresh else ""),
               "|---|---|---|---|" + ("---|" if fresh else "")]
     for method in order:
         row = table[method]
         cell = f" {fmt_ci(row['late_time_average_minus_PPO_fresh'])} |" if fresh and method != fresh else " |"
-        lines.append(f"| {method} | {fmt_ci(row['drop'])} | {fmt_ci(row['drop_time_average'])} | "
+        lines.append(f"| {method}{mark.get(method, '')} | {fmt_ci(row['drop'])} | {fmt_ci(row['drop_time_average'])} | "
                      f"{fmt_ci(row['late_time_average'])} |" + (cell if fresh else ""))
     trac = [m for m in order if "trac_scale_end_median" in table[m]]
     if trac:
@@ -243,8 +445,8 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
                   "|---" * (n + 2) + "|"]
         for m in trac:
             row = table[m]
-            lines.append(f"| {m} | " + " | ".join(f"{x:.3g}" for x in row["trac_scale_end_median"]) + " | "
-                         + ", ".join(f"{x:.2f}" for x in row["trac_scale_zero"]) + " |")
+            lines.append(f"| {m}{mark.get(m, '')} | " + " | ".join(f"{x:.3g}" for x in row["trac_scale_end_median"])
+                         + " | " + ", ".join(f"{x:.2f}" for x in row["trac_scale_zero"]) + " |")
     running = [r for r in runs if not r["done"]]
     if running:
         lines += ["", "Not finished (left out): " + ", ".join(f"{r['run']} (at {r['steps']:,} of {r['total']:,})"
@@ -252,22 +454,28 @@ def markdown(table: dict, runs: list[dict], args, baselines: tuple[str, ...] = B
     return lines
 
 
-def plots(table: dict, runs: list[dict], out: str, args) -> None:
+# ---------------------------------------------------------------------------------------------------------------------
+# figures
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def plots(table: dict, runs: list[dict], out: str, early: int, late: int, labels: Optional[dict] = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in runs if r["done"]]
+    mark = marks(labels or {})
+    done = [r for r in runs if r["done"] and r["method"] in table]
     methods = sorted({r["method"] for r in done}, key=lambda m: (m not in BASELINES, BASELINES.index(m)
                                                                   if m in BASELINES else 0, m))
 
     def curve(method: str) -> tuple[np.ndarray, np.ndarray, list]:
         rows = np.array([[np.nan if x is None else x for x in r["regimes"]] for r in done if r["method"] == method])
-        ci = [bootstrap_mean(rows[:, j].tolist()).get("ci95") or [np.nan, np.nan] for j in range(rows.shape[1])]
-        return np.arange(1, rows.shape[1] + 1), np.nanmean(rows, 0), ci
+        ci = [statistics.interval(_values(rows[:, j].tolist())) for j in range(rows.shape[1])]
+        return np.arange(1, rows.shape[1] + 1), np.nanmean(rows, 0), [[c.low, c.high] for c in ci]
 
-    # one panel per method, each beside the baselines: 14 curves on one axes cannot be read
+    # one panel per method, each beside the baselines: 18 curves on one axes cannot be read
     panels = [m for m in methods if m not in BASELINES] or methods[:1]
     ncols = min(4, len(panels))
     nrows = -(-len(panels) // ncols)
@@ -282,10 +490,10 @@ def plots(table: dict, runs: list[dict], out: str, args) -> None:
         x, mean, ci = curve(method)
         ax.plot(x, mean, marker="o", ms=3, lw=2, color="C0", label=method)
         ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color="C0", alpha=0.2)
-        ax.axvspan(0.5, args.early + 0.5, color="grey", alpha=0.08)
-        ax.axvspan(len(x) - args.late + 0.5, len(x) + 0.5, color="grey", alpha=0.08)
+        ax.axvspan(0.5, early + 0.5, color="grey", alpha=0.08)
+        ax.axvspan(len(x) - late + 0.5, len(x) + 0.5, color="grey", alpha=0.08)
         n = int((np.asarray([r["method"] for r in done]) == method).sum())
-        ax.set_title(f"{method} ({n} seeds)", fontsize=9)
+        ax.set_title(f"{method}{mark.get(method, '')} ({n} seeds)", fontsize=9)
         ax.legend(fontsize=6, loc="upper right")
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
@@ -293,19 +501,21 @@ def plots(table: dict, runs: list[dict], out: str, args) -> None:
         ax.set_xlabel("regime")
     for ax in axes[:, 0]:
         ax.set_ylabel("mean training return")
+    fig.suptitle(f"mean over seeds, band: 95% t interval; {POST_HOC_MARK} post hoc, {CHOSEN_MARK} default chosen "
+                 "here (report.md)", fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "regimes.png"), dpi=100)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(table)) + 1))
-    names = sorted(table, key=lambda m: table[m]["drop"]["mean"])
+    names = sorted(table, key=lambda m: table[m]["drop"]["estimate"])
     for i, m in enumerate(names):
         d = table[m]["drop"]
-        lo, hi = d["ci95"] or [d["mean"], d["mean"]]
-        ax.errorbar(d["mean"], i, xerr=[[d["mean"] - lo], [hi - d["mean"]]], fmt="o", capsize=3)
+        lo, hi = d["ci"] if d["ci"][0] is not None else (d["estimate"], d["estimate"])
+        ax.errorbar(d["estimate"], i, xerr=[[d["estimate"] - lo], [hi - d["estimate"]]], fmt="o", capsize=3)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("early - late regime return (95% bootstrap CI); > 0: loss of plasticity")
+    ax.set_yticks(range(len(names)), [f"{m}{mark.get(m, '')}" for m in names])
+    ax.set_xlabel("early - late regime return (mean, 95% t interval); > 0: loss of plasticity")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "drop.png"), dpi=100)
     plt.close(fig)
@@ -319,10 +529,10 @@ def plots(table: dict, runs: list[dict], out: str, args) -> None:
         steps = [d["step"] for d in rs[0]["diagnostics"][:k]]
         for ax, diag in zip(axes, DIAGNOSTICS):
             vals = np.array([[np.nan if d[diag] is None else d[diag] for d in r["diagnostics"][:k]] for r in rs])
-            ax.plot(np.asarray(steps) / 1e6, np.nanmean(vals, 0), marker=".", label=method)
+            ax.plot(np.asarray(steps) / 1e6, np.nanmean(vals, 0), marker=".", label=f"{method}{mark.get(method, '')}")
     for ax, title in zip(axes, ("dormant fraction (all hidden units)", "effective rank (penultimate features)",
                                 "weight norm")):
-        ax.set_title(title, fontsize=9)
+        ax.set_title(f"{title}, mean over seeds", fontsize=9)
         ax.set_xlabel("steps (M)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -330,39 +540,73 @@ def plots(table: dict, runs: list[dict], out: str, args) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
-    p.add_argument("--out", help="write report.md, report.json and the plots here")
-    p.add_argument("--early", type=int, default=3, help="regimes counted as early (the first N)")
-    p.add_argument("--late", type=int, default=5, help="regimes counted as late (the last N)")
-    args = p.parse_args()
-    if args.early < 1 or args.late < 1:
-        print("error: --early and --late must be at least 1", file=sys.stderr)
-        sys.exit(2)
-    runs_root = os.path.join(args.folder, "runs")
-    if not os.path.isdir(runs_root):
-        print(f"error: {args.folder}: no runs/ folder (is it an experiment folder?)", file=sys.stderr)
-        sys.exit(2)
-    runs = [s for s in (run_summary(os.path.join(runs_root, d), args.early, args.late)
-                        for d in sorted(os.listdir(runs_root))) if s]
-    if not runs:
-        print(f"error: {runs_root}: no run with training episodes yet", file=sys.stderr)
-        sys.exit(2)
+# ---------------------------------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def report(folder: Optional[str] = None, out: Optional[str] = None, early: Optional[int] = None,
+           late: Optional[int] = None, experiment: Optional[str] = None, from_report: Optional[str] = None,
+           figures: bool = True) -> dict:
+    """The report of an experiment folder, or (from_report) of a stored report.json's per-run records. early/late:
+    None = 3 and 5, or the stored report's. Returns the report.json content plus "markdown" (its lines)."""
+    if (folder is None) == (from_report is None):
+        raise UserError("plasticity: give an experiment FOLDER or --from-report REPORT_JSON (one of the two)")
+    stored: dict = {}
+    if from_report is not None:
+        stored = load_report(from_report)
+        stored_args = stored.get("args") or {}
+        early = stored_args.get("early", EARLY) if early is None else early
+        late = stored_args.get("late", LATE) if late is None else late
+        check_windows(early, late)
+        runs = stored["runs"]
+        if (early, late) != (stored_args.get("early"), stored_args.get("late")):
+            runs = [{**copy.deepcopy(r), **windows(r, early, late)} for r in runs]
+        name = os.path.basename(os.path.normpath(str(stored_args.get("folder") or from_report)))
+        experiment = experiment or (stored_args.get("experiment") if stored_args.get("experiment") and
+                                    os.path.isfile(stored_args["experiment"]) else None)
+        if experiment:
+            labels = read_labels(experiment)
+        else:
+            labels = {"experiment": stored_args.get("experiment"), "post_hoc": stored.get("post_hoc", []),
+                      "defaults_chosen_here": stored.get("defaults_chosen_here", [])}
+        source = [f"Computed from the {len(runs)} per-run records of `{from_report}` (`python -m continual.report "
+                  "plasticity --from-report`): every statistic here is computed from those records only, so the table "
+                  "is the one the experiment folder gives."
+                  + ("" if any(r.get("starts") for r in runs) else
+                     " The records keep no code revision (the raw runs are gone); bench/RESULTS.md names the "
+                     "revisions the runs used.")]
+        if any(r.get("starts") for r in runs):
+            source += provenance_lines(provenance((r["run"], r.get("starts", [])) for r in runs))
+    else:
+        early = EARLY if early is None else early
+        late = LATE if late is None else late
+        check_windows(early, late)
+        path = experiment or os.path.join(folder, "experiment.json")
+        labels = read_labels(path) if experiment or os.path.isfile(path) else {"experiment": None, "post_hoc": [],
+                                                                                 "defaults_chosen_here": []}
+        runs = load_folder(folder, early, late)
+        name = os.path.basename(os.path.normpath(folder))
+        source = None
     table = summarize(runs)
-    lines = markdown(table, runs, args)
-    print("\n".join(lines))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-            f.write(f"# Loss of plasticity on permuted MinAtar ({args.folder})\n\n" + "\n".join(lines) +
+    if not table:
+        raise UserError(f"{from_report or folder}: no finished run with {early} + {late} regimes")
+    lines = markdown(table, runs, early, late, labels, source=source)
+    args = {"folder": (stored.get("args") or {}).get("folder") if from_report else folder, "from_report": from_report,
+            "experiment": labels.get("experiment"), "early": early, "late": late, "out": out}
+    result = {"statistics": STATISTICS_TEXT, "args": args,
+              **({"source": {k: stored[k] for k in ("args", "machine", "source") if k in stored}} if from_report
+                 else {}),
+              "post_hoc": labels.get("post_hoc", []), "defaults_chosen_here": labels.get("defaults_chosen_here", []),
+              "table": table, "runs_sha256": runs_digest(runs), "runs": runs}
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# Loss of plasticity on permuted MinAtar ({name})\n\n" + "\n".join(lines) +
                     "\n\n![regime returns](regimes.png)\n\n![drop](drop.png)\n\n![diagnostics](diagnostics.png)\n")
-        with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
-            json.dump({"args": vars(args), "machine": {"cpu": common.cpu_model(), "load": common.loadavg()},
-                       "table": table, "runs": runs}, f, indent=1)
-        plots(table, runs, args.out, args)
-        print(f"report written to {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+        with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        if figures:
+            plots(table, runs, out, early, late, labels)
+    result["markdown"] = lines
+    return result
