@@ -429,9 +429,10 @@ def check_p_values(text: str, table: dict) -> int:
     """'P = x' is a probability of improvement of the table, 'p = x' an exact Mann-Whitney p-value of it."""
     poi = {f"{iv['estimate']:.2f}" for iv in _intervals(table) if iv["method"] == "BCa"}
     mw = {f"{row[k]['mann_whitney']['p']:.3f}" for row in table.values() for k in row if k.startswith("p_late_above")}
-    found = re.findall(r"\b([Pp]) = (\d\.\d+)", text)
-    for which, value in found:
-        assert value in (poi if which == "P" else mw), f"{which} = {value} is not in the report"
+    found = re.findall(r"\b([Pp]) = (\d\.\d+(?:(?:, | and )\d\.\d+)*)", text)
+    for which, values in found:
+        for value in re.findall(r"\d\.\d+", values):
+            assert value in (poi if which == "P" else mw), f"{which} = {value} is not in the report"
     return len(found)
 
 
@@ -447,12 +448,69 @@ def test_readme_plasticity_numbers_are_the_report(committed):
     assert "t interval" in bullet and "Welch" in bullet  # the interval methods named
     assert check_triples(bullet, table) >= 10 and check_p_values(bullet, table) >= 2
     # every other decimal number of the bullet is a number of the report at its printed precision
-    rest = re.sub(r"\b[Pp] = \d\.\d+", "", TRIPLE.sub("", bullet))
+    rest = re.sub(r"\b[Pp] = \d\.\d+(?:(?:, | and )\d\.\d+)*", "", TRIPLE.sub("", bullet))
     numbers = _numbers(table)
     allowed = {f"{COLLAPSED_ENTROPY}"}
-    for s in re.findall(r"(?<![\w.\-])\d+\.\d+", rest):
+    for s in re.findall(r"(?<![\w.])\d+\.\d+", rest):
         d = _decimals(s)
         assert s in allowed or any(f"{abs(x):.{d}f}" == s for x in numbers), f"README: {s} is not in report.json"
+
+
+def test_readme_plasticity_claims_are_the_report(committed):
+    """Each number of README's plasticity bullet, rendered from report.json where the bullet puts it."""
+    bullet = " ".join(section("README.md", "- **Loss of plasticity**", "\n- **").split())
+    t = committed["table"]
+
+    def c(method: str, key: str, sign: float = 1.0) -> str:
+        d = t[method][key]
+        lo, hi = sorted((sign * d["ci"][0], sign * d["ci"][1]))
+        return cell(sign * d["estimate"], lo, hi)
+
+    def mw(method: str, baseline: str = "PPO") -> str:
+        return f"{t[method][f'p_late_above_{baseline}']['mann_whitney']['p']:.3f}"
+
+    keep = ("PPO_LN", "PPO_Parseval", "PPO_NaP_torso", "PPO_L2Init_1e-4")
+    part = ("PPO_reset", "PPO_SP", "PPO_L2Init_1e-3", "PPO_ReDo")
+    not_restored = ("PPO_NSAdam", "PPO_CBP", "PPO_CBP_scaled", "PPO_TRAC", "PPO_TRAC_ref")
+    gaps = sorted(-t[m]["late_minus_PPO_fresh"]["estimate"] for m in keep)
+    expected = [
+        f"falls from {c('PPO', 'early')} in regimes 1-3 to {c('PPO', 'late')} in regimes 6-10. The drop is "
+        f"{c('PPO', 'drop')}",
+        f"every regime to {c('PPO_fresh', 'late')}: PPO's late regimes are {c('PPO_fresh', 'late_minus_PPO')} below it "
+        f"(p = {mw('PPO_fresh')},",
+        f"PPO reaches {t['PPO']['late_final_quarter']['estimate']:.1f} where a fresh network reaches "
+        f"{t['PPO_fresh']['late_final_quarter']['estimate']:.1f}",
+        "late " + ", ".join(c(m, "late") for m in keep[:3]) + f" and {c(keep[3], 'late')}",
+        f"(P = 1.00, p = {mw(keep[0])}) and {gaps[0]:.2f}-{gaps[-1]:.2f} below a fresh network",
+        f"(LayerNorm {c('PPO_LN', 'late_minus_PPO_fresh')}, L2 Init {c('PPO_L2Init_1e-4', 'late_minus_PPO_fresh')})",
+        f"(early {t['PPO_LN']['early']['estimate']:.2f} and {t['PPO_L2Init_1e-4']['early']['estimate']:.2f}, PPO's "
+        f"{t['PPO']['early']['estimate']:.2f}); Parseval and NaP do not ({t['PPO_Parseval']['early']['estimate']:.2f}, "
+        f"{t['PPO_NaP_torso']['early']['estimate']:.2f})",
+        "late " + ", ".join(f"{t[m]['late']['estimate']:.2f}" for m in part[:3]) +
+        f" and {t[part[3]]['late']['estimate']:.2f}, above PPO's with p = " + ", ".join(mw(m) for m in part[:3]) +
+        f" and {mw(part[3])}",
+        f"late returns {c('PPO_NSAdam', 'late')}, {c('PPO_CBP', 'late')} ({c('PPO_CBP_scaled', 'late')}), "
+        f"{c('PPO_TRAC', 'late')} and {c('PPO_TRAC_ref', 'late')}",
+        f"entropy < {COLLAPSED_ENTROPY} nats in {c('PPO_CReLU', 'collapsed')} of its updates",
+        f"late return, {c('PPO_CReLU', 'late')}, is below PPO's, though not significantly: "
+        f"{c('PPO_CReLU', 'late_minus_PPO')}",
+        f"learns no regime (late {c('PPO_L2Init', 'late')})",
+        f"did not learn at all (late {c('PPO_NaP', 'late')})",
+    ]
+    for text in expected:
+        assert text in bullet, f"README's plasticity bullet should say: {text}"
+    # the claims the numbers carry
+    for m in keep + part[:1] + part[2:3]:
+        assert t[m]["p_late_above_PPO"]["estimate"] == 1.0 and mw(m) == "0.004", m  # above PPO in every pair
+    for m in keep:
+        lo, hi = t[m]["late_minus_PPO_fresh"]["ci"]
+        assert m == "PPO_NaP_torso" or lo < 0 < hi, m  # "includes 0" (NaP's upper end is 0.00 at 2 digits)
+    for m in not_restored + ("PPO_CReLU",):
+        lo, hi = t[m]["late_minus_PPO"]["ci"]
+        assert lo < 0 < hi, m  # not different from PPO
+    assert {i["label"] for i in committed["post_hoc"]} == {"PPO_NaP_torso", "PPO_L2Init_1e-3", "PPO_L2Init_1e-4",
+                                                            "PPO_TRAC_ref"}
+    assert "chosen on these same 5 seeds" in bullet and "Post hoc" in bullet
 
 
 def test_results_plasticity_intervals_are_the_report(committed):
