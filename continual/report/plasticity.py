@@ -44,8 +44,10 @@ Statistics (continual.evaluation.statistics; the run, i.e. the seed, is the unit
 
 Labels (from the experiment file: --experiment, else the folder's experiment.json, else the one named in the stored
 report's args, else the stored report's own lists): "post_hoc" or "_post_hoc" lists the arms added after the first
-results ({label, reason, added}), marked † in every table and figure; "_defaults_chosen_here" lists flag defaults
-chosen from this experiment's results on its reporting seeds ({flag, value, label, set, reason}), marked ‡.
+results ({label, reason, added}: continual/launch/declarations.py's form; the launcher accepts "post_hoc" only where
+every entry has its own exp_name, which plasticity_minatar.json's entries do not), marked † in every table and
+figure; "_defaults_chosen_here" lists flag defaults chosen from this experiment's results on its reporting seeds
+({flag, value, label, set, reason}), marked ‡.
 
 Runs are grouped by method: the run directory name's "NNN_seed=S_<method>" or "NNN_<method>_seed=S" (the launcher's
 naming for a grid of seeds and named flag sets), else the config's architecture (+S&P). Unfinished runs are listed
@@ -77,6 +79,7 @@ from continual.evaluation.metrics import (
     provenance_lines,
 )
 from continual.io import jsonl_file
+from continual.launch.declarations import POST_HOC_MARK
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
 RUN_NAMES = (re.compile(r"^\d+_seed=(?P<seed>\d+)_(?P<method>.+)$"), re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$"))
@@ -84,7 +87,7 @@ DIAGNOSTICS = ("dormant", "effective_rank", "weight_norm")
 TIME_BINS = 10  # the time-average regime return: the mean over this many equal parts of a visit
 BASELINES = ("PPO", "PPO_fresh")  # plain PPO, and a fresh network every regime: the from-scratch level
 EARLY, LATE = 3, 5
-POST_HOC_MARK, CHOSEN_MARK = "\u2020", "\u2021"  # † and ‡
+CHOSEN_MARK = "\u2021"  # ‡ beside a default chosen here; † (POST_HOC_MARK) is the launcher's, beside a post-hoc arm
 # the per-run quantities that get a t interval per method
 QUANTITIES = ("early", "late", "drop", "relative_drop", "early_final_quarter", "late_final_quarter", "collapsed",
               "early_time_average", "late_time_average", "drop_time_average")
