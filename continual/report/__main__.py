@@ -2,7 +2,8 @@
 
 Kinds: forgetting (a task sequence: CORA's and Continual World's metrics, run-level statistics, the experiment's
 declarations), robustness (agents trained on curricula, evaluated at the end under a table of modifications; the
-seed project's table beside ours).
+seed project's table beside ours), plasticity (early against late regimes of a long sequence, against plain PPO and a
+fresh network; `plasticity --from-report report.json` rebuilds it from a stored report's per-run records).
 
 An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
 manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed.
@@ -14,35 +15,49 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from continual.errors import exit_on_user_error
+from continual.errors import UserError, exit_on_user_error
 from continual.launch.archive import check_manifest
-from continual.report import forgetting, robustness
+from continual.report import forgetting, plasticity, robustness
 
-KINDS = ("forgetting", "robustness")
+KINDS = ("forgetting", "robustness", "plasticity")
 
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m continual.report", description=__doc__.splitlines()[0])
     p.add_argument("kind", choices=KINDS)
-    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
+    p.add_argument("folder", nargs="?", help="the experiment folder (its runs/ holds one run directory per entry)")
     p.add_argument("--out", help="write report.md, report.json and the figures here")
     p.add_argument("--seed-table", default="freeway", help="robustness: the seed project's numbers to print beside "
                    "ours ('none' for none)")
-    p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply (default: the "
-                   "folder's experiment.json)")
+    p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply; plasticity: the "
+                   "experiment file whose post-hoc arms and chosen defaults are marked (default: the folder's "
+                   "experiment.json, or the one the stored report names)")
+    p.add_argument("--from-report", help="plasticity: rebuild the report from this report.json's per-run records "
+                   "instead of a folder")
+    p.add_argument("--early", type=int, help="plasticity: regimes counted as early (the first N; default 3, or the "
+                   "stored report's)")
+    p.add_argument("--late", type=int, help="plasticity: regimes counted as late (the last N; default 5, or the "
+                   "stored report's)")
     a = p.parse_args(argv)
-    check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
+    if a.kind != "plasticity":
+        if a.folder is None:
+            raise UserError(f"{a.kind}: give the experiment FOLDER")
+        for flag, value in (("--from-report", a.from_report), ("--early", a.early), ("--late", a.late)):
+            if value is not None:
+                raise UserError(f"{flag} is for the plasticity report, not {a.kind}")
+    if a.folder is not None:
+        check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
     if a.kind == "forgetting":
         result = forgetting.report(a.folder, a.out, experiment=a.experiment)
-        print("\n".join(result["markdown"]))
-        if a.out:
-            print(f"report written to {a.out}")
-    if a.kind == "robustness":
+    elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table)
-        print("\n".join(result["markdown"]))
-        if a.out:
-            print(f"report written to {a.out}")
+    else:
+        result = plasticity.report(a.folder, a.out, early=a.early, late=a.late, experiment=a.experiment,
+                                   from_report=a.from_report)
+    print("\n".join(result["markdown"]))
+    if a.out:
+        print(f"report written to {a.out}")
 
 
 if __name__ == "__main__":
