@@ -217,12 +217,15 @@ def train(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **k
 def evaluate(run_or_checkpoint: PathLike, *, modifications: Union[None, str, Sequence[str]] = None,
              episodes: int = 10, all_regimes: bool = False, greedy: bool = False, seed: int = 1,
              num_envs: Optional[int] = None, env_id: Optional[str] = None, backend: Optional[str] = None,
-             output: Optional[PathLike] = None, progress_bar: bool = False, cuda: bool = True):
+             max_episode_steps: Optional[int] = None, output: Optional[PathLike] = None, progress_bar: bool = False,
+             cuda: bool = True):
     """eval.py from Python: evaluate a run directory (its newest checkpoint), a checkpoint or a final policy file
     under `modifications` (default: the unmodified game; `all_regimes=True`: every regime of the curriculum),
-    `episodes` whole games each. Returns a pandas DataFrame, a row per modification, with columns modification,
-    episodes, mean, std, min, max, mean_length (+ success_rate, goal_distance for HER agents). Writes the same
-    CSV/JSON as eval.py (under <run>/eval/ unless `output`, a path without extension)."""
+    `episodes` whole games each (whatever cap the run trained with; `max_episode_steps`: cap them at this many agent
+    steps). Returns a pandas DataFrame, a row per modification, with columns modification, episodes, mean, std, min,
+    max, mean_length, max_episode_steps (the cap, None: whole games), capped (games the cap cut short) (+
+    success_rate, goal_distance for HER agents). Writes the same CSV/JSON as eval.py (under <run>/eval/ unless
+    `output`, a path without extension)."""
     import pandas as pd  # imported when used: the training CLI imports this module for `run`
 
     if not isinstance(run_or_checkpoint, (str, os.PathLike)):
@@ -230,12 +233,14 @@ def evaluate(run_or_checkpoint: PathLike, *, modifications: Union[None, str, Seq
                         f"checkpoints: call evaluate for each and pandas.concat the results)")
     if isinstance(modifications, str):
         modifications = [modifications]
-    for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs)):
+    for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs),
+                        ("max_episode_steps", max_episode_steps)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserError(f"{name}: expected an integer, got {value!r}")
     args = EvalArgs(agent_path=[os.fspath(run_or_checkpoint)],
                     modifs=None if modifications is None else [str(m) for m in modifications],
                     all_regimes=all_regimes, env_id=env_id, backend=backend, eval_episodes=episodes,
+                    eval_max_episode_steps=max_episode_steps,
                     num_envs=num_envs, greedy=greedy, seed=seed, progress_bar=progress_bar, cuda=cuda,
                     output=None if output is None else os.fspath(output))
     with _workers_skip_main("evaluate"):

@@ -218,10 +218,10 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
 
     out = str(tmp_path / "fw_eval")
     run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
-               "--eval_episodes", "2", "--output", out)
+               "--eval_episodes", "2", "--eval_max_episode_steps", "100", "--output", out)
     rows = json.load(open(out + ".json"))["results"]
     assert [r["modification"] for r in rows] == ["all_green_cars", "disable_cars"]
-    assert all(r["episodes"] == 2 and r["mean_length"] == 100 for r in rows)
+    assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
 
 
 def test_ppo_learns_cartpole(tmp_path):

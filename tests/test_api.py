@@ -206,7 +206,9 @@ def test_evaluate_returns_a_row_per_modification(two_task_run, tmp_path):
     run_dir = two_task_run[0]
     df = api.evaluate(run_dir, modifications=["", "gravity=15"], episodes=2, output=tmp_path / "ev")
     assert list(df["modification"]) == ["", "gravity=15"] and (df["episodes"] == 2).all()
-    assert ["modification", "episodes", "mean", "std", "min", "max", "mean_length"] == list(df.columns)
+    assert ["modification", "episodes", "mean", "std", "min", "max", "mean_length", "max_episode_steps",
+            "capped"] == list(df.columns)
+    assert df["max_episode_steps"].isna().all() and (df["capped"] == 0).all()  # whole games
     assert (tmp_path / "ev.csv").is_file()
     one = api.evaluate(run_dir / "ppo.cleanrl_model", modifications="length=0.8", episodes=1,
                        output=tmp_path / "one")

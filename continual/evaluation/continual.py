@@ -310,7 +310,8 @@ class ContinualEvaluator(Callback):
                              "episodes": row["episodes"], "mean": row["mean"], "std": row["std"],
                              "min": row["min"], "max": row["max"], "mean_length": row["mean_length"],
                              "seconds": round(secs, 3), "greedy": self.args.eval_greedy,
-                             "success_rate": row.get("success_rate", "")})
+                             "success_rate": row.get("success_rate", ""),
+                             "max_episode_steps": row.get("max_episode_steps") or "", "capped": row.get("capped", 0)})
         # the step's rows in one write: a full disk leaves the table as it was, never a torn row (StorageError)
         table = AppendFile(self.table_path, fault="write_eval_table")
         try:
@@ -322,7 +323,8 @@ class ContinualEvaluator(Callback):
             split = "curriculum" if m in self.curriculum else "heldout"
             her = {"success_rate": row["success_rate"]} if "success_rate" in row else {}
             logger.record("eval", step, modification=m, split=split, mean=row["mean"], std=row["std"],
-                          episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3), **her)
+                          episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3),
+                          max_episode_steps=row.get("max_episode_steps"), capped=row.get("capped", 0), **her)
             scalars[f"eval/{regime_slug(m)}"] = row["mean"]
             if her:
                 scalars[f"eval/success_rate/{regime_slug(m)}"] = row["success_rate"]
