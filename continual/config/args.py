@@ -1,7 +1,7 @@
 """The training `Args`: every flag of `continual_training_example.py` and of the agent scripts.
 
-One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); tyro accepts
-both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config.loading`), and the
+One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); --help writes
+them so, and tyro accepts both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config.loading`), and the
 curriculum keys `modification_factory` / `modification_factory_kwargs`, which are not flags.
 """
 

@@ -87,7 +87,10 @@ class EvalArgs:
     """set by main(): which of --her / --game_specific_goals were typed, so that only those are checked"""
 
 
-def load_policy(state: dict, obs_space, action_space, device: torch.device, agent_module: AgentLookup):
+def load_policy(state: dict, obs_space, action_space, device: torch.device, agent_module: AgentLookup,
+                env: Optional[tuple[str, str]] = None):
+    """The checkpoint's policy network for these spaces; `env`: (env_id, backend) being evaluated, named with the
+    trained one when the weights do not fit."""
     train_args = args_from_dict(state["args"])
     module = agent_module(state["architecture"])
     agent = module.make_agent(obs_space, action_space, train_args).to(device)
@@ -95,8 +98,17 @@ def load_policy(state: dict, obs_space, action_space, device: torch.device, agen
         restore_injection(agent, state["model"])  # --plasticity_injection: rebuild the injected heads first
         agent.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for this environment "
-                        f"({str(e).splitlines()[0]})") from None
+        trained = f"{train_args.env_id} ({train_args.backend})"
+        here = f"{env[0]} ({env[1]})" if env is not None else "this environment"
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        # torch's first line is "Error(s) in loading state_dict for Agent:"; the first mismatch says more
+        why = lines[1] if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else type(e).__name__)
+        if env is not None and (env[0], env[1]) != (train_args.env_id, train_args.backend):
+            raise UserError(f"checkpoint weights do not fit: the {state['architecture']} agent was trained on {trained}"
+                            f", evaluated on {here}, whose observations or actions differ ({why}); evaluate on "
+                            f"{train_args.env_id} (drop --env_id/--backend) or a game with the same spaces") from None
+        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for {here}, trained on "
+                        f"{trained} ({why})") from None
     agent.eval()
     return agent
 
@@ -188,7 +200,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     bar = None
     try:
         # weights that do not fit this env are bad input: one line, before anything is printed
-        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module)
+        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module,
+                            env=(env_id, backend))
         print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
               + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
         bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
