@@ -53,7 +53,7 @@ def cartpole_run(tmp_path_factory):
 
 def test_cartpole_curriculum_run_directory(cartpole_run):
     run_dir, proc = cartpole_run
-    assert "resolved configuration" in proc.stdout
+    assert "PPO on CartPole-v1 (Gymnasium), seed 1" in proc.stdout and "resolved configuration" not in proc.stdout
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["modification_factory"] == "SequentialModificationFactory"
     assert config["num_envs"] == 2 and config["resolved_total_timesteps"] == 2048

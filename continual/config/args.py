@@ -43,6 +43,9 @@ class Args:
     """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
     resume: Optional[str] = None
     """continue a run from a checkpoint file or a run directory (its newest checkpoint)"""
+    verbose: bool = False
+    """print every setting at the start of the run (default: a short summary with the settings that differ from the
+    defaults; config.json in the run directory holds every setting either way)"""
 
     # --- environment -----------------------------------------------------------------------------------------------
     env_id: str = "ALE/Freeway-v5"
