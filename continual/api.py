@@ -37,6 +37,7 @@ from continual.errors import UserError
 from continual.evaluation.checkpoints import EvalArgs, evaluate_checkpoint
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, read_eval_table
 from continual.processes import MAIN_GUARD, importing_main_in_worker, unguarded_main_call, workers_skip_main
+from continual.training.session import resume_command
 from continual.training.startup import print_config
 from continual.training.tracking import read_metrics
 
@@ -198,7 +199,7 @@ def train(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **k
         if isinstance(e.code, int) and e.code > 128:
             where = os.path.join(resolved.runs_dir, resolved.run_name or "")
             raise KeyboardInterrupt(f"training stopped by signal {e.code - 128}; {where} holds an interrupted "
-                                    f"checkpoint") from None
+                                    f"checkpoint; continue it with `{resume_command(where)}`") from None
         raise
     finally:
         # the session binds SIGINT/SIGTERM to itself: a later Ctrl-C in the notebook must interrupt as usual

@@ -238,7 +238,8 @@ def test_ctrl_c_saves_an_interrupted_checkpoint_and_raises_keyboard_interrupt(tm
 
     thread = threading.Thread(target=press_ctrl_c_after_the_first_iteration, daemon=True)
     thread.start()
-    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint"):
+    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint; continue it with "
+                                                "`python continual_training_example.py --resume "):
         api.train(**CARTPOLE, runs_dir=str(tmp_path), run_name="cut", total_timesteps=100_000)
     thread.join()
     assert signal.getsignal(signal.SIGINT) is sigint
