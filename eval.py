@@ -7,7 +7,9 @@ config.json next to it describes the agent), a full checkpoint (`runs/<run>/chec
 directory (its newest checkpoint). The architecture, observation settings and environment come from the run;
 `--env_id` / `--backend` only change them when given, `--her` / `--game_specific_goals` are checked against it.
 Default: the unmodified game (or the `--modifs` given); `--all_regimes` evaluates every regime of the curriculum.
-Episodes are whole games (no life cuts). Writes CSV and JSON next to the run.
+Episodes are whole games (no life cuts, no step cap, whatever `--max_episode_steps` the agent was trained with, as the
+seed's eval.py); `--eval_max_episode_steps N` caps them, and every row says the cap and how many games it cut short.
+Writes CSV and JSON next to the run.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def matrix(args: EvalArgs) -> list[dict]:
         atomic_write_csv(output + ".csv", list(dict.fromkeys(k for r in rows for k in r)), rows)
         atomic_write_json(output + ".json", {"checkpoints": labels, "modifications": modifs, "mean": grid,
                                              "greedy": args.greedy, "seed": args.seed,
-                                             "eval_episodes": args.eval_episodes, "results": rows})
+                                             "eval_episodes": args.eval_episodes,
+                                             "max_episode_steps": args.eval_max_episode_steps, "results": rows})
     import numpy as np
 
     from continual.evaluation.plots import heatmap, regime_label

@@ -36,6 +36,8 @@ from continual.curricula import FACTORIES, ModificationFactory
 from continual.errors import UserError
 from continual.evaluation.checkpoints import EvalArgs, evaluate_checkpoint
 from continual.evaluation.table import COLUMNS, EVAL_TABLE, read_eval_table
+from continual.processes import MAIN_GUARD, importing_main_in_worker, unguarded_main_call, workers_skip_main
+from continual.training.session import resume_command
 from continual.training.startup import print_config
 from continual.training.tracking import read_metrics
 
@@ -49,6 +51,15 @@ CurriculumLike = Union[None, Curriculum, ModificationFactory, Sequence[Task], Ca
 # training
 # ---------------------------------------------------------------------------------------------------------------------
 
+
+def _workers_skip_main(function: str):
+    """Where a worker process would run the calling script again: a script's unguarded top-level call has its
+    workers start without that import (continual.processes); the same call reached again inside a worker (the
+    script imported some other way) is refused in one line."""
+    if importing_main_in_worker():
+        raise UserError(f"{function}() was called again inside a worker process that is importing your script; put "
+                        f"the script's calls under `{MAIN_GUARD}`")
+    return workers_skip_main(unguarded_main_call() is not None)
 
 
 def run(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
@@ -174,17 +185,21 @@ def train(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **k
     `--`: `architecture="DQN"`, `total_timesteps=50_000`, ...), plus `config="run_config.json"`; `curriculum`: see
     `as_curriculum`. Bad input raises `UserError` (one line) before anything is created. A run stopped by Ctrl-C
     saves an `interrupted__step<N>` checkpoint and raises KeyboardInterrupt; a run-stopping fault saves what it can
-    and raises `TrainingError`. Signal handlers and torch's thread count are given back as they were."""
+    and raises `TrainingError`. Signal handlers and torch's thread count are given back as they were. Called at the
+    top level of a script without `if __name__ == "__main__":`, its worker processes (Atari envs) start without
+    running the script again."""
+    workers = _workers_skip_main("train")
     resolved, spec = make_args(args, curriculum=curriculum, **kwargs)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     threads = torch.get_num_threads()
     try:
-        return pathlib.Path(run(resolved, spec))
+        with workers:
+            return pathlib.Path(run(resolved, spec))
     except SystemExit as e:  # the run's answer to SIGINT/SIGTERM (exit code 128 + signal) for the CLI
         if isinstance(e.code, int) and e.code > 128:
             where = os.path.join(resolved.runs_dir, resolved.run_name or "")
             raise KeyboardInterrupt(f"training stopped by signal {e.code - 128}; {where} holds an interrupted "
-                                    f"checkpoint") from None
+                                    f"checkpoint; continue it with `{resume_command(where)}`") from None
         raise
     finally:
         # the session binds SIGINT/SIGTERM to itself: a later Ctrl-C in the notebook must interrupt as usual
@@ -203,12 +218,15 @@ def train(args: Optional[Args] = None, *, curriculum: CurriculumLike = None, **k
 def evaluate(run_or_checkpoint: PathLike, *, modifications: Union[None, str, Sequence[str]] = None,
              episodes: int = 10, all_regimes: bool = False, greedy: bool = False, seed: int = 1,
              num_envs: Optional[int] = None, env_id: Optional[str] = None, backend: Optional[str] = None,
-             output: Optional[PathLike] = None, progress_bar: bool = False, cuda: bool = True):
+             max_episode_steps: Optional[int] = None, output: Optional[PathLike] = None, progress_bar: bool = False,
+             cuda: bool = True):
     """eval.py from Python: evaluate a run directory (its newest checkpoint), a checkpoint or a final policy file
     under `modifications` (default: the unmodified game; `all_regimes=True`: every regime of the curriculum),
-    `episodes` whole games each. Returns a pandas DataFrame, a row per modification, with columns modification,
-    episodes, mean, std, min, max, mean_length (+ success_rate, goal_distance for HER agents). Writes the same
-    CSV/JSON as eval.py (under <run>/eval/ unless `output`, a path without extension)."""
+    `episodes` whole games each (whatever cap the run trained with; `max_episode_steps`: cap them at this many agent
+    steps). Returns a pandas DataFrame, a row per modification, with columns modification, episodes, mean, std, min,
+    max, mean_length, max_episode_steps (the cap, None: whole games), capped (games the cap cut short) (+
+    success_rate, goal_distance for HER agents). Writes the same CSV/JSON as eval.py (under <run>/eval/ unless
+    `output`, a path without extension)."""
     import pandas as pd  # imported when used: the training CLI imports this module for `run`
 
     if not isinstance(run_or_checkpoint, (str, os.PathLike)):
@@ -216,15 +234,18 @@ def evaluate(run_or_checkpoint: PathLike, *, modifications: Union[None, str, Seq
                         f"checkpoints: call evaluate for each and pandas.concat the results)")
     if isinstance(modifications, str):
         modifications = [modifications]
-    for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs)):
+    for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs),
+                        ("max_episode_steps", max_episode_steps)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserError(f"{name}: expected an integer, got {value!r}")
     args = EvalArgs(agent_path=[os.fspath(run_or_checkpoint)],
                     modifs=None if modifications is None else [str(m) for m in modifications],
                     all_regimes=all_regimes, env_id=env_id, backend=backend, eval_episodes=episodes,
+                    eval_max_episode_steps=max_episode_steps,
                     num_envs=num_envs, greedy=greedy, seed=seed, progress_bar=progress_bar, cuda=cuda,
                     output=None if output is None else os.fspath(output))
-    return pd.DataFrame(evaluate_checkpoint(args, agent_module))
+    with _workers_skip_main("evaluate"):
+        return pd.DataFrame(evaluate_checkpoint(args, agent_module))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

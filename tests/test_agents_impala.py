@@ -141,7 +141,7 @@ def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
 
     out = str(tmp_path / "fw_eval")
     run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "all_green_cars", "--eval_episodes", "2",
-               "--num_envs", "2", "--output", out)
+               "--num_envs", "2", "--eval_max_episode_steps", "100", "--output", out)
     result = json.load(open(out + ".json"))
     assert result["architecture"] == "IMPALA" and result["global_step"] == 800
     assert [r["modification"] for r in result["results"]] == ["", "all_green_cars"]

@@ -53,7 +53,7 @@ def cartpole_run(tmp_path_factory):
 
 def test_cartpole_curriculum_run_directory(cartpole_run):
     run_dir, proc = cartpole_run
-    assert "resolved configuration" in proc.stdout
+    assert "PPO on CartPole-v1 (Gymnasium), seed 1" in proc.stdout and "resolved configuration" not in proc.stdout
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["modification_factory"] == "SequentialModificationFactory"
     assert config["num_envs"] == 2 and config["resolved_total_timesteps"] == 2048
@@ -218,10 +218,10 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
 
     out = str(tmp_path / "fw_eval")
     run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
-               "--eval_episodes", "2", "--output", out)
+               "--eval_episodes", "2", "--eval_max_episode_steps", "100", "--output", out)
     rows = json.load(open(out + ".json"))["results"]
     assert [r["modification"] for r in rows] == ["all_green_cars", "disable_cars"]
-    assert all(r["episodes"] == 2 and r["mean_length"] == 100 for r in rows)
+    assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
 
 
 def test_ppo_learns_cartpole(tmp_path):

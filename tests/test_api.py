@@ -26,8 +26,14 @@ CARTPOLE = dict(env_id="CartPole-v1", backend="Gymnasium", num_envs=2, num_steps
 
 
 def python_blocks(path: str) -> list[str]:
+    """The page's ```python blocks (a block with a title, ```python title="x.py", is a script of its own: below)."""
     with open(path) as f:
         return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+
+
+def script_block(path: str, name: str) -> str:
+    with open(path) as f:
+        return re.search(rf'```python title="{re.escape(name)}"\n(.*?)```', f.read(), re.S).group(1)
 
 
 def test_the_page_has_examples_for_every_function():
@@ -206,7 +212,9 @@ def test_evaluate_returns_a_row_per_modification(two_task_run, tmp_path):
     run_dir = two_task_run[0]
     df = api.evaluate(run_dir, modifications=["", "gravity=15"], episodes=2, output=tmp_path / "ev")
     assert list(df["modification"]) == ["", "gravity=15"] and (df["episodes"] == 2).all()
-    assert ["modification", "episodes", "mean", "std", "min", "max", "mean_length"] == list(df.columns)
+    assert ["modification", "episodes", "mean", "std", "min", "max", "mean_length", "max_episode_steps",
+            "capped"] == list(df.columns)
+    assert df["max_episode_steps"].isna().all() and (df["capped"] == 0).all()  # whole games
     assert (tmp_path / "ev.csv").is_file()
     one = api.evaluate(run_dir / "ppo.cleanrl_model", modifications="length=0.8", episodes=1,
                        output=tmp_path / "one")
@@ -236,10 +244,68 @@ def test_ctrl_c_saves_an_interrupted_checkpoint_and_raises_keyboard_interrupt(tm
 
     thread = threading.Thread(target=press_ctrl_c_after_the_first_iteration, daemon=True)
     thread.start()
-    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint"):
+    with pytest.raises(KeyboardInterrupt, match="holds an interrupted checkpoint; continue it with "
+                                                "`python continual_training_example.py --resume "):
         api.train(**CARTPOLE, runs_dir=str(tmp_path), run_name="cut", total_timesteps=100_000)
     thread.join()
     assert signal.getsignal(signal.SIGINT) is sigint
     names = os.listdir(tmp_path / "cut" / "checkpoints")
     assert any(n.startswith("interrupted__step") for n in names), names
     assert api.load_metrics(tmp_path / "cut")["global_step"].max() < 100_000
+
+
+def test_docs_atari_example_runs_as_a_plain_script(tmp_path):
+    """The page's Atari example, as written, without `if __name__ == "__main__":`: HackAtari Freeway's envs run in
+    worker processes (2 envs: async, training and evaluation), which must not run the script again; exit 0, three
+    rows of games capped at 100 steps, nothing about a bootstrapping phase."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("hackatari")
+    code = script_block(DOC, "freeway.py")
+    assert "__main__" not in code.replace('`if __name__ == "__main__":`', "")
+    (tmp_path / "freeway.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": ROOT, "WANDB_MODE": "offline"}
+    proc = subprocess.run([sys.executable, "freeway.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bootstrapping" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert os.listdir(tmp_path / "runs") == ["freeway_plain_script"]  # one run: no worker started another
+    table = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] in (["0"], ["1"], ["2"])]
+    assert [row[-3:] for row in table] == [["100.0", "100", "2"]] * 3, proc.stdout[-2000:]
+
+
+MAIN_CHECK = """
+import sys
+sys.path.insert(0, {root!r})
+from continual.processes import unguarded_main_call
+
+def call():
+    return unguarded_main_call()
+
+print("top", call())
+if __name__ == "__main__":
+    print("guarded", call())
+"""
+
+
+def test_an_unguarded_top_level_call_is_told_from_a_guarded_one(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "s.py"
+    script.write_text(MAIN_CHECK.format(root=ROOT))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
+    lines = dict(ln.split(" ", 1) for ln in out.splitlines())
+    assert lines["top"] == f"{script}:9" and lines["guarded"] == "None"
+    # interactive use (no main file): nothing to protect
+    proc = subprocess.run([sys.executable, "-c", MAIN_CHECK.format(root=ROOT)], capture_output=True, text=True,
+                          check=True)
+    assert proc.stdout.split() == ["top", "None", "guarded", "None"]
+
+
+def test_a_call_reached_again_inside_a_worker_is_one_line_naming_the_guard(monkeypatch, tmp_path):
+    monkeypatch.setattr(api, "importing_main_in_worker", lambda: True)
+    with pytest.raises(UserError, match='put the script\'s calls under `if __name__ == "__main__":`'):
+        api.train(**CARTPOLE, runs_dir=str(tmp_path), total_timesteps=128)
+    assert not os.listdir(tmp_path)

@@ -377,6 +377,13 @@ flags("injection-at-switches-without-switches", ("plasticity_injection", "never 
 # environments
 flags("env-bare-freeway-with-hackatari", ("env_id", "Freeway"), "--env_id", "Freeway", "--total_timesteps", "64",
       base=())
+# an id of another backend with the default one (HackAtari) or a wrong one: the message names the likely --backend
+flags("env-minatar-id-without-backend", ("env_id", "MinAtar/Breakout", "add --backend MinAtar"),
+      "--env_id", "MinAtar/Breakout", "--total_timesteps", "64", base=())
+flags("env-gym-id-without-backend", ("env_id", "CartPole-v1", "add --backend Gymnasium"),
+      "--env_id", "CartPole-v1", "--total_timesteps", "64", base=())
+flags("env-minatar-id-with-gymnasium", ("MinAtar/Breakout", "add --backend MinAtar"),
+      "--env_id", "MinAtar/Breakout", "--backend", "Gymnasium", "--total_timesteps", "64", base=())
 flags("env-unknown-ale-id", ("env_id", "NotAGame"), "--env_id", "ALE/NotAGame-v5", "--num_envs", "1",
       "--num_steps", "32", "--total_timesteps", "64", base=())
 flags("env-unknown-gym-id", ("env_id", "NotAnEnv-v0"), "--env_id", "NotAnEnv-v0", "--backend", "Gymnasium",
@@ -407,6 +414,9 @@ flags("cli-unknown-flag", "--num_env", "--num_env", "8")
 flags("cli-int-not-a-number", ("num", "abc"), "--num_envs", "abc")
 flags("cli-float-not-a-number", ("learning", "fast"), "--learning_rate", "fast")
 flags("cli-bool-flag-with-value", "yes", "--track", "yes")
+# the flag meant: a close name, and the switch's --no_ form for a value after a switch
+flags("cli-misspelt-flag-suggests", ("--lerning_rate", "did you mean --learning_rate?"), "--lerning_rate", "1e-3")
+flags("cli-switch-with-false-points-to-no", ("False", "--no_track"), "--track", "False")
 flags("cli-literal-lists-choices", ("architecture", "SAC", "IMPALA", "DQN"), "--architecture", "SAC")
 
 
@@ -590,8 +600,9 @@ evaluate("eval-num-envs-zero", "num_envs", _shared, "--num_envs", "0", ckpt=True
 evaluate("eval-unknown-backend", ("backend", "Gym"), _shared, "--backend", "Gym", ckpt=True)
 evaluate("eval-unknown-env-id", ("env_id", "NotAnEnv-v9"), _shared, "--env_id", "NotAnEnv-v9", ckpt=True)
 evaluate("eval-hackatari-backend-on-cartpole", "env_id", _shared, "--backend", "HackAtari", ckpt=True)
-evaluate("eval-weights-do-not-fit-env", "do not fit", _shared, "--env_id", "Acrobot-v1", "--eval_episodes", "1",
-         ckpt=True)
+evaluate("eval-weights-do-not-fit-env", ("do not fit", "trained on CartPole-v1", "evaluated on Acrobot-v1"), _shared,
+         "--env_id", "Acrobot-v1", "--eval_episodes", "1", ckpt=True)
+evaluate("eval-max-episode-steps-zero", "eval_max_episode_steps", _shared, "--eval_max_episode_steps", "0", ckpt=True)
 evaluate("eval-output-read-only", "not writable", _shared, ckpt=True, output=_read_only_output)
 evaluate("eval-output-under-a-file", "not writable", _shared, ckpt=True, output=_output_under_a_file)
 evaluate("eval-architecture-unknown", ("architecture", "NoSuchArch"),
@@ -623,11 +634,13 @@ CORE = {
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
     "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "batched-for-gymnasium", "removed-key-env-groups",
     "removed-flag-compile-in-config",
-    "cli-unknown-flag", "cli-literal-lists-choices",
+    "cli-unknown-flag", "cli-literal-lists-choices", "cli-misspelt-flag-suggests", "cli-switch-with-false-points-to-no",
+    "env-minatar-id-without-backend",
     "output-run-name-exists", "output-runs-dir-unwritable-for-root", "save-agent-wandb-without-track",
     # --resume and eval.py
     "resume-impala-run-with-the-ppo-file", "resume-missing-file", "resume-truncated-checkpoint", "resume-changes-num-envs", "eval-missing-checkpoint",
     "eval-unknown-modification", "eval-architecture-field-mismatch", "eval-missing-agent-path",
+    "eval-weights-do-not-fit-env",
 }
 assert CORE <= {c.id for c in CASES}, sorted(CORE - {c.id for c in CASES})
 for _c in CASES:

@@ -1,4 +1,5 @@
-"""--help is grouped by flag group, keeps the flat flag names, and never prints a default twice."""
+"""--help is grouped by flag group, keeps the flat flag names in the underscore form the docs write (dashed forms
+parse too), and never prints a default twice."""
 
 from __future__ import annotations
 
@@ -27,12 +28,27 @@ def panels(text: str) -> dict[str, str]:
 def test_training_help_is_grouped_with_flat_flags():
     found = panels(help_text("continual_training_example.py"))
     assert [p for p in found if p != "options"] == PANELS
-    where = {flag: name for name, body in found.items() for flag in re.findall(r"│ (--[a-z0-9-]+)", body)}
-    assert where["--learning-rate"] == "PPO" and where["--replacement-rate"] == "CBP" and where["--her"] == "HER"
-    assert where["--track"] == "tracking" and where["--capture-video"] == "tracking"
-    assert where["--eval-every"] == "evaluation" and where["--num-actors"] == "IMPALA" and where["--seed"] == "run"
-    assert where["--ewc-lambda"] == "EWC" and where["--clear-buffer-frames"] == "CLEAR" and where["--redo"] == "methods"
-    assert {f.name.replace("_", "-") for f in dataclasses.fields(Args)} == {f[2:] for f in where}
+    where = {flag: name for name, body in found.items() for flag in re.findall(r"│ (--[a-z0-9_]+)", body)}
+    assert where["--learning_rate"] == "PPO" and where["--replacement_rate"] == "CBP" and where["--her"] == "HER"
+    assert where["--track"] == "tracking" and where["--capture_video"] == "tracking"
+    assert where["--eval_every"] == "evaluation" and where["--num_actors"] == "IMPALA" and where["--seed"] == "run"
+    assert where["--ewc_lambda"] == "EWC" and where["--clear_buffer_frames"] == "CLEAR" and where["--redo"] == "methods"
+    assert {f.name for f in dataclasses.fields(Args)} == {f[2:] for f in where}
+
+
+def test_help_writes_flags_as_the_docs_do():
+    """`--help | grep -- --eval_every` finds the flag; a switch's negation is --no_<name>; no dashed form is shown."""
+    text = help_text("continual_training_example.py")
+    assert "--eval_every INT" in text and "--track, --no_track" in text and "--total_timesteps" in text
+    assert not re.search(r"--[a-z0-9]+-[a-z0-9-]+", text), re.findall(r"--[a-z0-9]+-[a-z0-9-]+", text)[:5]
+    assert "--eval_max_episode_steps" in help_text("eval.py")
+
+
+def test_dashed_and_underscore_spellings_both_parse():
+    """The seed's users type dashed flags (--total-timesteps, --no-progress-bar); the docs write underscores."""
+    a, _ = parse_args(["--total-timesteps", "64", "--no-progress-bar", "--eval-every", "32", "--no-anneal_lr"])
+    b, _ = parse_args(["--total_timesteps", "64", "--no_progress_bar", "--eval_every", "32", "--no-anneal-lr"])
+    assert a == b and (a.total_timesteps, a.progress_bar, a.eval_every, a.anneal_lr) == (64, False, 32, False)
 
 
 def test_no_default_printed_twice():

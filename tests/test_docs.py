@@ -75,3 +75,56 @@ def test_readme_and_results_links_point_at_files_and_headings_that_exist():
             assert os.path.exists(target), f"{name}: {path}"
             if anchor:
                 assert anchor in headings(target), f"{name}: {path}#{anchor}"
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_documented_numbers_have_one_source():
+    """Numbers the README and the docs both state agree with each other and with the file they come from: the test
+    suite's time, the forgetting and plasticity experiments' run counts (their experiment files), the README's
+    forgetting intervals and figure (the current report), and the evaluation page's account of run_config.json."""
+    import json
+
+    readme, experiments = flat(read("README.md")), flat(read("docs", "experiments.md"))
+    started, evaluation = flat(read("docs", "getting-started.md")), flat(read("docs", "evaluation.md"))
+    # the test suite's time
+    assert re.search(r"~(\d+) min on a 2-core CPU: CI took (\d+) min", readme).groups() == \
+        re.search(r"~(\d+) min on a 2-core CPU \(CI: (\d+) min", started).groups()
+    # the forgetting experiment: methods, configurations, references and runs, as its file expands
+    grid = json.load(open(os.path.join(ROOT, "configs", "experiments", "forgetting_minatar.json")))["grid"]
+    names, seeds = [f["name"] for f in grid["flags"]], len(grid["seed"])
+    configurations = [n for n in names if not n.startswith("reference_")]
+    references, runs = (len(names) - len(configurations)) * seeds, len(names) * seeds
+    for text in (readme, experiments):
+        assert f"8 methods ({len(configurations)} configurations with the EWC lambda sweeps and PPO_CBP's CNN " \
+               f"control) x" in text
+        assert f"+ {references} single-task references = {runs}" in text
+    assert f"experiment's {runs} runs" in experiments
+    grid = json.load(open(os.path.join(ROOT, "configs", "experiments", "plasticity_minatar.json")))["grid"]
+    methods, seeds = len(grid["flags"]), len(grid["seed"])
+    assert f"{methods} methods x {seeds} seeds" in readme
+    assert f"{methods} methods x seeds 1-{seeds} = {methods * seeds}" in experiments
+    # the README's forgetting result: its intervals are the current report's, its figure is from that report
+    part = readme.split("**Forgetting, and CORA's CLEAR result**")[1].split("**Loss of plasticity**")[0]
+    report_path = re.search(r"\]\((bench/results/[^)]*/report\.md)\)", part).group(1)
+    report = read(report_path).replace("+", "")
+    intervals = re.findall(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]", part)
+    assert len(intervals) >= 2
+    for interval in intervals:
+        assert interval.replace("+", "") in report, interval
+    figures = re.findall(r"!\[[^\]]*forgetting[^\]]*\]\(([^)]+)\)", read("README.md"))
+    assert figures and all(os.path.dirname(f) == os.path.dirname(report_path) for f in figures), figures
+    # the evaluation page and run_config.json (the default run)
+    from continual.config.loading import parse_args
+    from continual.training.startup import build_factory
+
+    config = json.load(open(os.path.join(ROOT, "run_config.json")))
+    args, curriculum = parse_args(["--config", os.path.join(ROOT, "run_config.json")])
+    regimes = len(build_factory(args, curriculum, args.rollout_size()).possible_modifications())
+    assert f"{config['max_episode_steps']} in `run_config.json`" in evaluation
+    assert f"caps training games at {config['max_episode_steps']} agent steps" in evaluation
+    assert f"one round of {regimes} regimes" in evaluation and f"({regimes} for `run_config.json`" in evaluation
+    assert f"evaluates {config['eval_episodes']} game per regime capped at {config['eval_max_episode_steps']} steps " \
+           f"every {config['eval_every']:,} steps" in evaluation

@@ -270,3 +270,21 @@ def test_evaluate_regimes_seeding_and_private_sampling():
         assert before[0] == after[0] and np.array_equal(before[1], after[1]) and torch.equal(before[2], after[2])
     finally:
         envs.close()
+
+
+def test_the_end_of_run_plasticity_hint_names_flags_the_training_scripts_take(monkeypatch, capsys):
+    """No visit measured plasticity: the line names --max_episode_steps (a training flag) and --plasticity_window only
+    with the metrics command that takes it (the training scripts reject it)."""
+    from continual.evaluation import continual as ceval
+
+    shown = []
+    monkeypatch.setattr(ceval.metrics, "print_run_table", lambda result: shown.append(result))
+    result = {"regimes": {}, "summary": {"plasticity_by_visit": {1: None, 2: None}, "plasticity": None}}
+    ceval.print_run_metrics(result, "runs/x")
+    out = capsys.readouterr().out
+    assert shown[0]["summary"]["plasticity_by_visit"] == {}  # the table prints no plasticity line of its own
+    assert "--max_episode_steps" in out and "python -m continual.evaluation.metrics runs/x --plasticity_window K" in out
+    assert "or set --plasticity_window" not in out
+    measured = {"regimes": {}, "summary": {"plasticity_by_visit": {1: 0.5}, "plasticity": 0.5}}
+    ceval.print_run_metrics(measured, "runs/x")
+    assert shown[1] is measured and capsys.readouterr().out == ""

@@ -77,3 +77,19 @@ def test_goal_env_rows_have_success_and_distance():
     assert reached["episodes"] == 6 and reached["success_rate"] == 1.0 and reached["goal_distance"] == 0.0
     # standing still never reaches a goal (a goal achieved at the start is drawn again)
     assert idle["success_rate"] == 0.0 and idle["goal_distance"] > 0.0
+
+
+def test_rows_say_whether_games_were_capped():
+    """A row names the envs' step cap (None: whole games) and how many games it cut short; a game the env itself
+    ends (CartPole's pole falling) is not counted."""
+    args = Args(env_id="CartPole-v1", backend="Gymnasium")
+    capped = make_vector_env(EnvSettings.from_args(args, episodic_life=False, max_episode_steps=5), 2, "", "sync")
+    whole = make_vector_env(EnvSettings.from_args(args, episodic_life=False), 2, "", "sync")
+    try:
+        cut = evaluate(left, capped, 4, CPU, seed=11).row()  # pushing left, the pole falls after 8-10 steps
+        full = evaluate(left, whole, 4, CPU, seed=11).row()
+    finally:
+        capped.close()
+        whole.close()
+    assert (cut["max_episode_steps"], cut["capped"], cut["mean_length"]) == (5, 4, 5.0)
+    assert full["max_episode_steps"] is None and full["capped"] == 0 and full["mean_length"] > 5

@@ -163,6 +163,7 @@ def test_eval_table_one_reader_for_training_metrics_and_plots(tmp_path):
     rows = table.read_eval_table(str(path))
     assert [(r["step"], r["episodes"], r["mean"], r["min"]) for r in rows] == [(0, 4, 1.5, 1.0), (8, 2, -1.0, -1.0)]
     assert math.isnan(rows[0]["success_rate"]) and rows[1]["success_rate"] == 0.5 and math.isnan(rows[1]["std"])
+    assert rows[0]["max_episode_steps"] is None and rows[0]["capped"] is None  # a table written before the columns
     std, games = plots._eval_std(str(tmp_path))
     assert std[("a b", 0)] == 0.5 and math.isnan(std[("", 8)]) and games == {2, 4}
     assert table.keep_rows_until(str(path), 0) == {0}

@@ -178,3 +178,35 @@ def test_effective_rank_on_known_matrices():
     diag = torch.diag(torch.tensor([3.0, 1.0]))
     p = torch.tensor([0.75, 0.25])
     assert effective_rank(diag) == pytest.approx(math.exp(-(p * p.log()).sum().item()))
+
+
+# --- a remedy that did nothing says so at the end of the run ---------------------------------------------------------
+
+def test_idle_remedies_name_what_did_nothing():
+    from continual.plasticity.diagnostics import idle_remedies
+
+    cbp = {"cbp.trackers.0.replaced": torch.tensor(0), "cbp.trackers.0.age": torch.full((4,), 160),
+           "cbp.trackers.0.to_replace": torch.tensor(0.24, dtype=torch.float64)}
+    args = Args(architecture="PPO_CBP", shrink_and_perturb=True, redo=True, redo_every=10_000)
+    notes = idle_remedies(args, {"model": cbp, "switches": 0, "global_step": 4096,
+                                 "plasticity_methods": {"redo_count": 0, "reset_count": 0, "inject_count": 0}})
+    assert len(notes) == 3
+    assert notes[0].startswith("CBP replaced 0 units in 160 optimizer updates") and "0.24 of a unit" in notes[0]
+    assert notes[1].startswith("--shrink_and_perturb did nothing: it acts at regime switches")
+    assert notes[2].startswith("--redo_every never came due")
+    # what acted says nothing
+    acted = {"cbp.trackers.0.replaced": torch.tensor(3), "cbp.trackers.0.age": torch.full((4,), 160)}
+    assert idle_remedies(args, {"model": acted, "switches": 2, "global_step": 4096,
+                                "plasticity_methods": {"redo_count": 1}}) == []
+    assert idle_remedies(Args(), {"model": {}, "switches": 0, "global_step": 64}) == []
+
+
+def test_a_ppo_cbp_run_that_replaced_nothing_says_so_in_one_line(tmp_path):
+    from conftest import run_script
+
+    proc = run_script("continual_training_example.py", "--architecture", "PPO_CBP", "--env_id", "CartPole-v1",
+                      "--backend", "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "128",
+                      "--shrink_and_perturb", "--runs_dir", str(tmp_path), "--no-progress-bar")
+    notes = [ln for ln in proc.stdout.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 2 and notes[0].startswith("note: CBP replaced 0 units in 16 optimizer updates"), notes  # 4 epochs x 4
+    assert "--shrink_and_perturb did nothing" in notes[1]

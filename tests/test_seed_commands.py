@@ -1,5 +1,6 @@
 """Every command of the seed project's README (hannah-sophie/continual_hackatari) runs here as written, with tiny
-budgets added (a few hundred steps, 2 envs, games capped at a few dozen steps, runs under a temporary folder).
+budgets added (a few hundred steps, 2 envs, games capped at a few dozen steps in training and evaluation, runs under a
+temporary folder).
 
 The seed's commands, in its README's order: train (`--config run_config.json --env_id ALE/Freeway-v5 --backend
 HackAtari --architecture PPO --track --capture_video`), its EpsCombined run_config.json example, a custom factory
@@ -25,6 +26,8 @@ pytest.importorskip("hackatari")
 
 TINY = ["--num_envs", "2", "--num_steps", "32", "--num_minibatches", "2", "--update_epochs", "1",
         "--max_episode_steps", "30", "--eval_every", "0", "--no-plots", "--no-progress-bar"]
+# eval.py plays whole games (~2,050 steps of Freeway) unless asked for a cap
+EVAL_TINY = ["--eval_max_episode_steps", "30"]
 
 # the seed README's run_config.json example, its steps scaled down
 SEED_EXAMPLE_CONFIG = {
@@ -179,10 +182,11 @@ def test_shrink_and_perturb_checkpoints_and_wandb_commands(tmp_path):
 
 def test_eval_command(base_run, tmp_path):
     """`python eval.py --agent_path runs/.../model.cleanrl_model --env_id ALE/Freeway-v5 --backend HackAtari
-    --eval_episodes 50 --capture_video` (2 games here; games are capped as in training)."""
+    --eval_episodes 50 --capture_video` (2 games here, capped at 30 steps by --eval_max_episode_steps)."""
     run_dir, _ = base_run
     out = str(tmp_path / "ev")
-    run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"), "--env_id", "ALE/Freeway-v5",
+    run_script("eval.py", *EVAL_TINY, "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"),
+               "--env_id", "ALE/Freeway-v5",
                "--backend", "HackAtari", "--eval_episodes", "2", "--capture_video", "--output", out)
     rows = json.load(open(out + ".json"))["results"]
     assert [r["modification"] for r in rows] == [""] and rows[0]["episodes"] == 2
@@ -192,7 +196,8 @@ def test_eval_command(base_run, tmp_path):
 def test_eval_under_a_modification_with_wandb(base_run, tmp_path):
     run_dir, _ = base_run
     out = str(tmp_path / "mod")
-    run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"), "--env_id", "ALE/Freeway-v5",
+    run_script("eval.py", *EVAL_TINY, "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"),
+               "--env_id", "ALE/Freeway-v5",
                "--backend", "HackAtari", "--modifs", "all_green_cars reverse_car_speed_top", "--eval_episodes", "1",
                "--track", "--wandb_project_name", "seed", "--wandb_dir", str(tmp_path), "--output", out)
     rows = json.load(open(out + ".json"))["results"]
@@ -204,7 +209,8 @@ def test_eval_attached_to_the_training_run(base_run, tmp_path):
     run_dir, _ = base_run
     wandb_id = os.path.basename(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))[0]).rsplit("-", 1)[1]
     out = str(tmp_path / "attached")
-    run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"), "--eval_episodes", "1",
+    run_script("eval.py", *EVAL_TINY, "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"),
+               "--eval_episodes", "1",
                "--track", "--wandb_run_id", wandb_id, "--wandb_dir", str(tmp_path), "--output", out)
     assert os.path.exists(out + ".json")
 
@@ -213,7 +219,8 @@ def test_eval_attached_to_the_training_run(base_run, tmp_path):
 def test_eval_her_command(her_run, tmp_path):
     run_dir, _ = her_run
     out = str(tmp_path / "her")
-    run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"), "--env_id", "ALE/Freeway-v5",
+    run_script("eval.py", *EVAL_TINY, "--agent_path", os.path.join(run_dir, "ppo.cleanrl_model"),
+               "--env_id", "ALE/Freeway-v5",
                "--backend", "HackAtari", "--her", "--game_specific_goals", "--eval_episodes", "1", "--output", out)
     result = json.load(open(out + ".json"))
     assert "success_rate" in result["results"][0] and result["her"]["game_specific_goals"] is True

@@ -110,3 +110,29 @@ def test_final_policy_without_its_config_is_a_clear_error(run, tmp_path):
     proc = run_script("eval.py", "--agent_path", str(lone), check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "plain state_dict" in proc.stderr and "config.json" in proc.stderr
+
+
+def test_eval_plays_whole_games_whatever_the_training_cap(tmp_path):
+    """The seed's eval.py plays whole games: a Freeway run trained with games capped at 512 steps is evaluated on
+    whole games (~2,050 agent steps) unless --eval_max_episode_steps asks for a cap; every row says which."""
+    pytest.importorskip("hackatari")
+    runs = str(tmp_path / "runs")
+    run_script("continual_training_example.py", "--env_id", "ALE/Freeway-v5", "--backend", "HackAtari",
+               "--num_envs", "1", "--num_steps", "32", "--num_minibatches", "1", "--update_epochs", "1",
+               "--total_timesteps", "32", "--max_episode_steps", "512", "--runs_dir", runs, "--run_name", "fw",
+               "--no-progress-bar")
+    agent = os.path.join(runs, "fw", "ppo.cleanrl_model")
+    whole = str(tmp_path / "whole")
+    proc = run_script("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--output", whole, "--no-progress-bar")
+    row = json.load(open(whole + ".json"))["results"][0]
+    assert row["mean_length"] > 2000 and row["max_episode_steps"] is None and row["capped"] == 0, row
+    assert "games: whole games" in proc.stdout
+    capped = str(tmp_path / "capped")
+    proc = run_script("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--eval_max_episode_steps", "100",
+                      "--output", capped, "--no-progress-bar")
+    result = json.load(open(capped + ".json"))
+    assert result["max_episode_steps"] == 100
+    assert {k: result["results"][0][k] for k in ("mean_length", "max_episode_steps", "capped")} == \
+        {"mean_length": 100, "max_episode_steps": 100, "capped": 1}
+    assert "games: capped at 100 agent steps" in proc.stdout and "1 of 1 games cut short" in proc.stdout
+    assert open(capped + ".csv").readline().strip().endswith("mean_length,max_episode_steps,capped")

@@ -145,10 +145,12 @@ def test_sigint_saves_a_checkpoint_and_exits(tmp_path, reference):
     while _iterations(os.path.join(runs, "int")) < 3 and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert glob.glob(os.path.join(runs, "int", "checkpoints", "interrupted__step*.cleanrl_model"))
     assert "Traceback" not in err
+    # the command that continues it
+    assert f"continue this run with: python continual_training_example.py --resume {runs}/int" in out, out
 
 
 class _Evil:

@@ -58,3 +58,53 @@ def test_retained_memory_keeps_a_minibatch_in_the_heap_across_frees():
     assert heap_after_free >= BATCH
     applied, *_ = probe("retain", {**env, "MALLOC_ARENA_MAX": "2"})
     assert applied == "False"
+
+
+# --- the start of a run: a short summary, every setting in config.json ---------------------------------------------
+
+def _cartpole(tmp, *flags: str) -> subprocess.CompletedProcess:
+    from conftest import run_script
+
+    return run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                      "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "100", "--runs_dir",
+                      str(tmp / "runs"), "--no-progress-bar", *flags)
+
+
+def test_a_run_starts_with_a_short_summary_and_keeps_every_setting_in_config_json(tmp_path):
+    """One iteration prints at most 30 lines (it printed 157 with every setting): the architecture, game, device in
+    use, the resolved length, the curriculum and the settings that differ from the defaults; no DQN, HER or EWC flag
+    of a PPO run. config.json holds every setting; --verbose prints them too."""
+    import json
+
+    import torch
+
+    proc = _cartpole(tmp_path, "--run_name", "quiet", "--learning_rate", "1e-3")
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 30, proc.stdout
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert lines[0] == f"PPO on CartPole-v1 (Gymnasium), seed 1, device {device}"
+    assert "steps: 128 (1 iteration of 128 steps, 2 envs)" in lines  # 100 asked, rounded up to one rollout
+    assert "learning_rate=0.001" in proc.stdout and "total_timesteps=100" in proc.stdout
+    for absent in ("buffer_size", "her_", "ewc", "cuda", "resolved configuration", "= None"):
+        assert absent not in proc.stdout, absent
+    config = json.load(open(tmp_path / "runs" / "quiet" / "config.json"))
+    assert config["learning_rate"] == 1e-3 and "buffer_size" in config and config["resolved_total_timesteps"] == 128
+
+    verbose = _cartpole(tmp_path, "--run_name", "loud", "--verbose").stdout
+    assert "resolved configuration:" in verbose and "buffer_size" in verbose
+    assert len(verbose.splitlines()) > len(config) - 5
+
+
+def test_the_summary_lists_what_differs_from_the_architectures_resolved_defaults():
+    from continual.config.loading import Curriculum
+    from continual.training.startup import parse_train_args, preflight, run_summary
+
+    args, curriculum, _ = parse_train_args(["--architecture", "DQN", "--env_id", "CartPole-v1", "--backend",
+                                            "Gymnasium", "--total_timesteps", "500", "--runs_dir", "/nonexistent/r"])
+    plan = preflight(args, curriculum)
+    text = "\n".join(run_summary(args, Curriculum(), plan))
+    # DQN's own defaults (1 env, lr 1e-4) and what the run resolves (exp_name, clip, reward scaling) are not news
+    for absent in ("num_envs", "learning_rate", "exp_name", "max_grad_norm", "reward_scaling", "run_name"):
+        assert absent not in text, absent
+    assert "total_timesteps=500" in text and "runs_dir='/nonexistent/r'" in text
+    assert "steps: 512 (4 iterations of 128 steps, 1 env)" in text

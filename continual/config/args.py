@@ -1,7 +1,7 @@
 """The training `Args`: every flag of `continual_training_example.py` and of the agent scripts.
 
-One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); tyro accepts
-both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config.loading`), and the
+One flat dataclass so that flags keep the seed project's names (`--env_id`, `--replacement_rate`, ...); --help writes
+them so, and tyro accepts both `--env_id` and `--env-id`. A `run_config.json` may set any field by name (see `continual.config.loading`), and the
 curriculum keys `modification_factory` / `modification_factory_kwargs`, which are not flags.
 """
 
@@ -43,6 +43,9 @@ class Args:
     """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
     resume: Optional[str] = None
     """continue a run from a checkpoint file or a run directory (its newest checkpoint)"""
+    verbose: bool = False
+    """print every setting at the start of the run (default: a short summary with the settings that differ from the
+    defaults; config.json in the run directory holds every setting either way)"""
 
     # --- environment -----------------------------------------------------------------------------------------------
     env_id: str = "ALE/Freeway-v5"

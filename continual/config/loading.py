@@ -200,13 +200,61 @@ def _tyro_error_line(text: str) -> str:
     return one_line(" ".join(body)) if body else one_line(sections[0][0])
 
 
+def _flags_of(cls: type) -> dict[str, Any]:
+    """The flags of a dataclass as tyro parses it here (nested dataclasses flattened, as OmitArgPrefixes makes
+    them): name -> type."""
+    out: dict[str, Any] = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        if name == "given_flags":  # eval.py's, suppressed
+            continue
+        if dataclasses.is_dataclass(tp):
+            out.update(_flags_of(tp))
+        else:
+            out[name] = tp
+    return out
+
+
+BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "0", "1")
+
+
+def flag_hints(cls: type, argv: Sequence[str], message: str) -> str:
+    """What tyro's "Unrecognized options" error leaves out: the flag meant by a misspelt one (`--lerning_rate` ->
+    `--learning_rate`), and that a switch takes no value (`--track False` -> `--no_track`)."""
+    if not message.startswith("Unrecognized options:"):
+        return ""
+    flags = _flags_of(cls)
+    switches = {name for name, tp in flags.items() if tp is bool}
+    names = sorted(flags) + [f"no_{name}" for name in sorted(switches)]
+    unknown = [t.strip() for t in message.split(":", 1)[1].split(",")]
+    hints, meant = [], []
+    for token in unknown:
+        if token.startswith("--"):
+            typed = token[2:].split("=", 1)[0].replace("-", "_")
+            close = difflib.get_close_matches(typed, names, n=1, cutoff=0.75)
+            if close:
+                meant.append((token, f"--{close[0]}"))
+        elif token.lower() in BOOL_WORDS:
+            i = argv.index(token) if token in argv else -1
+            before = argv[i - 1][2:].replace("-", "_") if i > 0 and argv[i - 1].startswith("--") else ""
+            if before in switches:
+                on = token.lower() in ("true", "yes", "on", "1")
+                hints.append(f"--{before} is a switch and takes no value: "
+                             + (f"--{before} turns it on" if on else f"--no_{before} turns it off"))
+    if len(meant) == 1:
+        hints.insert(0, f"did you mean {meant[0][1]}?")
+    elif meant:
+        hints.insert(0, "did you mean " + ", ".join(f"{flag} for {token}" for token, flag in meant) + "?")
+    return "; ".join(hints)
+
+
 def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str] = None) -> Any:
     """tyro.cli with errors turned into one-line UserErrors; --help prints normally."""
     if cls is Args:  # --help in panels (run, environment, PPO, ...) with the same flat flag names
         grouped = grouped_class()
         return from_grouped(cli(grouped, argv, to_grouped(default if default is not None else Args(), grouped),
                                 description))
-    kwargs: dict[str, Any] = {"args": list(argv), "description": description}
+    # --help in the underscore form the docs and configs write (--eval_every); --eval-every parses as well
+    kwargs: dict[str, Any] = {"args": list(argv), "description": description, "use_underscores": True}
     if default is not None:
         kwargs["default"] = default
     if any(a in ("-h", "--help") for a in argv):
@@ -219,7 +267,9 @@ def cli(cls: type, argv: Sequence[str], default: Any, description: Optional[str]
         if e.code in (0, None):
             sys.stdout.write(buf.getvalue())
             raise
-        raise UserError(_tyro_error_line(buf.getvalue())) from None
+        message = _tyro_error_line(buf.getvalue())
+        hint = flag_hints(cls, list(argv), message)
+        raise UserError(f"{message} ({hint})" if hint else message) from None
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> tuple[Args, Curriculum]:

@@ -7,7 +7,7 @@ import math
 
 from continual import specs
 from continual.config.args import Args
-from continual.envs.backends import validate_action_space
+from continual.envs.backends import backend_hint, validate_action_space
 from continual.envs.goals import make_goal_space
 from continual.envs.minihack import validate_obs_mode
 from continual.envs.vector import batched_blocker
@@ -94,7 +94,7 @@ def validate_args(args: Args) -> None:
     if args.backend in ("HackAtari", "OCAtari") and not args.env_id.startswith("ALE/"):
         raise UserError(
             f"env_id: {args.backend} needs a full ALE id such as 'ALE/Freeway-v5' (bare names select v4 dynamics), "
-            f"got {args.env_id!r}"
+            f"got {args.env_id!r}{backend_hint(args.backend, args.env_id)}"
         )
     validate_obs_mode(args.backend, args.obs_mode)
     if args.save_agent_wandb and not args.track:

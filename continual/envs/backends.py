@@ -82,6 +82,28 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/")
 
 
+def likely_backend(env_id: str) -> Optional[str]:
+    """The backend an env id belongs to, where its form says so (None: no guess): `MinAtar/<Game>`, `MiniHack-*`,
+    `ALE/<Game>-v5` (HackAtari), an id Gymnasium has registered."""
+    if env_id.startswith("MinAtar/"):
+        return "MinAtar"
+    if env_id.startswith("MiniHack-"):
+        return "MiniHack"
+    if is_atari(env_id):
+        return "HackAtari"
+    if ":" not in env_id and env_id in gym.registry:
+        return "Gymnasium"
+    return None
+
+
+def backend_hint(backend: str, env_id: str) -> str:
+    """'; <env id> is a <X> game: add --backend <X>' when the id looks like another backend's, else ''."""
+    other = likely_backend(env_id)
+    if other is None or other == backend or (other == "HackAtari" and backend == "OCAtari"):
+        return ""
+    return f"; {env_id!r} looks like a {other} env: add --backend {other}"
+
+
 def _import_ale() -> None:
     import ale_py
 
@@ -177,14 +199,18 @@ def gym_parameters(env_id: str) -> dict[str, str]:
 def validate_env_id(backend: str, env_id: str) -> None:
     if backend not in BACKENDS:
         raise UserError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "MinAtar":
-        minatar_actions(env_id)  # the game and the version
-        return
-    if backend == "MiniHack":
-        minihack.validate_env_id(env_id)
+    if backend in ("MinAtar", "MiniHack"):
+        try:
+            if backend == "MinAtar":
+                minatar_actions(env_id)  # the game and the version
+            else:
+                minihack.validate_env_id(env_id)
+        except UserError as e:
+            raise UserError(f"{e}{backend_hint(backend, env_id)}") from None
         return
     if backend in ("HackAtari", "OCAtari") and not is_atari(env_id):
-        raise UserError(f"env_id: {backend} needs a full ALE id such as 'ALE/Freeway-v5', got {env_id!r}")
+        raise UserError(f"env_id: {backend} needs a full ALE id such as 'ALE/Freeway-v5', got {env_id!r}"
+                        f"{backend_hint(backend, env_id)}")
     if is_atari(env_id):
         _import_ale()
     module, _, name = env_id.rpartition(":")
@@ -193,7 +219,8 @@ def validate_env_id(backend: str, env_id: str) -> None:
             importlib.import_module(module)
         gym.spec(name)
     except (gym.error.Error, ModuleNotFoundError) as e:
-        raise UserError(f"env_id: unknown environment {env_id!r} ({str(e).splitlines()[0]})") from None
+        raise UserError(f"env_id: unknown environment {env_id!r} ({str(e).splitlines()[0]})"
+                        f"{backend_hint(backend, env_id)}") from None
     if backend in ("HackAtari", "OCAtari"):
         from ocatari.core import AVAILABLE_GAMES
 

@@ -368,11 +368,13 @@ def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
 
 
 class ContinualVectorEnv(gym.vector.VectorWrapper):
-    """A vector env plus the current modification string and an in-place `switch`."""
+    """A vector env plus the current modification string, an in-place `switch`, and the step cap its games were
+    built with (`max_episode_steps`, None: whole games), which evaluation rows report."""
 
-    def __init__(self, env: gym.vector.VectorEnv, modification: str):
+    def __init__(self, env: gym.vector.VectorEnv, modification: str, max_episode_steps: Optional[int] = None):
         super().__init__(env)
         self.modification = normalize_modification(modification)
+        self.max_episode_steps = max_episode_steps
 
     def switch(self, modification: str, step: int = 0, seed: Optional[int] = None) -> tuple[np.ndarray, dict]:
         """Swap every env's modifications and reset them all; returns the new first observations.
@@ -460,7 +462,7 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str,
                                          autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    return ContinualVectorEnv(envs, modification)
+    return ContinualVectorEnv(envs, modification, settings.max_episode_steps)
 
 
 def episode_stats(infos: dict) -> list[tuple[int, float, int]]:

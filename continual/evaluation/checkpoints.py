@@ -12,7 +12,7 @@ import dataclasses
 import os
 import time
 from types import ModuleType
-from typing import Callable, Optional, Sequence
+from typing import Annotated, Callable, Optional, Sequence
 
 import torch
 import tyro
@@ -23,6 +23,7 @@ from continual.config.loading import args_from_dict
 from continual.envs.backends import task_compat, task_env_ids, validate_env_id, validate_modification
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
+from continual.evaluation.continual import single_torch_thread
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
 from continual.io import atomic_write_csv, atomic_write_json, storage_errors
 from continual.plasticity.injection import restore_injection
@@ -54,7 +55,10 @@ class EvalArgs:
     game_specific_goals: bool = False
     """the agent was trained with --game_specific_goals (checked against the run)"""
     eval_episodes: int = 10
-    """whole games per modification"""
+    """games per modification (whole games unless --eval_max_episode_steps)"""
+    eval_max_episode_steps: Annotated[Optional[int], tyro.conf.arg(aliases=("--max_episode_steps",))] = None
+    """cap every game at this many agent steps (a capped game counts as one; rows say how many were cut); unset:
+    whole games, whatever --max_episode_steps the agent was trained with"""
     num_envs: Optional[int] = None
     """parallel envs; unset: min(eval_episodes, 4)"""
     greedy: bool = False
@@ -83,7 +87,10 @@ class EvalArgs:
     """set by main(): which of --her / --game_specific_goals were typed, so that only those are checked"""
 
 
-def load_policy(state: dict, obs_space, action_space, device: torch.device, agent_module: AgentLookup):
+def load_policy(state: dict, obs_space, action_space, device: torch.device, agent_module: AgentLookup,
+                env: Optional[tuple[str, str]] = None):
+    """The checkpoint's policy network for these spaces; `env`: (env_id, backend) being evaluated, named with the
+    trained one when the weights do not fit."""
     train_args = args_from_dict(state["args"])
     module = agent_module(state["architecture"])
     agent = module.make_agent(obs_space, action_space, train_args).to(device)
@@ -91,17 +98,37 @@ def load_policy(state: dict, obs_space, action_space, device: torch.device, agen
         restore_injection(agent, state["model"])  # --plasticity_injection: rebuild the injected heads first
         agent.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for this environment "
-                        f"({str(e).splitlines()[0]})") from None
+        trained = f"{train_args.env_id} ({train_args.backend})"
+        here = f"{env[0]} ({env[1]})" if env is not None else "this environment"
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        # torch's first line is "Error(s) in loading state_dict for Agent:"; the first mismatch says more
+        why = lines[1] if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else type(e).__name__)
+        if env is not None and (env[0], env[1]) != (train_args.env_id, train_args.backend):
+            raise UserError(f"checkpoint weights do not fit: the {state['architecture']} agent was trained on {trained}"
+                            f", evaluated on {here}, whose observations or actions differ ({why}); evaluate on "
+                            f"{train_args.env_id} (drop --env_id/--backend) or a game with the same spaces") from None
+        raise UserError(f"checkpoint weights do not fit a {state['architecture']} agent for {here}, trained on "
+                        f"{trained} ({why})") from None
     agent.eval()
     return agent
 
 
 def print_table(rows: list[dict]) -> None:
     her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
-    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", *her],
+    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", "mean_length", *her],
                         [[r["modification"] or "(none)", r["episodes"],
-                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max", *her))] for r in rows])
+                          *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max")), f"{r['mean_length']:.1f}",
+                          *(f"{r[k]:.2f}" for k in her)] for r in rows])
+    print(cap_line(rows))
+
+
+def cap_line(rows: list[dict]) -> str:
+    """What the games were: whole, or capped (at what, and how many the cap cut short)."""
+    cap = rows[0].get("max_episode_steps") if rows else None
+    if cap is None:
+        return "games: whole games (no step cap; --eval_max_episode_steps N caps them)"
+    cut, total = sum(r.get("capped", 0) for r in rows), sum(r["episodes"] for r in rows)
+    return f"games: capped at {cap} agent steps (--eval_max_episode_steps); {cut} of {total} games cut short by the cap"
 
 
 def check_training_flags(args: EvalArgs, train_args, path: str) -> None:
@@ -129,6 +156,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
         raise UserError(f"eval_episodes: must be positive, got {args.eval_episodes}")
     if args.num_envs is not None and args.num_envs <= 0:
         raise UserError(f"num_envs: must be positive, got {args.num_envs}")
+    if args.eval_max_episode_steps is not None and args.eval_max_episode_steps <= 0:
+        raise UserError(f"eval_max_episode_steps: must be positive, got {args.eval_max_episode_steps}")
     state = load_policy_file(args.agent_path[0])
     if agent_module(state["architecture"]) is None:
         raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
@@ -158,6 +187,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     settings = EnvSettings.from_args(
         train_args, video_dir=output + "__videos" if args.capture_video else None,
         env_id=env_id, backend=backend, episodic_life=False,
+        # whole games unless a cap is asked for (the seed's eval.py): the training run's cap does not apply
+        max_episode_steps=args.eval_max_episode_steps,
         # a task sequence across games: the spaces the agent was trained with (and those of any game asked for)
         compat=compat, curriculum=state.get("regimes") or [train_args.modifs],
     )
@@ -169,20 +200,24 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     bar = None
     try:
         # weights that do not fit this env are bad input: one line, before anything is printed
-        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module)
+        agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module,
+                            env=(env_id, backend))
         print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
               + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
         bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
                    dynamic_ncols=True, mininterval=1.0)  # the ETA is the estimate of the time left
         act = agent_policy(agent, greedy=args.greedy)
-        for m in modifs:
-            bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
-            if m != envs.modification:
-                envs.switch(m)
-            # HER checkpoints play goal-conditioned with their goal setup; the row adds the success rate
-            result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
-                                          on_episode=lambda: bar.update(1))
-            rows.append(result.row())
+        # a few observations a step: one torch thread (a whole Freeway game took 26 s instead of 191 s on a loaded
+        # 2-core machine); the caller's thread count is restored (the Python API's notebook)
+        with single_torch_thread():
+            for m in modifs:
+                bar.set_postfix_str(f"modification={m or '(none)'}", refresh=False)
+                if m != envs.modification:
+                    envs.switch(m)
+                # HER checkpoints play goal-conditioned with their goal setup; the row adds the success rate
+                result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
+                                              on_episode=lambda: bar.update(1))
+                rows.append(result.row())
     finally:
         if bar is not None:
             bar.close()
@@ -190,7 +225,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
 
     print_table(rows)
     meta = {"checkpoint": state["path"], "architecture": state["architecture"], "global_step": state["global_step"],
-            "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed}
+            "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed,
+            "max_episode_steps": args.eval_max_episode_steps}
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
     with storage_errors(output + ".csv", hint=FREE_SPACE):

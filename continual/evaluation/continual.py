@@ -310,7 +310,8 @@ class ContinualEvaluator(Callback):
                              "episodes": row["episodes"], "mean": row["mean"], "std": row["std"],
                              "min": row["min"], "max": row["max"], "mean_length": row["mean_length"],
                              "seconds": round(secs, 3), "greedy": self.args.eval_greedy,
-                             "success_rate": row.get("success_rate", "")})
+                             "success_rate": row.get("success_rate", ""),
+                             "max_episode_steps": row.get("max_episode_steps") or "", "capped": row.get("capped", 0)})
         # the step's rows in one write: a full disk leaves the table as it was, never a torn row (StorageError)
         table = AppendFile(self.table_path, fault="write_eval_table")
         try:
@@ -322,7 +323,8 @@ class ContinualEvaluator(Callback):
             split = "curriculum" if m in self.curriculum else "heldout"
             her = {"success_rate": row["success_rate"]} if "success_rate" in row else {}
             logger.record("eval", step, modification=m, split=split, mean=row["mean"], std=row["std"],
-                          episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3), **her)
+                          episodes=row["episodes"], mean_length=row["mean_length"], seconds=round(secs, 3),
+                          max_episode_steps=row.get("max_episode_steps"), capped=row.get("capped", 0), **her)
             scalars[f"eval/{regime_slug(m)}"] = row["mean"]
             if her:
                 scalars[f"eval/success_rate/{regime_slug(m)}"] = row["success_rate"]
@@ -435,7 +437,7 @@ class ContinualEvaluator(Callback):
         if args.metrics and self.enabled:
             try:
                 result = metrics.compute_run_metrics(session.run_dir)
-                metrics.print_run_table(result)
+                print_run_metrics(result, session.run_dir)
                 session.logger.summary({f"final_metrics/{k}": v for k, v in result["summary"].items()
                                         if isinstance(v, (int, float))})
                 print(f"metrics: {os.path.join(session.run_dir, metrics.METRICS_FILE)}")
@@ -453,6 +455,20 @@ class ContinualEvaluator(Callback):
                                    for p in paths} | {"global_step": session.global_step})
             except Exception as e:  # noqa: BLE001
                 print(f"warning: plots could not be written:{_why(e)}", file=sys.stderr)
+
+
+def print_run_metrics(result: dict, run_dir: str) -> None:
+    """The metrics table at the end of a run. Where no visit could measure plasticity, the line says so with what a
+    training run can change (shorter games, longer visits) and the metrics command that takes a window
+    (`--plasticity_window` is a flag of `python -m continual.evaluation.metrics`, not of the training scripts)."""
+    gains = result.get("summary", {}).get("plasticity_by_visit")
+    if not (gains and all(g is None for g in gains.values())):
+        metrics.print_run_table(result)
+        return
+    metrics.print_run_table({**result, "summary": {**result["summary"], "plasticity_by_visit": {}}})
+    print("plasticity: no visit has training episodes in both halves of its window (games outlast the visits: "
+          "shorter games with --max_episode_steps, or longer visits); with a shorter window: "
+          f"python -m continual.evaluation.metrics {run_dir} --plasticity_window K")
 
 
 def _why(e: Exception) -> str:

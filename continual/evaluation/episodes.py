@@ -22,12 +22,15 @@ class EvalResult:
     lengths: list[int]
     successes: Optional[list[float]] = None  # goal envs only (nan: the episode reported no outcome)
     distances: Optional[list[float]] = None
+    max_episode_steps: Optional[int] = None  # the cap the games were played under (None: whole games)
+    capped: int = 0  # games cut short by that cap (a time-limit truncation, not the game's own end)
 
     def row(self) -> dict:
         r = np.asarray(self.returns, dtype=np.float64)
         row = {"modification": self.modification, "episodes": len(r), "mean": float(r.mean()),
                "std": float(r.std()), "min": float(r.min()), "max": float(r.max()),
-               "mean_length": float(np.mean(self.lengths))}
+               "mean_length": float(np.mean(self.lengths)), "max_episode_steps": self.max_episode_steps,
+               "capped": self.capped}
         if self.successes is not None:
             row["success_rate"] = float(np.nanmean(self.successes))
             row["goal_distance"] = float(np.nanmean(self.distances))
@@ -40,11 +43,12 @@ def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episode
              on_episode: Optional[Callable[[], None]] = None) -> EvalResult:
     """Run until every env has finished its quota of episodes (ceil(episodes / num_envs), the last ones trimmed),
     so short episodes are not over-represented. `act(obs)` maps a batch of observations to actions; on a goal env
-    it is called as `act(obs, goals)`. `on_episode` is called once per counted episode (a progress bar)."""
+    it is called as `act(obs, goals)`. `on_episode` is called once per counted episode (a progress bar). The result
+    carries the envs' step cap (`envs.max_episode_steps`) and how many games it cut short."""
     goal_env = isinstance(envs.single_observation_space, gym.spaces.Dict)
     n = envs.num_envs
     quota = [math.ceil(episodes / n) - (1 if i >= episodes % n and episodes % n else 0) for i in range(n)]
-    done_eps: list[list[tuple[float, int, float, float]]] = [[] for _ in range(n)]
+    done_eps: list[list[tuple[float, int, float, float, bool]]] = [[] for _ in range(n)]
     outcome: dict[int, tuple[float, float]] = {}
     obs, _ = envs.reset(seed=seed)
     steps = 0
@@ -54,20 +58,23 @@ def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episode
             actions = act(torch.as_tensor(obs["obs"], device=device), goals)
         else:
             actions = act(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
+        obs, _, terminations, truncations, infos = envs.step(actions.cpu().numpy())
         for i, ok, dist in episode_outcomes(infos):
             outcome[i] = (ok, dist)
         for i, ret, length in episode_stats(infos):
             if len(done_eps[i]) < quota[i]:
-                done_eps[i].append((ret, length, *outcome.pop(i, (math.nan, math.nan))))
+                cut = bool(truncations[i]) and not bool(terminations[i])
+                done_eps[i].append((ret, length, *outcome.pop(i, (math.nan, math.nan)), cut))
                 if on_episode is not None:
                     on_episode()
         steps += n
         if steps > max_steps:
             raise RuntimeError(f"evaluation did not finish {episodes} episodes within {max_steps} steps")
     flat = [e for d in done_eps for e in d]
+    cap = getattr(envs, "max_episode_steps", None)
     return EvalResult(envs.modification, [e[0] for e in flat], [e[1] for e in flat],
-                      [e[2] for e in flat] if goal_env else None, [e[3] for e in flat] if goal_env else None)
+                      [e[2] for e in flat] if goal_env else None, [e[3] for e in flat] if goal_env else None,
+                      max_episode_steps=cap, capped=sum(e[4] for e in flat) if cap is not None else 0)
 
 
 def agent_policy(agent: torch.nn.Module, greedy: bool = False) -> Callable[..., torch.Tensor]:

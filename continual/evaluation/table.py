@@ -11,8 +11,10 @@ from continual.io import atomic_write_csv, storage_errors
 
 EVAL_TABLE = "eval_table.csv"
 COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
-           "seconds", "greedy", "success_rate"]  # success_rate: HER agents only (share of games that reached the goal)
+           "seconds", "greedy", "success_rate",  # success_rate: HER agents only (share of games that reached the goal)
+           "max_episode_steps", "capped"]  # the games' step cap (empty: whole games) and how many it cut short
 FLOAT_COLUMNS = ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate")
+OPTIONAL_INT_COLUMNS = ("max_episode_steps", "capped")  # None where empty (whole games) or absent (older tables)
 
 
 def read_rows(path: str) -> list[dict[str, str]]:
@@ -23,12 +25,15 @@ def read_rows(path: str) -> list[dict[str, str]]:
 
 def read_eval_table(path: str) -> list[dict]:
     """The rows with step and episodes as int and the numeric columns as float (NaN where empty or absent, e.g.
-    success_rate of a non-HER agent, or a column an older table lacks)."""
+    success_rate of a non-HER agent, or a column an older table lacks); max_episode_steps and capped as int (None
+    where empty: whole games, or absent)."""
     rows: list[dict] = read_rows(path)
     for r in rows:
         r["step"] = int(r["step"])
         for k in FLOAT_COLUMNS:
             r[k] = float(r[k]) if r.get(k) not in (None, "") else float("nan")
+        for k in OPTIONAL_INT_COLUMNS:
+            r[k] = int(r[k]) if r.get(k) not in (None, "") else None
         r["episodes"] = int(r["episodes"])
     return rows
 

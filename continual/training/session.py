@@ -57,6 +57,13 @@ SESSION_KEYS = ("format_version", "library_version", "architecture", "args", "cu
 REQUIRED_STATE = ("model", "optimizer")
 
 
+def resume_command(run_dir: str) -> str:
+    """The command that continues a run from its newest checkpoint (any architecture)."""
+    import shlex
+
+    return f"python continual_training_example.py --resume {shlex.quote(run_dir)}"
+
+
 class StateRegistry:
     """The named pieces of state an agent registers: each is saved under its name in every checkpoint and, when the
     run resumes, loaded back at once from the checkpoint being resumed (`resume_state`)."""
@@ -262,6 +269,12 @@ class RunSession:
             policy = ckpt_lib.save_state_dict(ckpt_lib.final_policy_path(self.run_dir, self.args),
                                               self._last_payload["model"])
             print(f"model saved to {policy}")
+            from continual.plasticity.diagnostics import idle_remedies
+
+            for note in idle_remedies(self.args, self._last_payload):
+                print(f"note: {note}")
+        else:
+            print(f"continue this run with: {resume_command(self.run_dir)}", flush=True)
         return path
 
     # --- regimes -------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from continual.training.session import RunSession
 from continual.training.tracking import RunLogger, check_writable, create_run_dir, write_json
 
 # flags that may differ from the checkpoint's when resuming; the rest would change the run being continued
-RESUME_OVERRIDABLE = {"resume", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
+RESUME_OVERRIDABLE = {"resume", "verbose", "total_timesteps", "progress_bar", "track", "wandb_project_name", "wandb_entity",
                       "wandb_dir", "wandb_group", "wandb_tags", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
                       "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
@@ -408,15 +408,82 @@ def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict],
 
 
 def print_config(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> None:
-    """Validate everything `preflight` can (bad input stays one line, `error: ...`), then print the configuration."""
-    preflight(args, curriculum, resume_state)
-    items = args_to_dict(args)
-    width = max(map(len, items))
-    print("resolved configuration:")
-    for k, v in items.items():
-        print(f"  {k:<{width}} = {v!r}")
+    """Validate everything `preflight` can (bad input stays one line, `error: ...`), then print the start-of-run
+    summary (`run_summary`); with --verbose every setting first (config.json in the run directory holds them all
+    either way)."""
+    plan = preflight(args, curriculum, resume_state)
+    if args.verbose:
+        items = args_to_dict(args)
+        width = max(map(len, items))
+        print("resolved configuration:")
+        for k, v in items.items():
+            print(f"  {k:<{width}} = {v!r}")
+        if curriculum.factory:
+            print(f"  {'curriculum':<{width}} = {curriculum.factory}")
+    for line in run_summary(args, curriculum, plan, resume_state):
+        print(line)
+
+
+# set for every run by the library, not by the user: not listed among the settings that differ from the defaults
+SUMMARY_SKIPPED = ("run_name", "resume", "config", "verbose")
+
+
+def resolved_defaults(args: Args) -> Args:
+    """The settings this run would have with no flag and no config file but its architecture, game and backend,
+    resolved as a run resolves them (exp_name, reward scaling, observation mode, gradient clip)."""
+    from continual.config.args import default_args
+
+    ref = default_args(args.architecture)
+    ref.env_id, ref.backend = args.env_id, args.backend
+    ref.exp_name = ref.architecture.lower()
+    resolve_backend_defaults(ref)
+    ref.max_grad_norm = ref.grad_clip_norm()
+    return ref
+
+
+def _wrap(items: Sequence[str], indent: str = "  ", width: int = 110) -> list[str]:
+    lines, line = [], ""
+    for item in items:
+        if line and len(indent) + len(line) + 2 + len(item) > width:
+            lines.append(indent + line + ",")
+            line = item
+        else:
+            line = f"{line}, {item}" if line else item
+    return lines + ([indent + line] if line else [])
+
+
+def run_summary(args: Args, curriculum: Curriculum, plan: Plan, resume_state: Optional[dict] = None) -> list[str]:
+    """The start of a run in ~10 lines: what trains on what and where, how long, the curriculum, evaluation, and the
+    settings that differ from the architecture's defaults (config.json holds every setting; --verbose prints them)."""
+    device = "cuda" if torch.cuda.is_available() and args.cuda else "cpu"
+    granularity = granularity_of(args)
+    iterations = plan.total // granularity
+    out = [f"{args.architecture} on {args.env_id} ({args.backend}), seed {args.seed}, device {device}"
+           + (f", config {args.config}" if args.config else "")]
+    if resume_state is not None:
+        out.append(f"resuming {ckpt_lib.run_dir_of(resume_state['path'])} at step {resume_state['global_step']:,}")
+    out.append(f"steps: {plan.total:,} ({iterations:,} iteration{'s' * (iterations != 1)} of {granularity:,} steps, "
+               f"{args.num_envs} env{'s' * (args.num_envs != 1)})")
+    shown = [repr(r) if r else "'' (unmodified)" for r in plan.regimes[:4]]
+    more = f", ... ({len(plan.regimes)} in all)" if len(plan.regimes) > 4 else ""
     if curriculum.factory:
-        print(f"  {'curriculum':<{width}} = {curriculum.factory}")
+        out.append(f"curriculum: {curriculum.factory}, regimes {', '.join(shown)}{more}")
+    else:
+        out.append(f"curriculum: none, modifications {shown[0] if shown else repr(args.modifs)} throughout")
+    if args.eval_every > 0 or args.eval_at_switches:
+        when = ", ".join(w for w in (f"every {args.eval_every:,} steps" if args.eval_every else "",
+                                     "before every switch" if args.eval_at_switches else "") if w)
+        cap = args.eval_max_episode_steps or args.max_episode_steps
+        out.append(f"evaluation: {when}, {args.eval_episodes} game{'s' * (args.eval_episodes != 1)} per regime"
+                   + (f" capped at {cap} steps" if cap else " (whole games)"))
+    ref = resolved_defaults(args)
+    changed = [f"{f.name}={getattr(args, f.name)!r}" for f in dataclasses.fields(Args)
+               if f.name not in SUMMARY_SKIPPED and getattr(args, f.name) != getattr(ref, f.name)]
+    if changed:
+        out.append(f"settings that differ from {args.architecture}'s defaults:")
+        out += _wrap(changed)
+    out.append("every setting: config.json in the run directory (--verbose prints them here)")
+    return out
 
 
 @exit_on_user_error
