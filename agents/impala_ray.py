@@ -174,7 +174,12 @@ class RayActorFleet:
 
     def init_ray(self, object_store_bytes: int) -> None:
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # the actors import agents.* and the env modules as the learner does: the repository root and the learner's
+        # PYTHONPATH (the same paths on every node; Ray itself adds the working directory and the script's folder)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                      runtime_env={"env_vars": {"PYTHONPATH": path}})
         try:
             if self.args.ray_address:
                 ray.init(address=self.args.ray_address, **kwargs)
