@@ -4,19 +4,25 @@ Run it directly (`python agents/impala.py --config configs/impala_freeway.json`)
 `python continual_training_example.py --architecture IMPALA`. The learner reads top to bottom in `train()`:
 wait for `--batch_size` unrolls -> ask the curriculum -> V-trace -> one RMSprop step -> publish the weights.
 
-Design (MonoBeast-style, one machine):
+Design (MonoBeast-style, one machine; `--actor_backend ray` puts the actors on Ray, on this machine or a cluster,
+under the same learner: agents/impala_ray.py):
 - actors: `--num_actors` processes (forkserver, started once), each stepping `--num_envs / --num_actors` envs (a sync
-  vector env inside the actor process) with a CPU copy of the policy. An unroll is `--unroll_length` (T) steps of
-  every env of the actor: observations (T+1 rows, the last one bootstraps), actions, behaviour logits, raw and scaled
-  rewards, dones, the finished episodes, and the regime it came from (switch epoch and regime index);
+  vector env inside the actor process) with a CPU copy of the policy (`Unroller`, which the Ray actors run too). An
+  unroll is `--unroll_length` (T) steps of every env of the actor: observations (T+1 rows, the last one bootstraps),
+  actions, behaviour logits, raw and scaled rewards, dones, the finished episodes, the regime it came from (switch
+  epoch and regime index) and the version of the weights that played it (the learner's updates before them). The
+  learner talks to the actors through a fleet (`ActorFleet` here, `RayActorFleet` on Ray): start, publish, switch,
+  get_batch, close;
 - transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots, a few per actor); slot
   indices travel through one pipe per actor (a few bytes each): observations are never pickled. No lock, Event or
   Queue is shared with an actor (a SIGKILLed actor would hold it forever): each pipe has one writer per direction, the
   stop flag and the weight version are shared-memory tensors the learner alone writes, and every wait of the learner
   has a timeout and watches the actors' sentinels;
-- weights: after every update the learner copies its weights into a shared-memory model and bumps a version counter
-  (odd while writing); actors poll the counter at unroll boundaries and copy the weights when it changed, so they
-  never stop. The behaviour logits are recorded, so V-trace corrects whatever policy lag remains;
+- weights: after every update (every `--broadcast_interval` updates, and at every switch) the learner copies its
+  weights into a shared-memory model under a seqlock counter (odd while writing); actors poll the counter at unroll
+  boundaries and copy the weights when it changed, so they never stop. The behaviour logits are recorded, so V-trace
+  corrects whatever policy lag remains (`charts/policy_lag`: updates between the weights that played an unroll and
+  those that train on it);
 - curriculum: the learner's step count (env steps it consumed: batch_size * T * envs_per_actor per update) decides the
   regime. `session.maybe_switch(fleet)` calls `fleet.switch(new, step)`, which sends the new modification string
   through every actor's pipe; each actor switches its envs in place at its next unroll boundary. Unrolls of the

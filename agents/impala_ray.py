@@ -95,15 +95,17 @@ class RolloutActor:
         self.make_agent_path = make_agent_path
         self.unroller = None
         self.epoch: Optional[int] = None
-        self.version: Optional[int] = None
+        self.published: Optional[int] = None  # the learner's publication whose weights we hold
+        self.version: Optional[int] = None  # its version (the learner's updates before it)
         self.idle_since: Optional[float] = None
 
     def where(self) -> dict:
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
 
     def unroll(self, request: dict, weights: list) -> dict:
-        """`request`: version, epoch, regime, modification, switch_step, seed_step, scaler_row; `weights`: [the
-        object ref of the weights of that version] (in a list, so that Ray leaves it to us to fetch)."""
+        """`request`: published, version, epoch, regime, modification, switch_step, seed_step, scaler_row;
+        `weights`: [the object ref of the weights of that publication] (in a list: Ray leaves it to us to fetch, once
+        per publication)."""
         from agents import impala
 
         t0 = time.time()
@@ -119,12 +121,12 @@ class RolloutActor:
         elif request["epoch"] != self.epoch:
             self.unroller.switch(request["modification"], request["switch_step"])
             self.epoch = request["epoch"]
-        if request["version"] != self.version:
+        if request["published"] != self.published:
             state = ray.get(weights[0], timeout=GET_TIMEOUT_S)
             with torch.no_grad():
                 for k, t in self.unroller.weights.items():
                     t.copy_(torch.as_tensor(state[k]))
-            self.version = request["version"]
+            self.published, self.version = request["published"], request["version"]
         out = {k: torch.zeros(shape, dtype=dtype).numpy() for k, (shape, dtype) in self.specs.items()}
         n_eps, env_s = self.unroller.play(out)
         t2 = time.time()
@@ -159,7 +161,7 @@ class RayActorFleet:
         self.restarting: dict = {}  # actor -> (probe ref, since)
         self.last_progress = [time.time()] * self.A
         self.dropped = 0
-        self.weights_ref, self.version = None, None
+        self.weights_ref, self.version, self.published = None, None, 0
         self.stats = np.zeros((self.A, 3))
         self._last_stats = np.zeros((self.A, 3))
         self._last_unroll = time.time()
@@ -248,12 +250,13 @@ class RayActorFleet:
         if not (force or version % self.args.broadcast_interval == 0):
             return
         state = {k: t.detach().cpu().numpy().copy() for k, t in folded_state_dict(agent).items()}
-        self.weights_ref, self.version = ray.put(state), version
+        # a switch publishes the weights its hooks changed under the version of the last update: `published` counts
+        self.weights_ref, self.version, self.published = ray.put(state), version, self.published + 1
 
     # --- requests and results ------------------------------------------------------------------------------------
     def request(self, i: int) -> None:
         """One more unroll of actor i, with the newest published weights and the current regime."""
-        request = {"version": self.version, "epoch": self.epoch, "regime": self.session.regime_index(self.modification),
+        request = {"published": self.published, "version": self.version, "epoch": self.epoch, "regime": self.session.regime_index(self.modification),
                    "modification": self.modification, "switch_step": self.switch_step,
                    "seed_step": self.session.global_step + SEED_STRIDE * self.incarnation[i],
                    "scaler_row": self.scaler_rows[i]}
