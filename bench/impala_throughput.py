@@ -118,6 +118,12 @@ def steady(kind: str, run: dict, warmup_steps: int) -> dict:
     wall = its[-1]["time"] - its[w]["time"]
     out = {"sps": (its[-1]["global_step"] - its[w]["global_step"]) / wall, "iterations_measured": len(window),
            "wall_total_s": run["end"] - run["start"], "first_iteration_s": its[0]["time"] - run["start"]}
+    # CPU the run's processes used over the window (all of them: learner, actors, Ray's own), and everyone else's
+    samples = [x for x in run.get("cpu_samples", []) if x["t"] >= its[w]["time"] and x["t0"] <= its[-1]["time"]]
+    if samples:
+        out["cores_ours"] = sum(x["ours_cores"] for x in samples) / len(samples)
+        out["cores_foreign"] = sum(x["foreign_cores"] for x in samples) / len(samples)
+        out["cpu_ms_per_step"] = out["cores_ours"] / out["sps"] * 1e3
     if kind.startswith("ppo"):
         env, act, learn = (sum(num(it[f"time/{c}_s"]) for it in window) for c in ("env", "act", "learn"))
         out["share"] = {"env": env / wall, "act": act / wall, "learn": learn / wall}
@@ -152,9 +158,11 @@ def orchestrate(args: argparse.Namespace) -> dict:
                        "--num-steps", str(args.num_steps), "--unroll-length", str(args.unroll_length),
                        "--batch-size", str(args.batch_size), "--env-id", args.env_id, "--seed", str(args.seed)]
                 t = time.time()
-                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
+                with common.LoadSampler(interval=1.0) as sampler:  # our process tree's cores, and the others'
+                    run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
                 if run is None:
                     continue
+                run["cpu_samples"] = sampler.samples
                 run["analysis"] = steady(kind, run, args.warmup_steps)
                 run["load"] = common.loadavg()
                 runs[kind].append(run)
@@ -185,6 +193,10 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
                                       "learn_s_per_update", "learner_ms_per_step", "actor_ms_per_step",
                                       "actor_env_ms_per_step")}
         out["utilisation"][k]["wall_total_s"] = common.median([x["wall_total_s"] for x in a])
+        if all("cpu_ms_per_step" in x for x in a):
+            out["cpu"] = out.get("cpu", {})
+            out["cpu"][k] = {c: common.median([x[c] for x in a]) for c in
+                             ("cores_ours", "cores_foreign", "cpu_ms_per_step")}
     # Ray's overhead on one machine: a Ray run against the process run with the same actors (same repeat: paired)
     out["ray_vs_process"] = {
         k: {"ratio_of_medians": common.ratio(med[k], med[k.removesuffix("_ray")]),
@@ -237,6 +249,15 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> str:
         common.print_table(title2, cols2, cost_rows)
         text += "\n\n" + title2 + "\n\n" + "\n".join(
             [f"| {' | '.join(cols2)} |", "|" + "---|" * len(cols2)] + [f"| {' | '.join(r)} |" for r in cost_rows])
+    if s.get("cpu"):
+        title3 = ("CPU over the steady window (medians): cores the run's processes used (learner, actors, Ray's own), "
+                  "other processes' cores meanwhile, and the run's CPU ms per env step")
+        cols3 = ["run", "run's cores", "others' cores", "CPU ms/step"]
+        rows3 = [[label(k), f"{c['cores_ours']:.2f}", f"{c['cores_foreign']:.2f}", f"{c['cpu_ms_per_step']:.2f}"]
+                 for k, c in s["cpu"].items()]
+        common.print_table(title3, cols3, rows3)
+        text += "\n\n" + title3 + "\n\n" + "\n".join(
+            [f"| {' | '.join(cols3)} |", "|" + "---|" * len(cols3)] + [f"| {' | '.join(r)} |" for r in rows3])
     return text
 
 

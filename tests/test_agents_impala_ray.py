@@ -2,7 +2,7 @@
 process backend at a policy lag of one update; an actor killed mid-run is restarted and the run completes; used-up
 restarts end the run with one line and a checkpoint; a switch reaches every actor; CLEAR on Ray actors; no process
 left behind. Slow: a Ray node removed mid-run (ray.cluster_utils.Cluster, two nodes on this machine); a killed
-learner leaves nothing and --resume finishes; P&C on Ray actors.
+learner leaves nothing and --resume finishes; Ctrl-C and SIGTERM to the process group; P&C on Ray actors.
 
 Every training run is a subprocess in a session of its own, so that a scan of its session finds every process it
 started (learner, Ray's GCS, raylet, agents and workers, also the orphaned ones)."""
@@ -164,7 +164,7 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_completes(tmp_path, session
     cfg = write_config(tmp_path, SLOW)
     runs = str(tmp_path / "runs")
     run_dir = os.path.join(runs, "kill")
-    proc = start("agents/impala.py", "--config", cfg, "--total_timesteps", "8000", "--runs_dir", runs,
+    proc = start("agents/impala.py", "--config", cfg, "--total_timesteps", "4800", "--runs_dir", runs,
                  "--run_name", "kill", "--no-progress-bar", *RAY)
     session_cleanup.append(proc)
     wait_for(proc, lambda: actors_file(run_dir) and len(iterations(run_dir)) >= 3, why="3 iterations")
@@ -181,11 +181,11 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_completes(tmp_path, session
     assert [(r["actor"], r["pid"], r["restarts"]) for r in died] == [(1, victim, 1)]
     assert len(back) == 1 and back[0]["actor"] == 1 and back[0]["pid"] != victim
     its = iterations(run_dir)
-    assert its[-1]["global_step"] == 8000 and its[-1]["charts/actor_restarts"] == 1.0
+    assert its[-1]["global_step"] == 4800 and its[-1]["charts/actor_restarts"] == 1.0
     assert its[-1]["charts/dropped_unrolls"] >= 1
     assert [it for it in its if it["time"] > back[0]["time"]], "no update after the restart"
     assert actors_file(run_dir)["restarts"] == [0, 1] and actors_file(run_dir)["actors"][1] == back[0]["pid"]
-    assert os.path.exists(os.path.join(run_dir, "checkpoints", "final__step8000.cleanrl_model"))
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "final__step4800.cleanrl_model"))
     assert wait_session_gone(proc.pid) == []
 
 
@@ -286,6 +286,28 @@ def test_a_killed_learner_leaves_no_ray_process_and_resume_finishes(tmp_path, se
     assert steps[-1] == total and sorted(set(steps)) == list(range(80, total + 1, 80))  # every update once at least
     resumed = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "start"][-1]
     assert resumed["resumed"] and resumed["global_step"] == saved
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_process_group_checkpoints_and_leaves_nothing(tmp_path, session_cleanup, sig):
+    """Ctrl-C (Ray's processes ignore it: the learner finishes its update and stops them) and SIGTERM (Ray's
+    processes die at once: the actors' deaths count as the interruption) to the run's whole process group: an
+    `interrupted` checkpoint of the last update, exit 128 + signal, no process of the run left."""
+    cfg = write_config(tmp_path, SLOW)
+    runs = str(tmp_path / "runs")
+    run_dir = os.path.join(runs, "sig")
+    proc = start("agents/impala.py", "--config", cfg, "--total_timesteps", "10000000", "--runs_dir", runs,
+                 "--run_name", "sig", "--no-progress-bar", *RAY)
+    session_cleanup.append(proc)
+    wait_for(proc, lambda: len(iterations(run_dir)) >= 3, why="3 iterations")
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert "error:" not in err
+    saved = glob.glob(os.path.join(run_dir, "checkpoints", "interrupted__step*.cleanrl_model"))
+    assert len(saved) == 1
+    assert wait_session_gone(proc.pid) == []
 
 
 @pytest.mark.slow
