@@ -53,6 +53,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -71,7 +72,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
-from agents import networks
+from agents import impala_ray, networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env, uses_batched
@@ -376,6 +377,60 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
             unroller.close()
 
 
+class RolloutActor:
+    """One Ray actor (`--actor_backend ray`; agents/impala_ray.py starts them and sends the requests): an `Unroller`,
+    built at the first request (that request's regime, seed step and reward scaler: a restarted actor starts where
+    the run is), and one unroll per request. A request: `published` (the learner's publication count) and `version`
+    of the weights, `epoch`, `regime`, `modification` and `switch_step` of the current regime, `seed_step`,
+    `scaler_row`; `weights`: [the object ref of that publication] (in a list: Ray leaves the fetch to us, once per
+    publication)."""
+
+    def __init__(self, index: int, args: Args, settings: EnvSettings, n: int, make_agent_path: str):
+        with contextlib.suppress(ValueError):  # Ctrl-C reaches the process group: the learner stops us
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        torch.set_num_threads(1)
+        self.index, self.args, self.settings, self.n = index, args, settings, n
+        self.make_agent_fn = impala_ray.resolve(make_agent_path)
+        self.unroller: Optional[Unroller] = None
+        self.epoch = self.published = self.version = None
+        self.idle_since: Optional[float] = None
+
+    def where(self) -> dict:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+
+    def unroll(self, request: dict, weights: list) -> dict:
+        import ray
+
+        t0 = time.time()
+        wait_s = t0 - self.idle_since if self.idle_since is not None else 0.0
+        if self.unroller is None:
+            self.unroller = Unroller(self.index, self.args, self.settings, request["modification"],
+                                     request["seed_step"], self.n, request["scaler_row"], self.make_agent_fn)
+            self.epoch = request["epoch"]
+        elif request["epoch"] != self.epoch:
+            self.unroller.switch(request["modification"], request["switch_step"])
+            self.epoch = request["epoch"]
+        if request["published"] != self.published:
+            state = ray.get(weights[0], timeout=impala_ray.GET_TIMEOUT_S)
+            with torch.no_grad():
+                for k, t in self.unroller.weights.items():
+                    t.copy_(torch.as_tensor(state[k]))
+            self.published, self.version = request["published"], request["version"]
+        envs = self.unroller.envs
+        specs = unroll_specs(self.args.unroll_length, self.n, envs.single_observation_space,
+                             int(envs.single_action_space.n))
+        arrays = {k: torch.zeros(shape, dtype=dtype).numpy() for k, (shape, dtype) in specs.items() if len(shape)}
+        n_eps, env_s = self.unroller.play(arrays)
+        self.idle_since = time.time()
+        return {"arrays": arrays, "scalars": {"epoch": request["epoch"], "regime": request["regime"],
+                                              "version": self.version, "actor": self.index, "ep_count": n_eps},
+                "scaler_row": self.unroller.scaler_row(),
+                # env stepping, the rest (inference, weights, switches), waiting for this request
+                "stats": (env_s, self.idle_since - t0 - env_s, wait_s)}
+
+
 class ActorFleet:
     """The actor processes (`--actor_backend process`) with their shared buffers, weights and pipes.
 
@@ -568,13 +623,17 @@ def start_forkserver(settings: EnvSettings):
 
 
 def make_fleet(args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int, make_agent_fn):
-    """The actors of `--actor_backend`: processes on this machine (`ActorFleet`), or Ray actors on this machine or a
-    cluster (agents/impala_ray.py, imported only then: Ray is slow to import)."""
-    if args.actor_backend == "ray":
-        from agents.impala_ray import RayActorFleet
-
-        return RayActorFleet(args, settings, session, obs_space, n_actions, make_agent_fn)
-    return ActorFleet(args, settings, session, obs_space, n_actions, make_agent_fn)
+    """The actors of `--actor_backend`: processes on this machine (`ActorFleet`), or `RolloutActor`s on Ray, on this
+    machine or a cluster (agents/impala_ray.py)."""
+    if args.actor_backend == "process":
+        return ActorFleet(args, settings, session, obs_space, n_actions, make_agent_fn)
+    specs = unroll_specs(args.unroll_length, args.num_envs // args.num_actors, obs_space, n_actions)
+    unroll_bytes = sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+                       for shape, dtype in specs.values())
+    weights = (make_agent_fn or make_agent)(obs_space, n_actions, args).state_dict()  # (as ActorFleet: one model)
+    return impala_ray.RayActorFleet(args, settings, session, "agents.impala:RolloutActor",
+                                    impala_ray.factory_path(make_agent_fn or make_agent, args.architecture),
+                                    unroll_bytes, sum(t.numel() * t.element_size() for t in weights.values()))
 
 
 def probe_spaces(settings: EnvSettings, modification: str):

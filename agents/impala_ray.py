@@ -1,22 +1,24 @@
 """IMPALA's actors as Ray actors (`--actor_backend ray`): on this machine or on a Ray cluster, under the same learner.
 
-agents/impala.py's learner drives a fleet of actors through a few calls (`ActorFleet`'s docstring lists them); this
-file is the fleet of Ray actors, `RayActorFleet`, read in the order of a run:
+agents/impala.py's learner drives a fleet of actors through a few calls (`impala.ActorFleet`'s docstring lists
+them); this file is the fleet of Ray actors, `RayActorFleet`, read in the order of a run. The Ray actor itself is
+`impala.RolloutActor`, next to the actor processes' code (both play unrolls with `impala.Unroller`, so both backends
+produce the same unrolls from the same weights and seeds); a Ray worker builds it by name (`ActorHost`), as it
+builds the model from `make_agent`'s name. Ray is imported inside functions: importing this file costs nothing.
 
 - Ray: without `--ray_address`, `ray.init(address="local", num_cpus=--num_actors)` starts a Ray instance of the run's
   own on this machine (shut down at the end: no process of it outlives the run); with it, the run joins that cluster
   (its actors are killed at the end, the cluster stays). The run's SIGINT/SIGTERM handlers are kept (`ray.init`
   installs its own);
-- actors: `--num_actors` `RolloutActor`s of one CPU each, spread over the nodes (`scheduling_strategy="SPREAD"`),
-  each with `--num_envs / --num_actors` envs and a CPU copy of the policy. They play unrolls with `impala.Unroller`,
-  the code the actor processes run, so both backends produce the same unrolls from the same weights and seeds;
+- actors: `--num_actors` actors of one CPU each, spread over the nodes (`scheduling_strategy="SPREAD"`), each with
+  `--num_envs / --num_actors` envs and a CPU copy of the policy;
 - requests: the learner keeps `--max_in_flight` requests queued at every actor and sends a new one whenever one
-  returns. A request carries the weights version and an object ref of those weights (the learner `ray.put`s its
-  weights every `--broadcast_interval` updates and at every switch; an actor fetches them only when the version
-  changed) and the current regime (switch epoch, modification string, the learner step of the switch): every
-  request sent after a switch carries it, so a switch reaches every actor at the same global step, at the start of
-  its next requested unroll. Requests sent before the switch are played in the old regime (at most max_in_flight
-  per actor), as the process backend trains on the old regime's unrolls still in its buffers;
+  returns. A request carries the weights (an object ref of the learner's `ray.put`, every `--broadcast_interval`
+  updates and at every switch; an actor fetches them once per publication) with their version, and the current
+  regime (switch epoch, modification string, the learner step of the switch): every request sent after a switch
+  carries it, so a switch reaches every actor at the same global step, at the start of its next requested unroll.
+  Requests sent before the switch are played in the old regime (at most max_in_flight per actor), as the process
+  backend trains on the old regime's unrolls still in its buffers;
 - results: one unroll as numpy arrays (the fields of `impala.unroll_specs`), which the learner stacks into the batch
   the process backend builds, so everything after `get_batch` (V-trace, CLEAR's replay, P&C, checkpoints) is the
   same code. With max_in_flight 1, broadcast every update and one actor, an unroll is played by the weights one
@@ -27,8 +29,8 @@ file is the fleet of Ray actors, `RayActorFleet`, read in the order of a run:
   `actor_restart`), and Ray restarts it (`max_restarts` = `--actor_max_restarts`; the learner sends it new requests
   once a probe says it is back, with its reward scaler and new seeds). One death more than that, an actor not back
   within RESTART_TIMEOUT_S, an actor whose requests make no progress for REQUEST_TIMEOUT_S (killed, so it restarts),
-  or no unroll from any actor for impala.STALL_TIMEOUT_S ends the run with one line and a crash checkpoint, as the
-  process backend's dead actor does; so does an exception in an actor (its traceback in `<run>/actor<i>_traceback.txt`).
+  or no unroll from any actor for STALL_TIMEOUT_S ends the run with one line and a crash checkpoint, as the process
+  backend's dead actor does; so does an exception in an actor (its traceback in `<run>/actor<i>_traceback.txt`).
   Every wait of the learner has a timeout. A killed learner takes its local Ray instance with it (Ray's processes
   die with their parent), and on a cluster Ray kills the actors of a driver that is gone; `--resume` continues from
   the last checkpoint.
@@ -41,14 +43,12 @@ import dataclasses
 import importlib
 import os
 import signal
-import socket
 import sys
 import time
 from collections import deque
 from typing import Optional
 
 import numpy as np
-import ray
 import torch
 import torch.nn as nn
 
@@ -68,86 +68,46 @@ REQUEST_TIMEOUT_S = 600.0  # an actor with requests but no result for this long 
 STALL_TIMEOUT_S = 900.0  # no unroll from any actor for this long: the run ends (agents/impala.py's value)
 GET_TIMEOUT_S = 60.0  # fetching a result or the weights once Ray said they are ready
 SEED_STRIDE = 1_000_003  # a restarted actor's seeds: start step + this x its restarts
-UNROLL_FIELDS = ("obs", "action", "logits", "value", "reward", "raw_reward", "done", "ep_return", "ep_length", "ep_t")
-SCALAR_FIELDS = ("epoch", "regime", "version", "actor", "ep_count")
 
 
-def agent_factory_path(fn, architecture: str) -> str:
-    """`module:name` of the model factory, importable in a Ray worker (a script's `__main__` is its agent module)."""
+def factory_path(fn, architecture: str) -> str:
+    """`module:name` of a function or class, importable in a Ray worker (a script's `__main__` is its agent module)."""
     module = SPECS[architecture].module if fn.__module__ == "__main__" else fn.__module__
     return f"{module}:{fn.__qualname__}"
 
 
 def resolve(path: str):
+    """What `factory_path` names, imported by name (in a Ray worker)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)
 
 
-class RolloutActor:
-    """One Ray actor: its envs and policy copy (`impala.Unroller`, built at its first request: that request's regime,
-    step and reward scaler, so a restarted actor starts where the run is) and one unroll per request."""
+class ActorHost:
+    """The Ray actor class: builds the object `path` names (`impala.RolloutActor`) in the worker and forwards its
+    `where` and `unroll` calls."""
 
-    def __init__(self, index: int, args: Args, settings: EnvSettings, n: int, make_agent_path: str):
-        with contextlib.suppress(ValueError):  # Ctrl-C reaches the process group: the learner stops us
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        torch.set_num_threads(1)
-        self.index, self.args, self.settings, self.n = index, args, settings, n
-        self.make_agent_path = make_agent_path
-        self.unroller = None
-        self.epoch: Optional[int] = None
-        self.published: Optional[int] = None  # the learner's publication whose weights we hold
-        self.version: Optional[int] = None  # its version (the learner's updates before it)
-        self.idle_since: Optional[float] = None
+    def __init__(self, path: str, *args):
+        self.actor = resolve(path)(*args)
 
     def where(self) -> dict:
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+        return self.actor.where()
 
     def unroll(self, request: dict, weights: list) -> dict:
-        """`request`: published, version, epoch, regime, modification, switch_step, seed_step, scaler_row;
-        `weights`: [the object ref of the weights of that publication] (in a list: Ray leaves it to us to fetch, once
-        per publication)."""
-        from agents import impala
-
-        t0 = time.time()
-        wait_s = t0 - self.idle_since if self.idle_since is not None else 0.0
-        if self.unroller is None:
-            self.unroller = impala.Unroller(self.index, self.args, self.settings, request["modification"],
-                                            request["seed_step"], self.n, request["scaler_row"],
-                                            resolve(self.make_agent_path))
-            self.epoch = request["epoch"]
-            specs = impala.unroll_specs(self.args.unroll_length, self.n, self.unroller.envs.single_observation_space,
-                                        int(self.unroller.envs.single_action_space.n))
-            self.specs = {k: v for k, v in specs.items() if k in UNROLL_FIELDS}
-        elif request["epoch"] != self.epoch:
-            self.unroller.switch(request["modification"], request["switch_step"])
-            self.epoch = request["epoch"]
-        if request["published"] != self.published:
-            state = ray.get(weights[0], timeout=GET_TIMEOUT_S)
-            with torch.no_grad():
-                for k, t in self.unroller.weights.items():
-                    t.copy_(torch.as_tensor(state[k]))
-            self.published, self.version = request["published"], request["version"]
-        out = {k: torch.zeros(shape, dtype=dtype).numpy() for k, (shape, dtype) in self.specs.items()}
-        n_eps, env_s = self.unroller.play(out)
-        t2 = time.time()
-        self.idle_since = t2
-        out.update(epoch=request["epoch"], regime=request["regime"], version=self.version, actor=self.index,
-                   ep_count=n_eps, pid=os.getpid(), scaler_row=self.unroller.scaler_row(),
-                   # env stepping, the rest (inference, weights, switches), waiting for this request
-                   stats=(env_s, (t2 - t0) - env_s, wait_s))
-        return out
+        return self.actor.unroll(request, weights)
 
 
 class RayActorFleet:
-    """`--num_actors` Ray actors behind agents/impala.py's fleet interface (see `impala.ActorFleet`)."""
+    """`--num_actors` Ray actors behind agents/impala.py's fleet interface (see `impala.ActorFleet`). `actor_path`
+    and `make_agent_path` name the actor class and the model factory (`factory_path`); `unroll_bytes` and
+    `weights_bytes` size a local object store."""
 
-    def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
-                 make_agent_fn=None):
-        from agents import impala
+    def __init__(self, args: Args, settings: EnvSettings, session: RunSession, actor_path: str, make_agent_path: str,
+                 unroll_bytes: int, weights_bytes: int):
+        import ray
 
         self.args, self.settings, self.session = args, settings, session
         self.A, self.n = args.num_actors, args.num_envs // args.num_actors
-        self.make_agent_path = agent_factory_path(make_agent_fn or impala.make_agent, args.architecture)
+        self.actor_path, self.make_agent_path = actor_path, make_agent_path
         self.modification = session.modification
         self.epoch = session.switches  # switch epochs keep counting across resumes
         self.epoch_modification = {self.epoch: session.modification}
@@ -167,14 +127,11 @@ class RayActorFleet:
         self._last_unroll = time.time()
         self.own_ray = not ray.is_initialized()  # a caller's Ray (a notebook, a benchmark) is left running
         if self.own_ray:
-            unroll_bytes = sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-                               for shape, dtype in impala.unroll_specs(args.unroll_length, self.n, obs_space,
-                                                                       n_actions).values())
-            weights_bytes = sum(t.numel() * t.element_size() for t in
-                                (make_agent_fn or impala.make_agent)(obs_space, n_actions, args).state_dict().values())
             self.init_ray(2 * (self.A * (args.max_in_flight + 1) * unroll_bytes + 4 * weights_bytes))
 
     def init_ray(self, object_store_bytes: int) -> None:
+        import ray
+
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         # the actors import agents.* and the env modules as the learner does: the repository root and the learner's
         # PYTHONPATH (the same paths on every node; Ray itself adds the working directory and the script's folder)
@@ -197,15 +154,16 @@ class RayActorFleet:
 
     # --- start and placement -------------------------------------------------------------------------------------
     def start(self) -> None:
-        remote = ray.remote(RolloutActor).options(num_cpus=1, max_restarts=self.args.actor_max_restarts,
-                                                   max_task_retries=0, scheduling_strategy="SPREAD")
+        import ray
+
+        remote = ray.remote(ActorHost).options(num_cpus=1, max_restarts=self.args.actor_max_restarts,
+                                                max_task_retries=0, scheduling_strategy="SPREAD")
         for i in range(self.A):
             # only actor 0's first env records videos (one file per episode, no name clashes)
             settings = self.settings if i == 0 else dataclasses.replace(self.settings, video_dir=None)
-            self.actors.append(remote.remote(i, self.args, settings, self.n, self.make_agent_path))
-        probes = [a.where.remote() for a in self.actors]
+            self.actors.append(remote.remote(self.actor_path, i, self.args, settings, self.n, self.make_agent_path))
         try:
-            self.where = ray.get(probes, timeout=START_TIMEOUT_S)
+            self.where = ray.get([a.where.remote() for a in self.actors], timeout=START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             raise ActorFailure(f"the {self.A} Ray actors did not all start within {START_TIMEOUT_S:.0f} s (each needs "
                                f"1 CPU; Ray has {ray.available_resources().get('CPU', 0):g} CPUs free)") from None
@@ -222,6 +180,9 @@ class RayActorFleet:
         return [w.get("pid") for w in self.where]
 
     def local_actors(self) -> int:
+        """Actors on the learner's node (it leaves them a core each)."""
+        import ray
+
         node = ray.get_runtime_context().get_node_id()
         return sum(w.get("node") == node for w in self.where)
 
@@ -247,6 +208,8 @@ class RayActorFleet:
     def publish(self, agent: nn.Module, version: int, force: bool = False) -> None:
         """`ray.put` the weights after `version` updates, every --broadcast_interval updates (`force`: now); requests
         sent from now on carry them."""
+        import ray
+
         if not (force or version % self.args.broadcast_interval == 0):
             return
         state = {k: t.detach().cpu().numpy().copy() for k, t in folded_state_dict(agent).items()}
@@ -256,8 +219,9 @@ class RayActorFleet:
     # --- requests and results ------------------------------------------------------------------------------------
     def request(self, i: int) -> None:
         """One more unroll of actor i, with the newest published weights and the current regime."""
-        request = {"published": self.published, "version": self.version, "epoch": self.epoch, "regime": self.session.regime_index(self.modification),
-                   "modification": self.modification, "switch_step": self.switch_step,
+        request = {"published": self.published, "version": self.version, "epoch": self.epoch,
+                   "regime": self.session.regime_index(self.modification), "modification": self.modification,
+                   "switch_step": self.switch_step,
                    "seed_step": self.session.global_step + SEED_STRIDE * self.incarnation[i],
                    "scaler_row": self.scaler_rows[i]}
         ref = self.actors[i].unroll.remote(request, [self.weights_ref])
@@ -265,6 +229,8 @@ class RayActorFleet:
 
     def get_batch(self, count: int) -> tuple[dict[str, torch.Tensor], list[int]]:
         """Wait for `count` unrolls (requests in flight, restarts, timeouts watched every POLL_S); stack them."""
+        import ray
+
         while len(self.ready) < count:
             refs = list(self.in_flight) + [probe for probe, _ in self.restarting.values()]
             done, rest = ray.wait(refs, num_returns=1, timeout=POLL_S) if refs else ([], [])
@@ -275,11 +241,14 @@ class RayActorFleet:
                 self.receive(ref)
             self.check_timeouts()
         items = [self.ready.popleft() for _ in range(count)]
-        batch = {k: torch.from_numpy(np.stack([it[k] for it in items])) for k in UNROLL_FIELDS}
-        batch.update({k: torch.tensor([it[k] for it in items], dtype=torch.int64) for k in SCALAR_FIELDS})
-        return batch, [it["actor"] for it in items]
+        batch = {k: torch.from_numpy(np.stack([it["arrays"][k] for it in items])) for k in items[0]["arrays"]}
+        batch.update({k: torch.tensor([it["scalars"][k] for it in items], dtype=torch.int64)
+                      for k in items[0]["scalars"]})
+        return batch, [it["scalars"]["actor"] for it in items]
 
     def receive(self, ref) -> None:
+        import ray
+
         probe = next((i for i, (p, _) in self.restarting.items() if p == ref), None)
         if probe is not None:
             return self.restarted(probe, ref)
@@ -302,12 +271,11 @@ class RayActorFleet:
             if i not in self.restarting:
                 self.request(i)
             return
-        now = time.time()
         self.ready.append(result)
         self.stats[i] += result["stats"]
         if result["scaler_row"] is not None:
             self.scaler_rows[i] = result["scaler_row"]
-        self.last_progress[i] = self._last_unroll = now
+        self.last_progress[i] = self._last_unroll = time.time()
         if i not in self.restarting:
             self.request(i)
 
@@ -334,6 +302,8 @@ class RayActorFleet:
         self.restarting[i] = (self.actors[i].where.options(max_task_retries=-1).remote(), time.time())
 
     def restarted(self, i: int, probe) -> None:
+        import ray
+
         _, since = self.restarting.pop(i)
         before = self.where[i]
         try:
@@ -345,28 +315,27 @@ class RayActorFleet:
             self.incarnation[i] -= 1
             print(f"actor {i} (pid {before.get('pid')}) answers again after {took:.1f} s: it was unreachable, not "
                   f"restarted", file=sys.stderr, flush=True)
-            for _ in range(self.args.max_in_flight):
-                self.request(i)
-            return
-        print(f"actor {i} restarted: pid {self.where[i]['pid']} on {self.where[i]['host']} after {took:.1f} s",
-              file=sys.stderr, flush=True)
-        self.session.logger.record("actor_restarted", self.session.global_step, actor=i, pid=self.where[i]["pid"],
-                                   node=self.where[i]["node"], seconds=round(took, 3))
+        else:
+            print(f"actor {i} restarted: pid {self.where[i]['pid']} on {self.where[i]['host']} after {took:.1f} s",
+                  file=sys.stderr, flush=True)
+            self.session.logger.record("actor_restarted", self.session.global_step, actor=i,
+                                       pid=self.where[i]["pid"], node=self.where[i]["node"], seconds=round(took, 3))
+            self.write_actors_file()
         self.last_progress[i] = time.time()
-        self.write_actors_file()
         for _ in range(self.args.max_in_flight):
             self.request(i)
 
     def failed(self, i: int, e: Exception) -> None:
         cause = getattr(e, "cause", None) or e
-        tb = str(e)
         path = os.path.join(self.session.run_dir, f"actor{i}_traceback.txt")
         with open(path, "w") as f:
-            f.write(tb)
+            f.write(str(e))
         line = one_line(f"{type(cause).__name__}: {cause}")
         raise ActorFailure(f"actor {i} (pid {self.where[i].get('pid')}) failed: {line}; traceback in {path}")
 
     def check_timeouts(self) -> None:
+        import ray
+
         now = time.time()
         for i, (_, since) in list(self.restarting.items()):
             if now - since > RESTART_TIMEOUT_S:
@@ -406,6 +375,8 @@ class RayActorFleet:
     # --- shutdown ----------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill every actor (no restart); a Ray instance of our own is shut down with all its processes."""
+        import ray
+
         for a in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
@@ -415,13 +386,15 @@ class RayActorFleet:
 
 
 def ray_session_dir() -> Optional[str]:
+    import ray
+
     with contextlib.suppress(Exception):
         return ray._private.worker._global_node.get_session_dir_path()
     return None
 
 
 def death_cause(e: Exception) -> str:
-    """One line from Ray's account of an actor's death (the sentence after 'The actor is dead because', if any)."""
+    """One line from Ray's account of an actor's death (from 'The actor is dead because', if it says so)."""
     text = one_line(str(e))
     marker = "The actor is dead because"
     if marker in text:
