@@ -11,8 +11,8 @@ under the same learner: agents/impala_ray.py):
   unroll is `--unroll_length` (T) steps of every env of the actor: observations (T+1 rows, the last one bootstraps),
   actions, behaviour logits, raw and scaled rewards, dones, the finished episodes, the regime it came from (switch
   epoch and regime index) and the version of the weights that played it (the learner's updates before them). The
-  learner talks to the actors through a fleet (`ActorFleet` here, `RayActorFleet` on Ray): start, publish, switch,
-  get_batch, close;
+  learner talks to the actors through a fleet (`ActorFleet` here, `impala_ray.RayActorFleet` with `RolloutActor`s on
+  Ray): start, publish, switch, get_batch, close;
 - transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots, a few per actor); slot
   indices travel through one pipe per actor (a few bytes each): observations are never pickled. No lock, Event or
   Queue is shared with an actor (a SIGKILLed actor would hold it forever): each pipe has one writer per direction, the
