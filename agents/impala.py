@@ -4,19 +4,25 @@ Run it directly (`python agents/impala.py --config configs/impala_freeway.json`)
 `python continual_training_example.py --architecture IMPALA`. The learner reads top to bottom in `train()`:
 wait for `--batch_size` unrolls -> ask the curriculum -> V-trace -> one RMSprop step -> publish the weights.
 
-Design (MonoBeast-style, one machine):
+Design (MonoBeast-style, one machine; `--actor_backend ray` puts the actors on Ray, on this machine or a cluster,
+under the same learner: agents/impala_ray.py):
 - actors: `--num_actors` processes (forkserver, started once), each stepping `--num_envs / --num_actors` envs (a sync
-  vector env inside the actor process) with a CPU copy of the policy. An unroll is `--unroll_length` (T) steps of
-  every env of the actor: observations (T+1 rows, the last one bootstraps), actions, behaviour logits, raw and scaled
-  rewards, dones, the finished episodes, and the regime it came from (switch epoch and regime index);
+  vector env inside the actor process) with a CPU copy of the policy (`Unroller`, which the Ray actors run too). An
+  unroll is `--unroll_length` (T) steps of every env of the actor: observations (T+1 rows, the last one bootstraps),
+  actions, behaviour logits, raw and scaled rewards, dones, the finished episodes, the regime it came from (switch
+  epoch and regime index) and the version of the weights that played it (the learner's updates before them). The
+  learner talks to the actors through a fleet (`ActorFleet` here, `impala_ray.RayActorFleet` with `RolloutActor`s on
+  Ray): start, publish, switch, get_batch, close;
 - transfer: unrolls are written into pre-allocated shared-memory tensors (`num_buffers` slots, a few per actor); slot
   indices travel through one pipe per actor (a few bytes each): observations are never pickled. No lock, Event or
   Queue is shared with an actor (a SIGKILLed actor would hold it forever): each pipe has one writer per direction, the
   stop flag and the weight version are shared-memory tensors the learner alone writes, and every wait of the learner
   has a timeout and watches the actors' sentinels;
-- weights: after every update the learner copies its weights into a shared-memory model and bumps a version counter
-  (odd while writing); actors poll the counter at unroll boundaries and copy the weights when it changed, so they
-  never stop. The behaviour logits are recorded, so V-trace corrects whatever policy lag remains;
+- weights: after every update (every `--broadcast_interval` updates, and at every switch) the learner copies its
+  weights into a shared-memory model under a seqlock counter (odd while writing); actors poll the counter at unroll
+  boundaries and copy the weights when it changed, so they never stop. The behaviour logits are recorded, so V-trace
+  corrects whatever policy lag remains (`charts/policy_lag`: updates between the weights that played an unroll and
+  those that train on it);
 - curriculum: the learner's step count (env steps it consumed: batch_size * T * envs_per_actor per update) decides the
   regime. `session.maybe_switch(fleet)` calls `fleet.switch(new, step)`, which sends the new modification string
   through every actor's pipe; each actor switches its envs in place at its next unroll boundary. Unrolls of the
@@ -47,6 +53,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -65,11 +72,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
-from agents import networks
+from agents import impala_ray, networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env, uses_batched
-from continual.errors import TrainingError
+from continual.errors import ActorFailure
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
 from continual.plasticity.diagnostics import PlasticityMonitor
@@ -191,12 +198,12 @@ def logits_and_values(agent: networks.Agent, obs: torch.Tensor) -> tuple[torch.T
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def make_buffers(num_buffers: int, T: int, n: int, obs_space, n_actions: int) -> dict[str, torch.Tensor]:
-    """Shared-memory unroll slots. Row t of an unroll: obs x_t, the action taken in it, the reward and done that
+def unroll_specs(T: int, n: int, obs_space, n_actions: int) -> dict[str, tuple[tuple, torch.dtype]]:
+    """The fields of one unroll (shape, dtype). Row t: obs x_t, the action taken in it, the reward and done that
     followed; obs has T+1 rows (x_T bootstraps). Episodes that ended in the unroll: return, length, step t."""
     obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     max_eps = T * n
-    specs = {
+    return {
         "obs": ((T + 1, n, *obs_space.shape), obs_dtype),
         "action": ((T, n), torch.int64),
         "logits": ((T, n, n_actions), torch.float32),  # behaviour policy mu
@@ -206,23 +213,96 @@ def make_buffers(num_buffers: int, T: int, n: int, obs_space, n_actions: int) ->
         "done": ((T, n), torch.bool),
         "epoch": ((), torch.int64),  # switch epoch (the learner's switch count) the unroll came from
         "regime": ((), torch.int64),  # index in session.regimes (-1: not a curriculum regime)
-        "version": ((), torch.int64),  # weight version of the behaviour policy
+        "version": ((), torch.int64),  # weight version of the behaviour policy: the learner updates behind it
         "actor": ((), torch.int64),
         "ep_count": ((), torch.int64),
         "ep_return": ((max_eps,), torch.float64),
         "ep_length": ((max_eps,), torch.int64),
         "ep_t": ((max_eps,), torch.int64),
     }
-    return {k: torch.zeros((num_buffers, *shape), dtype=dtype).share_memory_() for k, (shape, dtype) in specs.items()}
+
+
+def make_buffers(num_buffers: int, T: int, n: int, obs_space, n_actions: int) -> dict[str, torch.Tensor]:
+    """Shared-memory unroll slots (the process backend): `num_buffers` unrolls of `unroll_specs`."""
+    return {k: torch.zeros((num_buffers, *shape), dtype=dtype).share_memory_()
+            for k, (shape, dtype) in unroll_specs(T, n, obs_space, n_actions).items()}
 
 
 ACTOR_STATS = ("env_s", "act_s", "wait_s", "unrolls")
 
 
+class Unroller:
+    """What an actor plays unrolls with, whatever runs it (an actor process here, a Ray actor in
+    agents/impala_ray.py): `n` envs, a CPU copy of the policy, the reward scaler. `start_step` seeds torch's sampling
+    and the envs' first reset."""
+
+    def __init__(self, index: int, args: Args, settings: EnvSettings, modification: str, start_step: int, n: int,
+                 scaler_row: Optional[Sequence[float]] = None, make_agent_fn=None):
+        self.index, self.args, self.T = index, args, args.unroll_length
+        # in the actor's process: MinAtar's games batched (the same games, several times faster), others one by one
+        self.envs = make_vector_env(settings, n, modification, vector_env="batched" if uses_batched(settings, "auto")
+                                    else "sync")
+        self.agent = (make_agent_fn or make_agent)(self.envs.single_observation_space,
+                                                   int(self.envs.single_action_space.n), args)
+        self.weights = self.agent.state_dict()  # copy published weights into these
+        torch.manual_seed(args.seed * 7919 + 104729 * (index + 1) + start_step)
+        self.scaler = RewardScaler(args.reward_scaling, n, args.gamma)
+        resumed = state_from_row(list(scaler_row), args.reward_scaling) if scaler_row is not None else None
+        if resumed is not None:  # the running statistics of this actor's reward scaler
+            self.scaler.load_state_dict(resumed)
+        self.next_obs, _ = self.envs.reset(seed=args.seed + start_step + index * n)
+
+    def switch(self, modification: str, step: int) -> None:
+        """A regime switch, in place, at this unroll boundary (the episodes in progress are cut)."""
+        inject("actor_switch", self.index)  # TEST HOOK (continual.testing.faults): die while switching
+        self.next_obs, _ = self.envs.switch(modification, step)
+        self.scaler.episodes_cut()
+
+    def play(self, out: dict[str, np.ndarray], stop: Callable[[], bool] = lambda: False) -> Optional[tuple[int, float]]:
+        """One unroll of T steps of every env into `out` (the arrays of `unroll_specs` but the scalars); returns
+        (episodes ended, seconds in env.step), or None when `stop()` cut it short."""
+        obs_b, act_b, logit_b, value_b = out["obs"], out["action"], out["logits"], out["value"]
+        rew_b, raw_b, done_b = out["reward"], out["raw_reward"], out["done"]
+        n_eps, env_s, agent, args = 0, 0.0, self.agent, self.args
+        obs_b[0] = self.next_obs
+        for t in range(self.T):
+            with torch.no_grad():
+                logits, value = logits_and_values(agent, torch.from_numpy(obs_b[t]))
+                action = torch.multinomial(F.softmax(logits, -1), 1).squeeze(-1)
+            t_env = time.time()
+            self.next_obs, reward, terminations, truncations, infos = self.envs.step(action.numpy())
+            env_s += time.time() - t_env
+            inject("actor_step", self.index)  # TEST HOOK: die in the middle of an unroll
+            done = np.logical_or(terminations, truncations)
+            scaled = self.scaler(reward, done)
+            cut = np.flatnonzero(truncations & ~terminations)
+            if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
+                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
+                with torch.no_grad():
+                    scaled[cut] += args.gamma * logits_and_values(agent, final)[1].flatten().numpy()
+            act_b[t], logit_b[t], value_b[t] = action.numpy(), logits.numpy(), value.numpy()
+            rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
+            obs_b[t + 1] = self.next_obs
+            for _, ep_return, ep_length in episode_stats(infos):
+                out["ep_return"][n_eps], out["ep_length"][n_eps], out["ep_t"][n_eps] = ep_return, ep_length, t
+                n_eps += 1
+            if stop():
+                return None
+        return n_eps, env_s
+
+    def scaler_row(self) -> Optional[list[float]]:
+        """The reward scaler's running statistics as one row (None: nothing to keep)."""
+        return state_to_row(self.scaler.state_dict()) if self.scaler.mode == "normalize" else None
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def actor_main(index: int, args: Args, settings: EnvSettings, modification: str, epoch: int, regime: int,
-               start_step: int, n: int, buffers: dict, shared_weights: dict, version: torch.Tensor,
-               stats: torch.Tensor, scaler_state: torch.Tensor, conn, stop: torch.Tensor, make_agent_fn=None) -> None:
-    """One actor process: step `n` envs with a CPU copy of the policy, fill free slots with unrolls until stopped.
+               start_step: int, n: int, buffers: dict, shared_weights: dict, seqlock: torch.Tensor,
+               weights_version: torch.Tensor, stats: torch.Tensor, scaler_state: torch.Tensor, conn,
+               stop: torch.Tensor, make_agent_fn=None) -> None:
+    """One actor process: fill free slots with unrolls (`Unroller`) until stopped.
 
     `conn` is this actor's end of its pipe to the learner: ("slot", s) and ("switch", ...) come in, ("full", s) and
     ("error", line, traceback) go out. `stop` is a shared flag only the learner writes."""
@@ -231,22 +311,12 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
     learner = mp.parent_process()  # the learner (not the forkserver): its sentinel closes when it dies
     stop = stop.numpy()
     free: deque[int] = deque()  # slots the learner gave us
-    envs = None
+    unroller = None
     try:
-        # in the actor's process: MinAtar's games batched (the same games, several times faster), others one by one
-        envs = make_vector_env(settings, n, modification, vector_env="batched" if uses_batched(settings, "auto")
-                               else "sync")
-        agent = (make_agent_fn or make_agent)(envs.single_observation_space, int(envs.single_action_space.n), args)
-        local_weights = agent.state_dict()
-        local_version = -1
-        T = args.unroll_length
-        torch.manual_seed(args.seed * 7919 + 104729 * (index + 1) + start_step)
-        scaler = RewardScaler(args.reward_scaling, n, args.gamma)
-        resumed = state_from_row(scaler_state[index].tolist(), args.reward_scaling)
-        if resumed is not None:  # the running statistics of this actor's reward scaler
-            scaler.load_state_dict(resumed)
+        unroller = Unroller(index, args, settings, modification, start_step, n, scaler_state[index].tolist(),
+                            make_agent_fn)
+        local_seq, local_version = -1, -1
         view = {k: v.numpy() for k, v in buffers.items()}
-        next_obs, _ = envs.reset(seed=args.seed + start_step + index * n)
         env_s = act_s = wait_s = 0.0
 
         while not stop[0]:
@@ -260,9 +330,7 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
                         free.append(message[1])
                         continue
                     _, epoch, regime, modification, step = message
-                    inject("actor_switch", index)  # TEST HOOK (continual.testing.faults): die while switching
-                    next_obs, _ = envs.switch(modification, step)
-                    scaler.episodes_cut()
+                    unroller.switch(modification, step)
                 if free or stop[0]:
                     break
                 inject("actor_wait", index)  # TEST HOOK: die while waiting for work
@@ -273,50 +341,26 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
             t1 = time.time()
             wait_s += t1 - t0
 
-            # 2. fresh weights (seqlock: the version is odd while the learner writes)
-            v = int(version[0])
-            if v != local_version and v % 2 == 0:
-                for k, t in local_weights.items():
+            # 2. fresh weights (seqlock: the counter is odd while the learner writes)
+            v = int(seqlock[0])
+            if v != local_seq and v % 2 == 0:
+                for k, t in unroller.weights.items():
                     t.copy_(shared_weights[k])
                     inject("actor_weights", index)  # TEST HOOK: die while copying the weights
-                if int(version[0]) == v:
-                    local_version = v
+                version = int(weights_version[0])
+                if int(seqlock[0]) == v:
+                    local_seq, local_version = v, version
 
             # 3. the unroll
-            obs_b, act_b, logit_b = view["obs"][slot], view["action"][slot], view["logits"][slot]
-            rew_b, raw_b, done_b = view["reward"][slot], view["raw_reward"][slot], view["done"][slot]
-            n_eps = 0
-            obs_b[0] = next_obs
-            for t in range(T):
-                with torch.no_grad():
-                    logits, value = logits_and_values(agent, torch.from_numpy(obs_b[t]))
-                    action = torch.multinomial(F.softmax(logits, -1), 1).squeeze(-1)
-                t_env = time.time()
-                next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
-                env_s += time.time() - t_env
-                inject("actor_step", index)  # TEST HOOK: die in the middle of an unroll
-                done = np.logical_or(terminations, truncations)
-                scaled = scaler(reward, done)
-                cut = np.flatnonzero(truncations & ~terminations)
-                if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
-                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]))
-                    with torch.no_grad():
-                        scaled[cut] += args.gamma * logits_and_values(agent, final)[1].flatten().numpy()
-                act_b[t], logit_b[t], view["value"][slot, t] = action.numpy(), logits.numpy(), value.numpy()
-                rew_b[t], raw_b[t], done_b[t] = scaled, reward, done
-                obs_b[t + 1] = next_obs
-                for _, ep_return, ep_length in episode_stats(infos):
-                    view["ep_return"][slot, n_eps], view["ep_length"][slot, n_eps] = ep_return, ep_length
-                    view["ep_t"][slot, n_eps] = t
-                    n_eps += 1
-                if stop[0]:
-                    break
-            else:
+            played = unroller.play({k: view[k][slot] for k in view if view[k].ndim > 1}, lambda: bool(stop[0]))
+            if played is not None:
                 for k, value in (("epoch", epoch), ("regime", regime), ("version", local_version),
-                                 ("actor", index), ("ep_count", n_eps)):
+                                 ("actor", index), ("ep_count", played[0])):
                     view[k][slot] = value
-                if scaler.mode == "normalize":
-                    scaler_state[index] = torch.tensor(state_to_row(scaler.state_dict()), dtype=torch.float64)
+                env_s += played[1]
+                row = unroller.scaler_row()
+                if row is not None:
+                    scaler_state[index] = torch.tensor(row, dtype=torch.float64)
                 conn.send(("full", slot))
             act_s += time.time() - t1
             stats[index] = torch.tensor([env_s, act_s - env_s, wait_s, float(stats[index, 3]) + 1], dtype=torch.float64)
@@ -329,25 +373,79 @@ def actor_main(index: int, args: Args, settings: EnvSettings, modification: str,
             conn.send(("error", " ".join(line.split()), traceback.format_exc()))
         raise SystemExit(1)
     finally:
-        if envs is not None:
-            envs.close()
+        if unroller is not None:
+            unroller.close()
 
 
-class ActorFailure(TrainingError):
-    """An actor died or failed; the message is one line that names it."""
+class RolloutActor:
+    """One Ray actor (`--actor_backend ray`; agents/impala_ray.py starts them and sends the requests): an `Unroller`,
+    built at the first request (that request's regime, seed step and reward scaler: a restarted actor starts where
+    the run is), and one unroll per request. A request: `published` (the learner's publication count) and `version`
+    of the weights, `epoch`, `regime`, `modification` and `switch_step` of the current regime, `seed_step`,
+    `scaler_row`; `weights`: [the object ref of that publication] (in a list: Ray leaves the fetch to us, once per
+    publication)."""
+
+    def __init__(self, index: int, args: Args, settings: EnvSettings, n: int, make_agent_path: str):
+        with contextlib.suppress(ValueError):  # Ctrl-C reaches the process group: the learner stops us
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        torch.set_num_threads(1)
+        self.index, self.args, self.settings, self.n = index, args, settings, n
+        self.make_agent_fn = impala_ray.resolve(make_agent_path)
+        self.unroller: Optional[Unroller] = None
+        self.epoch = self.published = self.version = None
+        self.idle_since: Optional[float] = None
+
+    def where(self) -> dict:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+
+    def unroll(self, request: dict, weights: list) -> dict:
+        import ray
+
+        t0 = time.time()
+        wait_s = t0 - self.idle_since if self.idle_since is not None else 0.0
+        if self.unroller is None:
+            self.unroller = Unroller(self.index, self.args, self.settings, request["modification"],
+                                     request["seed_step"], self.n, request["scaler_row"], self.make_agent_fn)
+            self.epoch = request["epoch"]
+        elif request["epoch"] != self.epoch:
+            self.unroller.switch(request["modification"], request["switch_step"])
+            self.epoch = request["epoch"]
+        if request["published"] != self.published:
+            state = ray.get(weights[0], timeout=impala_ray.GET_TIMEOUT_S)
+            with torch.no_grad():
+                for k, t in self.unroller.weights.items():
+                    t.copy_(torch.as_tensor(state[k]))
+            self.published, self.version = request["published"], request["version"]
+        envs = self.unroller.envs
+        specs = unroll_specs(self.args.unroll_length, self.n, envs.single_observation_space,
+                             int(envs.single_action_space.n))
+        arrays = {k: torch.zeros(shape, dtype=dtype).numpy() for k, (shape, dtype) in specs.items() if len(shape)}
+        n_eps, env_s = self.unroller.play(arrays)
+        self.idle_since = time.time()
+        return {"arrays": arrays, "scalars": {"epoch": request["epoch"], "regime": request["regime"],
+                                              "version": self.version, "actor": self.index, "ep_count": n_eps},
+                "scaler_row": self.unroller.scaler_row(),
+                # env stepping, the rest (inference, weights, switches), waiting for this request
+                "stats": (env_s, self.idle_since - t0 - env_s, wait_s)}
 
 
 class ActorFleet:
-    """The actor processes with their shared buffers, weights and pipes.
+    """The actor processes (`--actor_backend process`) with their shared buffers, weights and pipes.
 
-    `switch(new, step)` (what `session.maybe_switch` calls) broadcasts a regime to every actor; `get_batch` waits for
-    full unrolls and raises ActorFailure when an actor died; `publish` copies the learner's weights to the actors;
-    `close` stops every process. Actor i owns slots [i k, (i+1) k): the learner hands a slot back to its owner once
-    it copied the unroll out, so no slot pool is shared between processes.
+    What the learner calls on a fleet (agents/impala_ray.py's `RayActorFleet` has the same methods): `start`;
+    `publish(agent, version)` the weights after `version` updates (every `--broadcast_interval` updates, and always
+    with `force`); `switch(new, step)` (what `session.maybe_switch` calls) broadcasts a regime to every actor;
+    `get_batch(count)` waits for full unrolls and raises ActorFailure when an actor died; `stats_delta` the actors'
+    time and other scalars since the last call; `scaler_states` / `load_scaler_states` their reward scalers;
+    `describe` who runs where (`<run>/actors.json`); `close` stops every actor. Actor i owns slots [i k, (i+1) k):
+    the learner hands a slot back to its owner once it copied the unroll out, so no slot pool is shared between
+    processes.
     """
 
     def __init__(self, args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int,
-                 shared_agent: nn.Module, make_agent_fn=None):
+                 make_agent_fn=None):
         self.args, self.settings, self.session = args, settings, session
         self.make_agent_fn = make_agent_fn  # None: make_agent (a variant's model, agents/pnc.py, otherwise)
         self.n = args.num_envs // args.num_actors
@@ -359,8 +457,10 @@ class ActorFleet:
         self.epoch_modification = {self.epoch: session.modification}
         self.ctx = start_forkserver(settings)
         self.buffers = make_buffers(self.num_buffers, args.unroll_length, self.n, obs_space, n_actions)
-        self.shared_weights = shared_agent.state_dict()
-        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        # the actors' source of weights
+        self.shared_weights = (make_agent_fn or make_agent)(obs_space, n_actions, args).share_memory().state_dict()
+        self.seqlock = torch.zeros(1, dtype=torch.int64).share_memory_()  # odd while the learner writes
+        self.weights_version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.stats = torch.zeros((args.num_actors, len(ACTOR_STATS)), dtype=torch.float64).share_memory_()
         self.scaler_state = torch.zeros((args.num_actors, 3 + self.n), dtype=torch.float64).share_memory_()
         self.stop = torch.zeros(1, dtype=torch.uint8).share_memory_()  # written by the learner only
@@ -380,8 +480,8 @@ class ActorFleet:
                 target=actor_main, name=f"actor-{i}", daemon=True,
                 args=(i, self.args, settings, self.modification, self.epoch,
                       self.session.regime_index(self.modification), self.session.global_step, self.n, self.buffers,
-                      self.shared_weights, self.version, self.stats, self.scaler_state, actor_end, self.stop,
-                      self.make_agent_fn))
+                      self.shared_weights, self.seqlock, self.weights_version, self.stats, self.scaler_state,
+                      actor_end, self.stop, self.make_agent_fn))
             p.start()
             actor_end.close()  # the actor holds the only copy: its death closes the pipe
             self.processes.append(p)
@@ -392,6 +492,13 @@ class ActorFleet:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
+
+    def describe(self) -> dict:
+        return {"backend": "process", "actors": self.pids()}
+
+    def local_actors(self) -> int:
+        """Actors on the learner's machine (all of them here)."""
+        return len(self.processes)
 
     def send(self, i: int, message: tuple) -> None:
         """A few bytes to actor i (never blocks: the pipe buffer holds far more than the messages in flight)."""
@@ -413,12 +520,16 @@ class ActorFleet:
 
     # --- weights -------------------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def publish(self, agent: nn.Module) -> None:
-        self.version += 1  # odd: writing
+    def publish(self, agent: nn.Module, version: int, force: bool = False) -> None:
+        """The learner's weights after `version` updates, every --broadcast_interval updates (`force`: now)."""
+        if not (force or version % self.args.broadcast_interval == 0):
+            return
+        self.seqlock += 1  # odd: writing
         for k, t in folded_state_dict(agent).items():  # --plasticity_injection: the actors' heads stay one layer
             self.shared_weights[k].copy_(t)
             kill_at("publish", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-publish
-        self.version += 1
+        self.weights_version[0] = version
+        self.seqlock += 1
 
     # --- failures ------------------------------------------------------------------------------------------------------
     def check(self) -> None:
@@ -511,6 +622,20 @@ def start_forkserver(settings: EnvSettings):
     return ctx
 
 
+def make_fleet(args: Args, settings: EnvSettings, session: RunSession, obs_space, n_actions: int, make_agent_fn):
+    """The actors of `--actor_backend`: processes on this machine (`ActorFleet`), or `RolloutActor`s on Ray, on this
+    machine or a cluster (agents/impala_ray.py)."""
+    if args.actor_backend == "process":
+        return ActorFleet(args, settings, session, obs_space, n_actions, make_agent_fn)
+    specs = unroll_specs(args.unroll_length, args.num_envs // args.num_actors, obs_space, n_actions)
+    unroll_bytes = sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+                       for shape, dtype in specs.values())
+    weights = (make_agent_fn or make_agent)(obs_space, n_actions, args).state_dict()  # (as ActorFleet: one model)
+    return impala_ray.RayActorFleet(args, settings, session, "agents.impala:RolloutActor",
+                                    impala_ray.factory_path(make_agent_fn or make_agent, args.architecture),
+                                    unroll_bytes, sum(t.numel() * t.element_size() for t in weights.values()))
+
+
 def probe_spaces(settings: EnvSettings, modification: str):
     """Observation space and number of actions, from one env built and closed in the learner."""
     env = make_env(dataclasses.replace(settings, video_dir=None), 0, modification)()
@@ -562,7 +687,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
     # a signal that reached the actors too (SIGTERM to the process group) is an interruption, not a failure
     with session.running(interrupted_by=(ActorFailure,)):
-        start_forkserver(settings)
+        if args.actor_backend == "process":
+            start_forkserver(settings)
         obs_space, n_actions = probe_spaces(settings, session.modification)
         agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (networks.Agent)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
@@ -582,16 +708,18 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         # a variant's extension registers its own state with the session (CLEAR's replay, P&C's knowledge base)
         extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device) \
             if make_extension else LearnerExtension()
-        shared_agent = make_agent_fn(obs_space, n_actions, args).share_memory()  # the actors' source of weights
-        fleet = session.closing(ActorFleet(args, settings, session, obs_space, n_actions, shared_agent,
-                                           make_agent_fn))
+        # the actors (--actor_backend: processes, or Ray actors on this machine or a cluster), one interface
+        fleet = session.closing(make_fleet(args, settings, session, obs_space, n_actions, make_agent_fn))
         session.register("reward_scalers", fleet.scaler_states, fleet.load_scaler_states, optional=True)
-        fleet.publish(agent)
+        # weights versions count the learner's updates (a resumed run goes on counting)
+        fleet.publish(agent, session.global_step // steps_per_update, force=True)
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
-        atomic_write_json(os.path.join(session.run_dir, "actors.json"), {"learner": os.getpid(), "actors": fleet.pids()})
+        if device.type == "cpu" and fleet.local_actors() != args.num_actors:  # Ray actors on other machines
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - fleet.local_actors()))
+        atomic_write_json(os.path.join(session.run_dir, "actors.json"), {"learner": os.getpid(), **fleet.describe()})
         print(f"learner pid {os.getpid()}, actor pids {fleet.pids()}; {args.num_actors} actors x {envs_per_actor} envs, "
               f"{steps_per_update} steps per update", flush=True)
         global_step = session.global_step
@@ -605,8 +733,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             # the curriculum, asked at the learner's step count; a switch reaches the actors at their next unroll
             switches = session.switches
             session.maybe_switch(fleet)
-            if session.switches != switches:
-                fleet.publish(agent)  # after-switch hooks (shrink & perturb) may have changed the weights
+            if session.switches != switches:  # after-switch hooks (shrink & perturb, P&C) may have changed the weights
+                fleet.publish(agent, iteration - 1, force=True)
 
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / session.num_iterations
@@ -653,7 +781,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             plasticity.after_update(obs[:T], step=global_step + steps_per_update)
             check_parameters(agent, global_step)
             extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
-            fleet.publish(agent)
+            fleet.publish(agent, iteration)  # every --broadcast_interval updates
             learn_s = time.time() - t_learn
 
             # TRY NOT TO MODIFY: count the consumed steps, log episodes under the regime of their unroll
@@ -682,7 +810,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs, **plasticity.take_log(),
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
-                "charts/policy_lag": float(np.mean([(int(fleet.version[0]) - 2 - v) / 2 for v in versions])),
+                # updates between the weights that played an unroll and those it trained (before this update)
+                "charts/policy_lag": float(np.mean([iteration - 1 - v for v in versions])),
                 "charts/previous_regime_unrolls": float(sum(e != fleet.epoch for e in epochs)),
                 "time/learner_wait_s": wait_s, "time/learn_s": learn_s, "time/iteration_s": iteration_s,
                 "time/learner_utilisation": learn_s / iteration_s if iteration_s > 0 else float("nan"),

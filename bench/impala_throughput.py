@@ -6,7 +6,10 @@ Run kinds (every training run is a fresh subprocess; the kinds run round-robin, 
 - `ppo_1thread`: the same with `torch.set_num_threads(1)`, a control: the IMPALA learner on CPU takes
   (cores - actors) threads, and on a loaded machine PPO's default OpenMP threads can slow its update many times over;
 - `impala_a1`, `impala_a2`, `impala_a4`: agents.impala with 1, 2 or 4 actor processes sharing the same 8 envs, unroll
-  20, batch 4 unrolls, IMPALA's usual hyperparameters (configs/impala_freeway.json without its curriculum).
+  20, batch 4 unrolls, IMPALA's usual hyperparameters (configs/impala_freeway.json without its curriculum);
+- with `--backends process ray`, every IMPALA kind also runs with its actors as Ray actors (`impala_a2_ray`:
+  `--actor_backend ray`, a Ray instance of the run's own on this machine, --max_in_flight 2), the same actors and
+  envs, in the same round-robin: the ratio of the two is Ray's overhead on one machine.
 All runs train the unmodified game for the same number of env steps.
 
 Steady-state steps/s = env steps consumed between the first iteration that ends at or after `--warmup-steps` and the
@@ -17,6 +20,7 @@ last iteration / the time between them (start-up, env creation and the first ite
 - PPO: env / act / learn split of its iterations (it does one thing at a time).
 
 Run from the repository root:  python bench/impala_throughput.py [--json bench/out/impala_throughput.json]
+Ray against processes:         python bench/impala_throughput.py --kinds impala_a2 --backends process ray
 """
 
 from __future__ import annotations
@@ -36,6 +40,25 @@ import common  # noqa: E402  (also puts the repository root on sys.path)
 KINDS = ("ppo", "ppo_1thread", "impala_a1", "impala_a2", "impala_a4")
 LABELS = {"ppo": "PPO (8 envs x 128)", "ppo_1thread": "PPO, 1 torch thread", "impala_a1": "IMPALA 1 actor x 8 envs",
           "impala_a2": "IMPALA 2 actors x 4 envs", "impala_a4": "IMPALA 4 actors x 2 envs"}
+BACKENDS = ("process", "ray")
+
+
+def label(kind: str) -> str:
+    """`impala_a<N>[_ray]`: N actors, processes or Ray actors."""
+    base = kind.removesuffix("_ray")
+    text = LABELS.get(base, f"IMPALA {base.split('_a')[-1]} actors")
+    return text + ", Ray" if kind.endswith("_ray") else text
+
+
+def with_backends(kinds, backends) -> list[str]:
+    """Every IMPALA kind once per actor backend (Ray: `<kind>_ray`), PPO kinds once."""
+    out = []
+    for k in kinds:
+        if k.startswith("impala"):
+            out += [k if b == "process" else f"{k}_ray" for b in backends]
+        else:
+            out.append(k)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -65,8 +88,10 @@ def worker(args: argparse.Namespace) -> dict:
         path = os.path.join(args.tmp, args.run_name + "_config.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(cfg, f)
-        argv = ["--config", path, *argv, "--num_actors", args.worker.split("_a")[1],
+        argv = ["--config", path, *argv, "--num_actors", args.worker.removesuffix("_ray").split("_a")[1],
                 "--unroll_length", str(args.unroll_length), "--batch_size", str(args.batch_size)]
+        if args.worker.endswith("_ray"):
+            argv += ["--actor_backend", "ray"]
     t0 = time.time()
     parsed, curriculum, _ = parse_train_args(argv)
     run_dir = agent_module.train(parsed, curriculum, None)
@@ -93,6 +118,12 @@ def steady(kind: str, run: dict, warmup_steps: int) -> dict:
     wall = its[-1]["time"] - its[w]["time"]
     out = {"sps": (its[-1]["global_step"] - its[w]["global_step"]) / wall, "iterations_measured": len(window),
            "wall_total_s": run["end"] - run["start"], "first_iteration_s": its[0]["time"] - run["start"]}
+    # CPU the run's processes used over the window (all of them: learner, actors, Ray's own), and everyone else's
+    samples = [x for x in run.get("cpu_samples", []) if x["t"] >= its[w]["time"] and x["t0"] <= its[-1]["time"]]
+    if samples:
+        out["cores_ours"] = sum(x["ours_cores"] for x in samples) / len(samples)
+        out["cores_foreign"] = sum(x["foreign_cores"] for x in samples) / len(samples)
+        out["cpu_ms_per_step"] = out["cores_ours"] / out["sps"] * 1e3
     if kind.startswith("ppo"):
         env, act, learn = (sum(num(it[f"time/{c}_s"]) for it in window) for c in ("env", "act", "learn"))
         out["share"] = {"env": env / wall, "act": act / wall, "learn": learn / wall}
@@ -115,11 +146,11 @@ def steady(kind: str, run: dict, warmup_steps: int) -> dict:
 
 def orchestrate(args: argparse.Namespace) -> dict:
     tmp = tempfile.mkdtemp(prefix="impala_bench_")
-    runs: dict[str, list[dict]] = {k: [] for k in args.kinds}
+    runs: dict[str, list[dict]] = {k: [] for k in args.runs}
     failures = []
     try:
         for rep in range(args.repeats):
-            for kind in common.rotation(args.kinds, rep):
+            for kind in common.rotation(args.runs, rep):
                 name = f"{kind}_r{rep}"
                 out, log = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".log")
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--worker-out", out, "--tmp", tmp,
@@ -127,13 +158,16 @@ def orchestrate(args: argparse.Namespace) -> dict:
                        "--num-steps", str(args.num_steps), "--unroll-length", str(args.unroll_length),
                        "--batch-size", str(args.batch_size), "--env-id", args.env_id, "--seed", str(args.seed)]
                 t = time.time()
-                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
+                with common.LoadSampler(interval=1.0) as sampler:  # our process tree's cores, and the others'
+                    run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
                 if run is None:
                     continue
+                run["cpu_samples"] = sampler.samples
                 run["analysis"] = steady(kind, run, args.warmup_steps)
+                run["load"] = common.loadavg()
                 runs[kind].append(run)
-                print(f"  repeat {rep + 1}/{args.repeats} {LABELS[kind]:<26} steady {run['analysis']['sps']:7.1f} "
-                      f"steps/s  (run {time.time() - t:5.1f} s, load {common.loadavg()})", flush=True)
+                print(f"  repeat {rep + 1}/{args.repeats} {label(kind):<31} steady {run['analysis']['sps']:7.1f} "
+                      f"steps/s  (run {time.time() - t:5.1f} s, load {run['load']})", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"runs": runs, "failures": failures}
@@ -159,7 +193,16 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
                                       "learn_s_per_update", "learner_ms_per_step", "actor_ms_per_step",
                                       "actor_env_ms_per_step")}
         out["utilisation"][k]["wall_total_s"] = common.median([x["wall_total_s"] for x in a])
-    impalas = [k for k in med if k.startswith("impala") and sps[k]]
+        if all("cpu_ms_per_step" in x for x in a):
+            out["cpu"] = out.get("cpu", {})
+            out["cpu"][k] = {c: common.median([x[c] for x in a]) for c in
+                             ("cores_ours", "cores_foreign", "cpu_ms_per_step")}
+    # Ray's overhead on one machine: a Ray run against the process run with the same actors (same repeat: paired)
+    out["ray_vs_process"] = {
+        k: {"ratio_of_medians": common.ratio(med[k], med[k.removesuffix("_ray")]),
+            "median_paired_ratio": common.median([a / b for a, b in zip(sps[k], sps[k.removesuffix("_ray")])])}
+        for k in runs if k.endswith("_ray") and sps[k] and sps.get(k.removesuffix("_ray"))}
+    impalas = [k for k in med if k.startswith("impala") and not k.endswith("_ray") and sps[k]]
     best = max(impalas, key=lambda k: med[k], default=None)
     out["best_impala"] = best
     if "impala_a2" in out["vs_ppo"]:
@@ -174,17 +217,17 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
 def report(args: argparse.Namespace, info: dict, s: dict) -> str:
     common.print_machine(info)
     rows = []
-    for k in args.kinds:
+    for k in args.runs:
         v = s["sps"].get(k, [])
         if not v:
-            rows.append([LABELS[k], "0", "-", "-", "-", "-", "-", "-"])
+            rows.append([label(k), "0", "-", "-", "-", "-", "-", "-"])
             continue
         u = s["utilisation"][k]
         util = (f"learner {u['learner_utilisation'] * 100:.0f}%, actors {u['actor_utilisation'] * 100:.0f}%"
                 if not k.startswith("ppo") else f"env {u['env'] * 100:.0f}% / act {u['act'] * 100:.0f}% / "
                                    f"learn {u['learn'] * 100:.0f}%")
         ratio = s["vs_ppo"].get(k, {}).get("ratio_of_medians")
-        rows.append([LABELS[k], len(v), common.fmt(s["median_sps"][k]), common.fmt(min(v)), common.fmt(max(v)),
+        rows.append([label(k), len(v), common.fmt(s["median_sps"][k]), common.fmt(min(v)), common.fmt(max(v)),
                      "1.00" if k == "ppo" else (f"{ratio:.2f}" if ratio is not None else "-"), util,
                      common.fmt(u["wall_total_s"])])
     title = (f"training steps/s, HackAtari {args.env_id}, {args.num_envs} envs, {args.steps} env steps per run, "
@@ -197,7 +240,7 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> str:
 
     # sizing: what one core of learner and one core of actor do per env step (medians; wall time while busy, so
     # inflated by contention when processes outnumber cores)
-    cost_rows = [[LABELS[k], f"{u['learner_ms_per_step']:.2f}", f"{u['actor_ms_per_step']:.2f}",
+    cost_rows = [[label(k), f"{u['learner_ms_per_step']:.2f}", f"{u['actor_ms_per_step']:.2f}",
                   f"{u['actor_env_ms_per_step']:.2f}"]
                  for k, u in s["utilisation"].items() if k.startswith("impala")]
     if cost_rows:
@@ -206,11 +249,20 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> str:
         common.print_table(title2, cols2, cost_rows)
         text += "\n\n" + title2 + "\n\n" + "\n".join(
             [f"| {' | '.join(cols2)} |", "|" + "---|" * len(cols2)] + [f"| {' | '.join(r)} |" for r in cost_rows])
+    if s.get("cpu"):
+        title3 = ("CPU over the steady window (medians): cores the run's processes used (learner, actors, Ray's own), "
+                  "other processes' cores meanwhile, and the run's CPU ms per env step")
+        cols3 = ["run", "run's cores", "others' cores", "CPU ms/step"]
+        rows3 = [[label(k), f"{c['cores_ours']:.2f}", f"{c['cores_foreign']:.2f}", f"{c['cpu_ms_per_step']:.2f}"]
+                 for k, c in s["cpu"].items()]
+        common.print_table(title3, cols3, rows3)
+        text += "\n\n" + title3 + "\n\n" + "\n".join(
+            [f"| {' | '.join(cols3)} |", "|" + "---|" * len(cols3)] + [f"| {' | '.join(r)} |" for r in rows3])
     return text
 
 
 def worker_kind(kind: str) -> str:
-    if kind in KINDS or re.fullmatch(r"impala_a[1-9][0-9]*", kind):
+    if kind in KINDS or re.fullmatch(r"impala_a[1-9][0-9]*(_ray)?", kind):
         return kind
     raise argparse.ArgumentTypeError(f"unknown run kind {kind!r}")
 
@@ -226,6 +278,8 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=1024, help="steps excluded from steady-state steps/s")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="run kinds to compare")
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=["process"],
+                   help="IMPALA's actor backends: each IMPALA kind runs once per backend (Ray: `<kind>_ray`)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--run-timeout", type=int, default=900, help="seconds before a training run is killed")
     p.add_argument("--json", help="write the results as JSON to this path")
@@ -250,6 +304,7 @@ def main() -> None:
         p.error(f"--steps {args.steps} leaves no PPO iteration ({ppo_batch} steps each) after --warmup-steps "
                 f"{args.warmup_steps} to measure")
 
+    args.runs = with_backends(args.kinds, args.backends)
     if args.reanalyze:
         with open(args.reanalyze, encoding="utf-8") as f:
             old = json.load(f)
@@ -257,6 +312,7 @@ def main() -> None:
         for k, v in old["config"].items():
             if k not in ("json", "markdown", "reanalyze"):
                 setattr(args, k, v)
+        args.runs = with_backends(args.kinds, args.backends)  # (outputs before --backends: processes only)
         res = {"runs": old["runs"], "failures": old["failures"]}
         for k, runs in res["runs"].items():
             for run in runs:
@@ -264,18 +320,21 @@ def main() -> None:
     else:
         info = common.machine_info()
         t0 = time.time()
-        print(f"{args.repeats} repeats x {len(args.kinds)} runs of {args.steps} env steps, round-robin ...", flush=True)
+        print(f"{args.repeats} repeats x {len(args.runs)} runs of {args.steps} env steps, round-robin ...", flush=True)
         res = orchestrate(args)
         info["loadavg_end"] = common.loadavg()
         info["wall_s"] = time.time() - t0
     summary = summarize(args, res)
     table = report(args, info, summary)
     for k, v in summary["vs_ppo"].items():
-        print(f"{LABELS[k]} / PPO: {v['ratio_of_medians']:.2f} (median of paired per-repeat ratios "
+        print(f"{label(k)} / PPO: {v['ratio_of_medians']:.2f} (median of paired per-repeat ratios "
               f"{v['median_paired_ratio']:.2f})")
     if "target_2x_met_default_2_actors" in summary:
         print(f"target >= 2x PPO with the default 2 actors: {summary['target_2x_met_default_2_actors']}; "
               f"best IMPALA setting: {summary['best_impala']} ({summary['target_2x_met_best']})")
+    for k, v in summary["ray_vs_process"].items():
+        print(f"{label(k)} / the same actors as processes: {v['ratio_of_medians']:.2f} (median of paired per-repeat "
+              f"ratios {v['median_paired_ratio']:.2f}); load average at the end {info['loadavg_end']}")
     if "best_impala_vs_ppo_1thread" in summary:
         print(f"best IMPALA / PPO with 1 torch thread: {summary['best_impala_vs_ppo_1thread']:.2f}")
     print(f"wall time: {info['wall_s']:.0f} s")

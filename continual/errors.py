@@ -81,6 +81,11 @@ class EnvWorkerError(TrainingError):
     """An environment worker process died or raised."""
 
 
+class ActorFailure(TrainingError):
+    """An IMPALA actor died or failed (agents/impala.py, agents/impala_ray.py); the message is one line that names
+    it."""
+
+
 class NumericalError(TrainingError):
     """A non-finite loss or parameter."""
 

@@ -305,7 +305,23 @@ class Args:
 
     # --- IMPALA ------------------------------------------------------------------------------------------------------
     num_actors: int = 2
-    """IMPALA: actor processes; --num_envs envs are split evenly between them"""
+    """IMPALA: actors (processes, or Ray actors with --actor_backend ray); --num_envs envs are split evenly between
+    them"""
+    actor_backend: Literal["process", "ray"] = "process"
+    """IMPALA: where the actors run: `process` (processes on this machine, unrolls through shared memory) or `ray`
+    (Ray actors of one CPU each, on this machine or on a cluster with --ray_address; docs/agents.md)"""
+    ray_address: Optional[str] = None
+    """IMPALA, --actor_backend ray: the Ray cluster the actors run on (`HEAD_IP:6379`, or `auto` for the one `ray
+    start` runs on this machine); default: a Ray instance of the run's own on this machine, with --num_actors CPUs"""
+    broadcast_interval: int = 1
+    """IMPALA: learner updates between two publications of its weights to the actors (they are also published at
+    every switch); the policy lag grows with it"""
+    max_in_flight: int = 2
+    """IMPALA, --actor_backend ray: unroll requests each actor has queued; each request carries the weights that are
+    current when it is sent, so the policy lag grows with it"""
+    actor_max_restarts: int = 3
+    """IMPALA, --actor_backend ray: restarts of each actor (killed, or its node lost) before its death ends the run;
+    the unroll it was playing is dropped"""
     unroll_length: int = 20
     """IMPALA: steps per unroll (T)"""
     batch_size: int = 4

@@ -58,8 +58,11 @@ def validate_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
         raise UserError(f"checkpoint_minutes: must be a non-negative finite number, got {args.checkpoint_minutes}")
-    for name in ("num_actors", "unroll_length", "batch_size"):
+    for name in ("num_actors", "unroll_length", "batch_size", "broadcast_interval", "max_in_flight"):
         positive(name)
+    if args.actor_max_restarts < 0:
+        raise UserError(f"actor_max_restarts: must be >= 0, got {args.actor_max_restarts}")
+    validate_actor_backend(args)
     for name in ("replacement_rate", "shrink_factor", "decay_rate"):
         in_unit(name)
     for name in ("noise_scale", "dormant_tau", "vtrace_rho_bar", "vtrace_c_bar", "rmsprop_eps"):
@@ -263,6 +266,18 @@ def validate_injection_args(args: Args) -> None:
                "ewc": "its anchors and Fisher are per parameter of the network as built",
                "perturb_mode fresh_init": "it pairs the parameters with a fresh network's by name"}[clash[0]]
         raise UserError(f"plasticity_injection: not with --{clash[0]} ({why})")
+
+
+def validate_actor_backend(args: Args) -> None:
+    """--actor_backend and the flags only its Ray actors read."""
+    if args.actor_backend != "process":
+        require(args, specs.ACTORS, "actor_backend")
+        return
+    if args.ray_address is not None:
+        raise UserError("ray_address: only used with --actor_backend ray")
+    for name in ("max_in_flight", "actor_max_restarts"):
+        if getattr(args, name) != getattr(Args, name):
+            raise UserError(f"{name}: only used with --actor_backend ray")
 
 
 def validate_ewc_args(args: Args) -> None:

@@ -57,3 +57,19 @@ def group(pgid: int) -> set[int]:
             if rest[0] not in ("Z", "X") and int(rest[2]) == pgid:
                 out.add(int(name))
     return out
+
+
+def session_members(sid: int) -> set[int]:
+    """Live (non-zombie) processes of session `sid` (a run started with start_new_session: all it started, also
+    those in process groups of their own, such as Ray's workers, and those orphaned since)."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if rest[0] not in ("Z", "X") and int(rest[3]) == sid:
+                out.add(int(name))
+    return out

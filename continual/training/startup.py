@@ -45,7 +45,9 @@ RESUME_OVERRIDABLE = {"resume", "verbose", "total_timesteps", "progress_bar", "t
                       "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
                       "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
-                      "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots"}
+                      "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots",
+                      # where IMPALA's actors run (a run resumed on another cluster, or on one machine)
+                      "actor_backend", "ray_address", "actor_max_restarts"}
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None,
