@@ -183,7 +183,7 @@ def test_effective_rank_on_known_matrices():
 # --- a remedy that did nothing says so at the end of the run ---------------------------------------------------------
 
 def test_idle_remedies_name_what_did_nothing():
-    from continual.plasticity.diagnostics import idle_remedies
+    from continual.training.remedies import idle_remedies
 
     cbp = {"cbp.trackers.0.replaced": torch.tensor(0), "cbp.trackers.0.age": torch.full((4,), 160),
            "cbp.trackers.0.to_replace": torch.tensor(0.24, dtype=torch.float64)}

@@ -45,6 +45,7 @@ from continual.training.callbacks import (
     SwitchEvent,
     WandbCallback,
 )
+from continual.training.remedies import idle_remedies
 from continual.training.tracking import RunLogger
 
 C = TypeVar("C", bound=Callback)
@@ -269,8 +270,6 @@ class RunSession:
             policy = ckpt_lib.save_state_dict(ckpt_lib.final_policy_path(self.run_dir, self.args),
                                               self._last_payload["model"])
             print(f"model saved to {policy}")
-            from continual.plasticity.diagnostics import idle_remedies
-
             for note in idle_remedies(self.args, self._last_payload):
                 print(f"note: {note}")
         else:

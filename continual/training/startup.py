@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from continual.config.args import Args
+from continual.config.args import Args, default_args
 from continual.config.loading import DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args
 from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
@@ -433,8 +433,6 @@ SUMMARY_SKIPPED = ("run_name", "resume", "config", "verbose")
 def resolved_defaults(args: Args) -> Args:
     """The settings this run would have with no flag and no config file but its architecture, game and backend,
     resolved as a run resolves them (exp_name, reward scaling, observation mode, gradient clip)."""
-    from continual.config.args import default_args
-
     ref = default_args(args.architecture)
     ref.env_id, ref.backend = args.env_id, args.backend
     ref.exp_name = ref.architecture.lower()
