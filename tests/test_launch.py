@@ -257,6 +257,9 @@ def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(
     assert [st[s]["state"] for s in (1, 2, 3, 4)] == ["done", "done", "failed", "failed"]
     assert st[3]["attempts"] == 3 and st[3]["error"] == "RuntimeError: boom" and st[4]["error"] == "error: refused"
     assert "2/4 done, 2 failed" in out and "failed: entry 2 (seed=3): RuntimeError: boom" in out
+    # stdout is not a terminal here: progress comes as lines, one per change of state, not as a table at the end
+    assert re.search(r"\d\d:\d\d:\d\d entry 0 \(seed=1\): running", out) and "entry 0 (seed=1): done" in out
+    assert "entry 2 (seed=3): failed, " in out and "━" not in out  # no table border drawn
     assert os.listdir(q.dir) == [n for n in os.listdir(q.dir) if ".claim." not in n]  # every claim released
     # again: finished and failed entries are not run again
     assert L.main(args) == 1
@@ -494,3 +497,35 @@ def test_a_full_disk_writing_a_status_file_is_one_line_and_keeps_the_old_status(
         q.set_status("e", state="done")
     monkeypatch.undo()
     assert q.status("e")["state"] == "running" and os.listdir(q.dir) == ["e.status.json"]
+
+
+def test_line_progress_and_the_table_at_80_columns(tmp_path):
+    """Without a terminal the launcher prints a line per change of state and, every `every` seconds, the running
+    entries and a count; the table folds labels at 80 columns instead of cutting them to the same prefix."""
+    import io
+
+    from rich.console import Console
+
+    exp = load_experiment(write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {
+        "architecture": ["PPO", "PPO_CBP"], "seed": [1]}}))
+    q = Queue(str(tmp_path / "f"))
+    q.create()
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=False)
+    launcher = L.Launcher(exp, exp.entries, q, "x.py", 0, False, console, None)
+    progress = L.LineProgress(launcher, console, every=3600)
+    progress.update()
+    q.set_status(exp.entries[0].name, state="done", returncode=0, where="vm:1", error="")
+    progress.update()
+    progress.update()  # nothing changed: no line
+    lines = buf.getvalue().splitlines()
+    assert [re.sub(r"^\d\d:\d\d:\d\d ", "", x) for x in lines] == [
+        "entry 0 (architecture=PPO, seed=1): pending", "entry 1 (architecture=PPO_CBP, seed=1): pending",
+        "entry 0 (architecture=PPO, seed=1): done, vm:1"]
+    progress.every, progress.last = 0.0, 0.0
+    progress.update()
+    assert buf.getvalue().splitlines()[-1].endswith("1/2 done, 0 running, 0 failed")
+    table = io.StringIO()
+    Console(file=table, width=80).print(launcher.table())
+    text = table.getvalue()
+    assert "PPO_CBP" in text and "…" not in text  # folded onto a second line, not cut

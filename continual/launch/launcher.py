@@ -19,6 +19,7 @@ removes an entry that was started, is refused (entries may be appended; a new me
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -27,7 +28,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import tyro
 from rich.console import Console
@@ -278,7 +279,7 @@ class Launcher:
         cpus = ray.cluster_resources().get("CPU", 1.0)
         return max(1, int(cpus // self.exp.cpus_per_run + 1e-9))
 
-    def run(self, live: Optional[Live]) -> None:
+    def run(self, live: Optional[Union[Live, "LineProgress"]]) -> None:
         import ray
 
         todo = [e for e in self.entries if not self.settled(e)]
@@ -334,24 +335,59 @@ class Launcher:
             job.claim.release()
         self.jobs.clear()
 
+    def row(self, e: Entry) -> tuple[str, str, str, str, str]:
+        """An entry's state, step, steps/s, last training return and node or note, as the table shows them."""
+        st = self.queue.status(e.name)
+        state = "running" if e.name in self.jobs else st.get("state", "pending")
+        if state == "running" and st.get("state") == "lost":
+            state = "resumed (node lost)"
+        elif state == "running" and st.get("attempts"):
+            state = f"retry {st['attempts']}/{self.max_retries}"
+        p = read_progress(self.queue.run_dir(e.name))
+        step = f"{p['step']}/{p.get('total') or '?'}" if p.get("step") is not None else "-"
+        sps = str(p["sps"]) if p.get("sps") is not None and state != DONE else "-"
+        ret = f"{p['return']:.1f}" if isinstance(p.get("return"), (int, float)) else "-"
+        note = self.note.get(e.name) or (st.get("error") if state == FAILED else st.get("where", ""))
+        return state, step, sps, ret, note or ""
+
     def table(self) -> Table:
         t = Table(title=f"experiment {self.exp.name}: {self.queue.folder}", title_justify="left")
         for c in ("#", "run", "status", "step", "SPS", "last return", "node / note"):
-            t.add_column(c, justify="left" if c in ("run", "status", "node / note") else "right")
+            # labels fold rather than end in "...": at 80 columns "architecture=PPO" and "architecture=PPO_CBP" differ
+            t.add_column(c, justify="left" if c in ("run", "status", "node / note") else "right",
+                         overflow="fold" if c == "run" else "ellipsis")
         for e in self.entries:
-            st = self.queue.status(e.name)
-            state = "running" if e.name in self.jobs else st.get("state", "pending")
-            if state == "running" and st.get("state") == "lost":
-                state = "resumed (node lost)"
-            elif state == "running" and st.get("attempts"):
-                state = f"retry {st['attempts']}/{self.max_retries}"
-            p = read_progress(self.queue.run_dir(e.name))
-            step = f"{p['step']}/{p.get('total') or '?'}" if p.get("step") is not None else "-"
-            sps = str(p["sps"]) if p.get("sps") is not None and state != DONE else "-"
-            ret = f"{p['return']:.1f}" if isinstance(p.get("return"), (int, float)) else "-"
-            note = self.note.get(e.name) or (st.get("error") if state == FAILED else st.get("where", ""))
-            t.add_row(str(e.index), e.label, state, step, sps, ret, note or "")
+            t.add_row(str(e.index), e.label, *self.row(e))
         return t
+
+
+class LineProgress:
+    """Progress as lines, for a launcher whose output is not a terminal (nohup, sbatch, a pipe): a line when an entry
+    changes state, and every `every` seconds a line per running entry and a count. Has Live's `update`."""
+
+    def __init__(self, launcher: "Launcher", console: Console, every: float = 300.0):
+        self.launcher, self.console, self.every = launcher, console, every
+        self.seen: dict[str, str] = {}
+        self.last = time.time()
+
+    def update(self, _renderable: Any = None) -> None:
+        now = time.strftime("%H:%M:%S")
+        rows = {e.name: (e, self.launcher.row(e)) for e in self.launcher.entries}
+        for name, (e, (state, step, sps, ret, note)) in rows.items():
+            if self.seen.get(name) != state:
+                self.seen[name] = state
+                self.console.print(f"{now} entry {e.index} ({e.label}): {state}" +
+                                   (f", step {step}" if step != "-" else "") + (f", {note}" if note else ""),
+                                   soft_wrap=True)
+        if time.time() - self.last >= self.every:
+            self.last = time.time()
+            states = [state for _, (state, *_rest) in rows.values()]
+            for e, (state, step, sps, ret, _note) in rows.values():
+                if state == "running" or state.startswith(("retry", "resumed")):
+                    self.console.print(f"{now} entry {e.index} ({e.label}): step {step}, {sps} steps/s, last "
+                                       f"return {ret}", soft_wrap=True)
+            self.console.print(f"{now} {states.count(DONE)}/{len(states)} done, {states.count('running')} running, "
+                               f"{states.count(FAILED)} failed", soft_wrap=True)
 
 
 def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> None:
@@ -464,8 +500,10 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     interrupted = False
     try:
-        with Live(launcher.table(), console=console, refresh_per_second=1, transient=False) as live:
+        with (Live(launcher.table(), console=console, refresh_per_second=1, transient=False) if console.is_terminal
+              else contextlib.nullcontext(LineProgress(launcher, console))) as live:
             try:
+                live.update(launcher.table())
                 launcher.run(live)
             except KeyboardInterrupt:
                 interrupted = True
