@@ -239,8 +239,10 @@ def test_clear_on_ray_actors_switches_every_actor_at_the_learners_step(tmp_path)
     assert all(r["global_step"] > 1600 for r in episodes if r["modification"] == "gravity=15.0")
     its = iterations(run_dir)
     after = [it for it in its if it["global_step"] > 1600]
-    assert all(it["charts/previous_regime_unrolls"] <= 4 for it in after)
-    assert all(it["charts/previous_regime_unrolls"] == 0 for it in after[4:])
+    # the old regime's unrolls after the switch are those of the requests in flight at it, whatever updates they land
+    # in (a loaded machine delivers some late): 2 actors x max_in_flight 2 requests x 2 envs an actor
+    assert sum(it["charts/previous_regime_unrolls"] for it in after) <= 2 * 2 * 2
+    assert all(it["charts/previous_regime_unrolls"] == 0 for it in after[-3:])
     assert its[-1]["global_step"] == 4800 and "losses/policy_cloning" in its[-1]
     assert actors_file(run_dir)["backend"] == "ray"
 
