@@ -273,7 +273,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     rng = session.np_rng  # exploration and replay sampling: checkpointed with the session
 
     # env setup
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
+                                     start_step=session.global_step)
     envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
     with session.running():
         obs_space, n_actions = envs.single_observation_space, envs.single_action_space.n
