@@ -218,8 +218,9 @@ def action_space_of(backend: str, env_id: str) -> Optional[gym.Space]:
         env.close()
 
 
-def validate_action_space(architecture: str, backend: str, env_id: str, her: bool = False) -> None:
-    """Discrete and Box actions are supported by PPO/PPO_CBP; IMPALA and HER need Discrete ones."""
+def validate_action_space(architecture: str, backend: str, env_id: str, her: bool = False,
+                          c_chain: bool = False) -> None:
+    """Discrete and Box actions are supported by PPO/PPO_CBP; IMPALA, HER and C-CHAIN need Discrete ones."""
     space = action_space_of(backend, env_id)
     if space is None or isinstance(space, gym.spaces.Discrete):
         return
@@ -230,6 +231,9 @@ def validate_action_space(architecture: str, backend: str, env_id: str, her: boo
                         f"(Box) actions: use {names_of(supporting(BOX_ACTIONS))}")
     if her:
         raise UserError(f"her: needs a discrete action space; {env_id} has continuous (Box) actions")
+    if c_chain:
+        raise UserError(f"c_chain: PPO's C-CHAIN is the paper's form for discrete actions (a cross-entropy between "
+                        f"policies); {env_id} has continuous (Box) actions")
 
 
 def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> dict[str, float]:
