@@ -2,7 +2,8 @@
 
 Kinds: forgetting (a task sequence: CORA's and Continual World's metrics, run-level statistics, the experiment's
 declarations), robustness (agents trained on curricula, evaluated at the end under a table of modifications; the
-seed project's table beside ours).
+seed project's table beside ours), c_chain (C-CHAIN's Continual MinAtar table: the paper's score per run, mean +-
+standard error and t intervals, the paper's numbers beside).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import sys
 from typing import Optional, Sequence
 
 from continual.errors import exit_on_user_error
-from continual.report import forgetting, robustness
+from continual.report import c_chain, forgetting, robustness
 
-KINDS = ("forgetting", "robustness")
+KINDS = ("forgetting", "robustness", "c_chain")
 
 
 @exit_on_user_error
@@ -30,6 +31,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     a = p.parse_args(argv)
     if a.kind == "forgetting":
         result = forgetting.report(a.folder, a.out, experiment=a.experiment)
+        print("\n".join(result["markdown"]))
+        if a.out:
+            print(f"report written to {a.out}")
+    if a.kind == "c_chain":
+        result = c_chain.report(a.folder, a.out)
         print("\n".join(result["markdown"]))
         if a.out:
             print(f"report written to {a.out}")
