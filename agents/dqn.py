@@ -281,7 +281,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         obs_space, n_actions = envs.single_observation_space, envs.single_action_space.n
         q_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, q_network.obs_shape)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+        # --fused_adam: one kernel per parameter (the same update up to float rounding)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, **({"fused": True} if args.fused_adam else {}))
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)

@@ -377,6 +377,44 @@ def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
     assert got["weights"] == expected["weights"]
 
 
+def test_fused_adam_is_adam_up_to_float_rounding(tmp_path):
+    """--fused_adam: 300 Double-DQN updates of MinAtar's network with torch's fused Adam stay within float rounding of
+    the default Adam's (the same update, its operations in another order), and a run with the flag trains with it."""
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    batches = [tuple(torch.as_tensor(x) for x in (
+        (rng.random((32, 10, 10, 10)) < 0.1).astype(np.float32), rng.integers(0, 6, 32),
+        rng.random(32).astype(np.float32), rng.random(32) < 0.05, (rng.random((32, 10, 10, 10)) < 0.1).astype(np.float32)))
+        for _ in range(300)]
+
+    def train(fused: bool):
+        torch.manual_seed(0)
+        q, t = dqn.QNetwork((10, 10, 10), 6), dqn.QNetwork((10, 10, 10), 6)
+        t.load_state_dict(q.state_dict())
+        opt = torch.optim.Adam(q.parameters(), lr=3e-4, **({"fused": True} if fused else {}))
+        losses = []
+        for i, (obs, a, r, term, nxt) in enumerate(batches):
+            with torch.no_grad():
+                target = dqn.td_target(r, term, 0.99, t(nxt), q(nxt))
+            loss = torch.nn.functional.mse_loss(target, q(obs).gather(1, a.long().unsqueeze(1)).squeeze(1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            if i % 100 == 99:
+                t.load_state_dict(q.state_dict())
+        return np.array(losses), [p.detach().clone() for p in q.parameters()]
+
+    (l0, w0), (l1, w1) = train(False), train(True)
+    np.testing.assert_allclose(l1, l0, rtol=1e-5, atol=1e-7)
+    for a, b in zip(w0, w1):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    run = _train(tmp_path, "--fused_adam", data={**CORRIDOR, "modification_factory_kwargs": {
+        **CORRIDOR["modification_factory_kwargs"], "num_total_steps": 256, "switching_thresholds": [128, 192]}})
+    state = _load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0])
+    assert state["optimizer"]["param_groups"][0]["fused"] is True
+
+
 @pytest.mark.slow
 def test_dqn_learns_cartpole(tmp_path):
     """Learning check: DQN on CartPole (CleanRL dqn.py's network and most of its values, a shorter run) reaches a

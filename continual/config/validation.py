@@ -151,7 +151,7 @@ def validate_dqn_args(args: Args) -> None:
         if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (name == "tau" and v == 0):
             raise UserError(f"{name}: must be in {'(0' if name == 'tau' else '[0'}, 1], got {v}")
     for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer",
-                 "learning_starts_each_regime"):
+                 "learning_starts_each_regime", "fused_adam"):
         if getattr(args, name):
             require(args, specs.DQN_FLAGS, name)
     if args.norm_obs:
