@@ -74,7 +74,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
+                                     start_step=session.global_step)
     envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
     with session.running():
         agent = make_agent(envs.single_observation_space, envs.single_action_space, args).to(device)

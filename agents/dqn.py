@@ -58,6 +58,7 @@ from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import TrainingError, UserError
 from continual.evaluation.continual import attach as attach_evaluator
+from continual.plasticity.c_chain import DQN_SCHEDULE, install_c_chain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.injection import load_injected
 from continual.plasticity.methods import install_plasticity
@@ -273,13 +274,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     rng = session.np_rng  # exploration and replay sampling: checkpointed with the session
 
     # env setup
-    settings = EnvSettings.from_args(args, video_dir=session.video_dir, start_step=session.global_step)
+    settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
+                                     start_step=session.global_step)
     envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
     with session.running():
         obs_space, n_actions = envs.single_observation_space, envs.single_action_space.n
         q_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, q_network.obs_shape)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+        # --fused_adam: one kernel per parameter (the same update up to float rounding)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, **({"fused": True} if args.fused_adam else {}))
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
@@ -288,10 +291,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         print(f"replay buffer: {args.buffer_size} transitions, {rb.bytes_per_transition()} bytes each "
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
         explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
+        regime_start = 0  # the step the current regime started at (--learning_starts_each_regime)
 
         def load_explore_from(step: int) -> None:
             nonlocal explore_from
             explore_from = step
+
+        def load_regime_start(step: int) -> None:
+            nonlocal regime_start
+            regime_start = step
 
         # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: the injected heads first,
         # the target network's too, and the optimizer's group)
@@ -302,6 +310,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
         session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
         session.register("explore_from", lambda: explore_from, load_explore_from)
+        session.register("regime_start", lambda: regime_start, load_regime_start, optional=True)
         session.register("replay", lambda: rb.state_dict() if args.save_replay_buffer else None, rb.load_state_dict,
                          optional=True)
         if session.resuming and session.resume_state.get("replay") is None:
@@ -316,13 +325,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
         class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
             def on_switch_end(self, event) -> None:
-                nonlocal explore_from
+                nonlocal explore_from, regime_start
+                regime_start = event.global_step
                 if args.reset_replay_on_switch:
                     rb.clear()
                 if args.epsilon_rewarm_on_switch:
                     explore_from = event.global_step
 
         session.add_callback(ReplayAtSwitch())
+        c_chain = install_c_chain(session, q_network, DQN_SCHEDULE)  # --c_chain: None without
         attach_evaluator(session, q_network, device, make_agent)  # continual evaluation (--eval_every)
 
         # TRY NOT TO MODIFY: start the game
@@ -330,6 +341,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         obs, _ = envs.reset(seed=args.seed + global_step)
         rb.begin(range(args.num_envs))
         epsilon_duration = args.exploration_fraction * session.total_timesteps
+        # --learning_starts_each_regime: random steps and no training for the first learning_starts steps of every
+        # regime; epsilon counts from the end of the first of them
+        random_phase = args.learning_starts if args.learning_starts_each_regime else 0
+        regularized = args.l2 or args.l2_init or args.parseval  # the methods that add a penalty to the loss
 
         for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
@@ -345,14 +360,16 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             env_time = learn_time = 0.0
             losses, q_means, probe_obs = [], [], []
             for step in range(args.num_steps):
-                epsilon = linear_schedule(args.start_e, args.end_e, epsilon_duration, global_step - explore_from)
+                epsilon = linear_schedule(args.start_e, args.end_e, epsilon_duration,
+                                          max(global_step - explore_from - random_phase, 0))
+                in_random_phase = global_step - regime_start < random_phase
                 global_step += args.num_envs
                 session.global_step = global_step
 
                 # ALGO LOGIC: epsilon-greedy, one coin per env
                 explore = rng.random(args.num_envs) < epsilon
                 actions = rng.integers(0, n_actions, size=args.num_envs)
-                if not explore.all():
+                if not (explore.all() or in_random_phase):
                     with torch.no_grad():
                         greedy = q_network(torch.as_tensor(obs, device=device)).argmax(1).cpu().numpy()
                     actions = np.where(explore, actions, greedy)
@@ -375,7 +392,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     session.episode(ep_return, ep_length, global_step)
 
                 # ALGO LOGIC: training
-                if rb.added > args.learning_starts:
+                if rb.added > args.learning_starts and global_step - regime_start > random_phase:
                     t_learn = time.time()
                     previous = global_step - args.num_envs
                     for _ in range(global_step // args.train_frequency - previous // args.train_frequency):
@@ -388,10 +405,21 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         old_val = q_network(b_obs).gather(1, b_actions.long().unsqueeze(1)).squeeze(1)
                         loss = F.mse_loss(target, old_val)
                         check_losses(global_step, td_loss=loss)
+                        total = loss + plasticity.penalty() if regularized else loss  # --l2, --l2_init, --parseval
+                        churn = None
+                        if c_chain is not None and c_chain.has_reference():  # --c_chain: on a second replay batch
+                            ref_obs = torch.as_tensor(rb.gather(*rb.sample_indices(args.replay_batch_size, rng))[0],
+                                                      device=device)
+                            churn = q_churn(q_network(ref_obs), c_chain.reference(lambda net, x: net(x), ref_obs))
+                            total = total + c_chain.coef * churn
                         optimizer.zero_grad()
-                        (loss + plasticity.penalty()).backward()  # --l2, --l2_init, --parseval (0.0 without)
+                        total.backward()
                         monitor.record_grads()
+                        if c_chain is not None:
+                            c_chain.before_step()  # the next update's reference: the weights before this step
                         optimizer.step()
+                        if c_chain is not None:
+                            c_chain.record(loss.item(), None if churn is None else churn.item())
                         plasticity.after_step()  # --nap
                         plasticity.after_update(b_obs)  # --redo (on this replay batch), --reset_layers, when due
                         losses.append(loss.detach())
@@ -413,6 +441,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "charts/updates": len(losses), "charts/replay_size": len(rb),
                 "time/env_s": env_time, "time/learn_s": learn_time,
                 "time/act_s": iteration_time - env_time - learn_time, **plasticity.take_log(),
+                **(c_chain.log() if c_chain is not None else {}),
             })
             monitor.maybe_log()
     return session.run_dir

@@ -47,8 +47,10 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.goals import split_goal_space
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
+from continual.errors import UserError
 from continual.evaluation.continual import attach as attach_evaluator
 from continual.her import HerExtension, weighted_mean
+from continual.plasticity.c_chain import PPO_SCHEDULE, install_c_chain, policy_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import install_ewc
 from continual.plasticity.injection import load_injected
@@ -213,6 +215,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         install_switch_remedies(session, agent, optimizer, make_fresh)
         plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # ReDo, L2, resets, ...
         ewc = install_ewc(session, agent, policy_head, agent.continuous, ewc_batch_loss(args))  # --ewc: None without
+        if args.c_chain and agent.continuous:
+            raise UserError("c_chain: PPO's C-CHAIN is the paper's form for discrete actions (a cross-entropy between "
+                            "policies); its form for Box actions is not ported")
+        c_chain = install_c_chain(session, agent, PPO_SCHEDULE)  # --c_chain: None without
         attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         her = [HerExtension(args, envs.single_observation_space, device, session.np_rng)] if args.her else []
@@ -326,6 +332,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             ext.before_update()
             for epoch in range(args.update_epochs):
                 session.np_rng.shuffle(b_inds)
+                if c_chain is not None:  # --c_chain: the reference minibatches, a permutation of their own
+                    ref_inds = session.np_rng.permutation(batch["size"])
                 for start in range(0, batch["size"], batch["minibatch_size"]):
                     mb_inds = torch.as_tensor(b_inds[start:start + batch["minibatch_size"]], device=device)
                     mb_obs, mb_inputs, mb_weights = ext.minibatch(batch, mb_inds)  # HER: goals, IS weights
@@ -366,19 +374,32 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + ewc_loss
                     loss = loss + plasticity.penalty()  # --l2, --l2_init, --parseval (0.0 without)
+                    churn = None
+                    if c_chain is not None and c_chain.has_reference():  # --c_chain
+                        ref_obs = batch["obs"][torch.as_tensor(ref_inds[start:start + batch["minibatch_size"]],
+                                                               device=device)]
+                        churn = policy_churn(agent.actor(agent.features(ref_obs)).float(), c_chain.reference(
+                            lambda net, x: net.actor(net.features(x)).float(), ref_obs))
+                        loss = loss + c_chain.coef * churn
                     check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
 
                     optimizer.zero_grad()
                     loss.backward()
                     monitor.record_grads()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
+                    if c_chain is not None:
+                        c_chain.before_step()  # the next update's reference: the weights before this step
                     optimizer.step()
+                    if c_chain is not None:
+                        c_chain.add(pg_loss.item(), None if churn is None else churn.item())
                     plasticity.after_step()  # --nap: weights back to their initial norms
                     ext.commit(optimizer)  # PPO_CBP: its units
 
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
             ext.after_update()
+            if c_chain is not None:
+                c_chain.end_iteration()  # its record: the iteration's mean policy loss and churn
             plasticity.after_update(obs)  # --redo, --reset_layers, when due
             if agent.norm_obs:  # after the update: the stored log-probs and values were those of the old statistics
                 agent.update_obs_stats(obs)
@@ -396,6 +417,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
                 **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.take_log(),
+                **(c_chain.log() if c_chain is not None else {}),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/forward_s": forward_time,
                 "time/learn_s": learn_time,
                 **ext.scalars(session),  # HER: success, relabelling

@@ -33,9 +33,10 @@ ACTORS = "actors"                # --num_actors processes share --num_envs envs 
 CLEAR_REPLAY = "clear_replay"    # a replay buffer of --clear_buffer_frames under <run>/replay (disk checked first)
 NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases)
 ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains with Adam
+C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
 
 FEATURES = (BF16, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
-            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS)
+            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN)
 
 
 def rollout_steps(args: Any) -> int:
@@ -68,7 +69,7 @@ class AgentSpec:
         return feature in self.features
 
 
-_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB, ADAM_BETAS})
+_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB, ADAM_BETAS, C_CHAIN})
 # IMPALA's family sums its losses over the batch: TorchBeast's clip of 40 (0.5 shrinks its updates ~100x) and
 # cleanba's learning rate (configs/impala_freeway.json)
 _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}
@@ -89,7 +90,7 @@ SPECS: dict[str, AgentSpec] = {s.name: s for s in (
               features=frozenset({ACTORS, NEEDS_SWITCHES})),
     AgentSpec("DQN", "agents.dqn", "CleanRL's dqn_atari (Adam 1e-4 constant, one env, 1M replay)",
               defaults={"learning_rate": 1e-4, "anneal_lr": False, "num_envs": 1},
-              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS})),
+              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS, C_CHAIN})),
     AgentSpec("A2C", "agents.a2c", "synchronous A2C as baselines/SB3 (16 envs x 5 steps, RMSprop 7e-4)",
               defaults={"learning_rate": 7e-4, "num_envs": 16, "num_steps": 5, "gae_lambda": 1.0, "norm_adv": False,
                         "vf_coef": 0.25, "rmsprop_eps": 1e-5},

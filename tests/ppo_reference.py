@@ -36,11 +36,12 @@ CASES = {
 }
 
 
-def run_case(case: str, workdir: str, extra: tuple[str, ...] = ()) -> dict:
-    """Train the case in a subprocess; its episodes (step, env, return, length) and a summary of the final weights."""
+def run_case(case: str, workdir: str, extra: tuple[str, ...] = (), config: dict | None = None) -> dict:
+    """Train the case (`config`, default CASES[case]) in a subprocess; its episodes (step, env, return, length),
+    iterations (step, TD loss: DQN) and a summary of the final weights."""
     cfg = os.path.join(workdir, f"{case}.json")
     with open(cfg, "w") as f:
-        json.dump(CASES[case], f)
+        json.dump(CASES[case] if config is None else config, f)
     runs = os.path.join(workdir, "runs")
     proc = subprocess.run([sys.executable, "continual_training_example.py", "--config", cfg, "--runs_dir", runs,
                            "--run_name", case, "--no-progress-bar", *extra], cwd=ROOT, capture_output=True,
@@ -51,6 +52,8 @@ def run_case(case: str, workdir: str, extra: tuple[str, ...] = ()) -> dict:
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     episodes = [[r["global_step"], r.get("env"), r["return"], r["length"]] for r in records if r["kind"] == "episode"]
+    losses = [[r["global_step"], r["losses/td_loss"]] for r in records if r["kind"] == "iteration"
+              and "losses/td_loss" in r]
     import torch
 
     final = [p for p in os.listdir(os.path.join(run_dir, "checkpoints")) if p.startswith("final")]
@@ -58,7 +61,7 @@ def run_case(case: str, workdir: str, extra: tuple[str, ...] = ()) -> dict:
     weights = {k: {"sum": float(v.double().sum()), "abs_sum": float(v.double().abs().sum()),
                    "first": [float(x) for x in v.double().flatten()[:8]]}
                for k, v in state.items() if v.is_floating_point()}
-    return {"episodes": episodes, "weights": weights}
+    return {"episodes": episodes, "weights": weights, **({"td_losses": losses} if losses else {})}
 
 
 def main() -> None:

@@ -261,7 +261,9 @@ def _load(path: str) -> dict:
                                    ("--redo", "--redo_every", "256", "--redo_tau", "0.5", "--l2_init", "--nap",
                                     "--reset_layers", "1"),
                                    ("--plasticity_injection", "at_switches", "--redo", "--redo_every", "256",
-                                    "--redo_tau", "0.5")])
+                                    "--redo_tau", "0.5"),
+                                   # C-CHAIN: its reference network, coefficient and records; random steps per regime
+                                   ("--double_dqn", "--c_chain", "--learning_starts_each_regime")])
 def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, flags):
     full = _train(tmp_path, "--save_agent_with_switch", "--save_replay_buffer", *flags)
     switch = glob.glob(os.path.join(full, "checkpoints", "switch__goal-3__step1024.cleanrl_model")) or \
@@ -281,6 +283,12 @@ def test_resume_from_a_switch_checkpoint_equals_the_uninterrupted_run(tmp_path, 
     for name in ("frames", "actions", "rewards", "terminated", "valid", "pos"):
         assert torch.equal(a["replay"][name], b["replay"][name]), name
     assert a["explore_from"] == b["explore_from"] == (1024 if "--epsilon_rewarm_on_switch" in flags else 0)
+    assert a["regime_start"] == b["regime_start"] == 1024
+    if "--c_chain" in flags:
+        assert a["c_chain"]["updates"] == b["c_chain"]["updates"] > 500
+        for name in a["c_chain"]["ref"]:
+            assert torch.equal(a["c_chain"]["ref"][name], b["c_chain"]["ref"][name]), name
+        assert torch.equal(a["c_chain"]["coefficient"]["main"]["buf"], b["c_chain"]["coefficient"]["main"]["buf"])
     assert a["rng"]["numpy"] == b["rng"]["numpy"]
     ep = [[(r["global_step"], r["return"]) for r in read_metrics(os.path.join(d, "metrics.jsonl"))
            if r["kind"] == "episode" and r["global_step"] > 1024] for d in (full, cut)]
@@ -306,6 +314,20 @@ def test_reset_replay_on_switch_pauses_training_until_learning_starts(tmp_path):
     for start in (0, 512, 1024):
         assert [updates[start + 32 * i] for i in range(1, 6)] == [0, 0, 0, 0, 16], start
     assert _load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0])["replay"] is None
+
+
+def test_learning_starts_each_regime_acts_randomly_and_waits_in_every_regime(tmp_path):
+    """--learning_starts_each_regime (C-CHAIN's 10k random steps per task): no update in the first learning_starts
+    steps of every regime (the buffer is kept), epsilon 1 until the first phase ends and decaying from there."""
+    run = _train(tmp_path, "--learning_starts_each_regime", data={**CORRIDOR, "learning_starts": 96})
+    rows = [r for r in read_metrics(os.path.join(run, "metrics.jsonl")) if r["kind"] == "iteration"]
+    updates = {r["global_step"]: r["charts/updates"] for r in rows}
+    # 32 agent steps per iteration, one update per 2 steps: 96 steps without updates after each switch
+    for start in (0, 512, 1024):
+        assert [updates[start + 32 * i] for i in range(1, 6)] == [0, 0, 0, 16, 16], start
+    eps = {r["global_step"]: r["charts/epsilon"] for r in rows}
+    # epsilon of the iteration's last step (step s - 2 before counting it): 1 until step 96, then linear over 768
+    assert eps[96] == 1.0 and eps[128] == pytest.approx(1.0 - 0.99 * (126 - 96) / 768)
 
 
 def test_continual_evaluation_and_eval_py_on_a_dqn_run(tmp_path):
@@ -339,6 +361,58 @@ def test_bad_dqn_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, field):
     assert exit_info.value.code == 2 and out == ""
     assert err.startswith(f"error: {field}:") and err.count("\n") == 1, err
     assert not os.path.exists(tmp_path / "runs")
+
+
+def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
+    """The games played, the TD loss of every iteration and the final weights equal, bit for bit, those recorded
+    from an earlier revision (tests/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
+    DQN's speed work changes how fast it learns, never what."""
+    from dqn_reference import DATA, run
+
+    with open(os.path.join(DATA, "dqn_reference_minatar.json")) as f:
+        expected = json.load(f)
+    got = run(str(tmp_path))
+    assert got["episodes"] == expected["episodes"]
+    assert got["td_losses"] == expected["td_losses"]
+    assert got["weights"] == expected["weights"]
+
+
+def test_fused_adam_is_adam_up_to_float_rounding(tmp_path):
+    """--fused_adam: 300 Double-DQN updates of MinAtar's network with torch's fused Adam stay within float rounding of
+    the default Adam's (the same update, its operations in another order), and a run with the flag trains with it."""
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    batches = [tuple(torch.as_tensor(x) for x in (
+        (rng.random((32, 10, 10, 10)) < 0.1).astype(np.float32), rng.integers(0, 6, 32),
+        rng.random(32).astype(np.float32), rng.random(32) < 0.05, (rng.random((32, 10, 10, 10)) < 0.1).astype(np.float32)))
+        for _ in range(300)]
+
+    def train(fused: bool):
+        torch.manual_seed(0)
+        q, t = dqn.QNetwork((10, 10, 10), 6), dqn.QNetwork((10, 10, 10), 6)
+        t.load_state_dict(q.state_dict())
+        opt = torch.optim.Adam(q.parameters(), lr=3e-4, **({"fused": True} if fused else {}))
+        losses = []
+        for i, (obs, a, r, term, nxt) in enumerate(batches):
+            with torch.no_grad():
+                target = dqn.td_target(r, term, 0.99, t(nxt), q(nxt))
+            loss = torch.nn.functional.mse_loss(target, q(obs).gather(1, a.long().unsqueeze(1)).squeeze(1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            if i % 100 == 99:
+                t.load_state_dict(q.state_dict())
+        return np.array(losses), [p.detach().clone() for p in q.parameters()]
+
+    (l0, w0), (l1, w1) = train(False), train(True)
+    np.testing.assert_allclose(l1, l0, rtol=1e-5, atol=1e-7)
+    for a, b in zip(w0, w1):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    run = _train(tmp_path, "--fused_adam", data={**CORRIDOR, "modification_factory_kwargs": {
+        **CORRIDOR["modification_factory_kwargs"], "num_total_steps": 256, "switching_thresholds": [128, 192]}})
+    state = _load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0])
+    assert state["optimizer"]["param_groups"][0]["fused"] is True
 
 
 @pytest.mark.slow

@@ -289,12 +289,14 @@ PLASTICITY_FLAGS = {
     # PPO_CBP replacing units of the last hidden layer, which feeds the injected heads
     "injection_cbp": ["--plasticity_injection", "at_switches", "--replacement_rate", "1e-2", "--maturity_threshold",
                       "20"],
+    # C-CHAIN: its reference network, coefficient and records (restarted at switches)
+    "c_chain": ["--c_chain", "--c_chain_coef", "3"],
 }
 
 
 @pytest.mark.parametrize("arch,methods", [("PPO", "switches"), ("PPO", "interval"), ("PPO_CBP", "interval_redo"),
                                           ("PPO", "trac"), ("PPO", "trac_keep_base"), ("PPO", "injection"), ("PPO", "injection_every"),
-                                          ("PPO_CBP", "injection_cbp")])
+                                          ("PPO_CBP", "injection_cbp"), ("PPO", "c_chain"), ("PPO_CBP", "c_chain")])
 def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, arch, methods):
     """Every plasticity method's state is in the checkpoint: a resume from a switch checkpoint ends with the
     uninterrupted run's weights and games; the methods acted (units recycled, layers reset)."""
@@ -333,6 +335,8 @@ def test_plasticity_methods_resume_exactly_from_a_switch_checkpoint(tmp_path, ar
         assert 0 < s < 1e6 and its[-1]["plasticity/trac_scale"] == pytest.approx(s)  # logged every iteration
         assert all("plasticity/trac_scale" in r for r in its)
         assert bool(final["optimizer"]["trac"]["theta_base"]) == (methods == "trac_keep_base")  # kept, or recovered
+    if "--c_chain" in PLASTICITY_FLAGS[methods]:
+        assert final["c_chain"]["updates"] > 10 and [r["plasticity/c_chain_coef"] for r in its][-1] == 3.0
     plast = [r for r in records if r["kind"] == "plasticity"]
     keys = ["plasticity/stable_rank", "plasticity/weight_change/init", "plasticity/weight_change/switch"]
     if "fourier" not in PLASTICITY_FLAGS[methods]:  # sin/cos units have no active/inactive split

@@ -63,7 +63,10 @@ def play(settings: EnvSettings, kind: str, n: int, schedule: list[tuple[int, str
     # permuted channels and actions, switched in place and back
     ("MinAtar/SpaceInvaders-v1", [(0, "permute_obs=1"), (150, "permute_obs=2 permute_actions=2"),
                                   (300, "permute_actions=5"), (450, "")], None),
-], ids=["one-game", "switch-and-time-limit", "three-games", "minimal-actions", "permutations"])
+    # no_reward_cutoff (C-CHAIN's Seaquest rule), on and off across game swaps, with a time limit beside it
+    ("MinAtar/Seaquest", [(0, "no_reward_cutoff=15"), (200, "env=MinAtar/SpaceInvaders"),
+                          (350, "env=MinAtar/Seaquest no_reward_cutoff=25")], 60),
+], ids=["one-game", "switch-and-time-limit", "three-games", "minimal-actions", "permutations", "no-reward-cutoff"])
 def test_batched_plays_the_games_the_sync_vector_env_plays(env_id, schedule, limit):
     regimes = tuple(m for _, m in schedule)
     settings = settings_for(env_id, regimes, max_episode_steps=limit)
@@ -79,6 +82,9 @@ def test_batched_plays_the_games_the_sync_vector_env_plays(env_id, schedule, lim
     assert ends > 10  # episodes ended (and reset) along the way
     if limit is not None:
         assert any(np.any(b[3]) for b in sync if len(b) == 5)  # the time limit was hit
+    if "cutoff" in str(schedule):  # cut before the time limit (a truncation at a length other than the limit)
+        lengths = [b[4]["final_info"]["episode"]["l"][b[3]] for b in sync if len(b) == 5 and b[3].any()]
+        assert {15, 25} <= set(np.concatenate(lengths).tolist())
 
 
 def test_batched_permutations_by_hand():

@@ -84,11 +84,53 @@ def test_modifications_switch_in_place_as_minatar_built_with_them():
                                  "sticky_action_prob=0.1 sticky_action_prob=0.2", "env=MinAtar/Pong",
                                  "env=MinAtar/Breakout env=MinAtar/Freeway", "env=ALE/Pong-v5",
                                  "permute_obs=-1", "permute_obs=1.5", "permute_actions=x", "permute_obs=inf",
-                                 "permute_actions=nan", "permute_obs", "permute_obs=1 permute_obs=2"])
+                                 "permute_actions=nan", "permute_obs", "permute_obs=1 permute_obs=2",
+                                 "no_reward_cutoff=-1", "no_reward_cutoff=2.5"])
 def test_bad_modifications_are_one_line_errors(bad):
     with pytest.raises(UserError) as e:
         validate_modification("MinAtar", "MinAtar/Breakout", bad)
     assert "\n" not in str(e.value)
+
+
+def test_no_reward_cutoff_truncates_an_episode_without_reward():
+    """C-CHAIN's Seaquest rule (crl_minatar/crl_run_double_dqn.py: `if ep_step_count >= 1000 and ep_reward < 0.1:
+    break`): a Seaquest sub that never dives scores nothing and is never done; with no_reward_cutoff=N its episode is
+    truncated (not terminated) at step N. An episode with a reward by then goes on; 0 and the default never cut."""
+    def noop_episode(modification: str, steps: int) -> tuple[int, bool]:
+        env = MinAtarEnv("MinAtar/Seaquest", modification)
+        env.reset(seed=3)
+        for t in range(1, steps + 1):
+            _, reward, terminated, truncated, _ = env.step(0)
+            assert reward == 0 and not terminated
+            if truncated:
+                return t, True
+        return steps, False
+
+    assert noop_episode("no_reward_cutoff=1000 sticky_action_prob=0", 1500) == (1000, True)
+    assert noop_episode("no_reward_cutoff=40", 100) == (40, True)
+    assert noop_episode("no_reward_cutoff=0", 1500) == (1500, False)
+    assert noop_episode("", 1500) == (1500, False)
+    # random SpaceInvaders with a cutoff of 12: episodes without a point by step 12 end there, truncated; those with
+    # one by then go on past it (both kinds occur)
+    env = MinAtarEnv("MinAtar/SpaceInvaders", "no_reward_cutoff=12")
+    rng = np.random.default_rng(0)
+    cut = went_on = 0
+    env.reset(seed=0)
+    for _ in range(100):
+        total, t = 0.0, 0
+        while True:
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(0, 6)))
+            total, t = total + reward, t + 1
+            if t == 12 and total > 0:
+                went_on += 1
+            if terminated or truncated:
+                break
+        assert not (terminated and truncated)
+        if truncated:
+            assert t == 12 and total == 0
+            cut += 1
+        env.reset()
+    assert cut > 5 and went_on > 5
 
 
 def test_permutation_from_k_by_hand():

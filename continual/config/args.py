@@ -265,6 +265,17 @@ class Args:
     injection_step: int = 0
     """plasticity injection step: inject once at this step (0: half of the run, as Plasticine; the paper injects once
     into a long Atari run, its diagnostic use)"""
+    c_chain: bool = False
+    """C-CHAIN (Tang et al. 2025): + coef * churn, the change of the outputs on a reference batch since the previous
+    update, with coef set automatically to keep it a fixed fraction of the main loss (continual/plasticity/c_chain.py;
+    DQN: squared change of the Q-values, PPO with discrete actions: cross-entropy of the policy)"""
+    c_chain_target_rel_loss_scale: Optional[float] = None
+    """C-CHAIN: the churn term's target size relative to the main loss (default: the paper code's, 0.01 for DQN, its
+    MinAtar value, and 10000 for PPO, its ProcGen value, whose churn term is a cross-entropy); 0: the coefficient stays
+    at --c_chain_coef"""
+    c_chain_coef: Optional[float] = None
+    """C-CHAIN: the starting coefficient, before the automatic one takes over (default: the paper code's, 50 for DQN,
+    10 for PPO)"""
 
     # --- elastic weight consolidation (EWC) --------------------------------------------------------------------------
     ewc: Literal["none", "ewc", "online"] = "none"
@@ -388,6 +399,14 @@ class Args:
     """DQN: fraction of the run's steps over which epsilon decays linearly from start_e to end_e"""
     double_dqn: bool = False
     """DQN: Double DQN targets, Q_target(s', argmax_a Q(s', a)) (van Hasselt et al. 2016)"""
+    fused_adam: bool = False
+    """DQN: Adam's fused kernel (torch.optim.Adam(fused=True)), one pass over each parameter per step instead of
+    six: the same update up to float rounding (a different order of the same operations), faster where the update
+    is small (MinAtar's network at one update per env step: bench/dqn_minatar_speed.py)"""
+    learning_starts_each_regime: bool = False
+    """DQN: --learning_starts at the start of every regime: its first learning_starts agent steps act uniformly at
+    random and train nothing (the buffer keeps earlier regimes' transitions), and epsilon decays from the end of the
+    first such phase (C-CHAIN's Continual MinAtar: 10k random steps per task)"""
     reset_replay_on_switch: bool = False
     """DQN: empty the replay buffer at every regime switch (training waits for --learning_starts new transitions)"""
     epsilon_rewarm_on_switch: bool = False

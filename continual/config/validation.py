@@ -123,8 +123,8 @@ def validate_args(args: Args) -> None:
     validate_plasticity_args(args)
     validate_clear_args(args)
     validate_pnc_args(args)
-    # builds the env once: Box actions need PPO, no HER
-    validate_action_space(args.architecture, args.backend, args.env_id, args.her)
+    # builds the env once: Box actions need PPO, no HER, no C-CHAIN
+    validate_action_space(args.architecture, args.backend, args.env_id, args.her, args.c_chain)
 
 
 def validate_network_args(args: Args) -> None:
@@ -153,7 +153,8 @@ def validate_dqn_args(args: Args) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (name == "tau" and v == 0):
             raise UserError(f"{name}: must be in {'(0' if name == 'tau' else '[0'}, 1], got {v}")
-    for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer"):
+    for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer",
+                 "learning_starts_each_regime", "fused_adam"):
         if getattr(args, name):
             require(args, specs.DQN_FLAGS, name)
     if args.norm_obs:
@@ -232,6 +233,25 @@ def validate_plasticity_args(args: Args) -> None:
         raise UserError("nap_project_heads: sets which layers NaP projects; add --nap")
     if args.trac_keep_base and not args.trac:
         raise UserError("trac_keep_base: sets how TRAC keeps its base iterate; add --trac")
+    validate_c_chain_args(args)
+
+
+def validate_c_chain_args(args: Args) -> None:
+    """--c_chain (continual/plasticity/c_chain.py): ranges, agents, combinations."""
+    for name in ("c_chain_target_rel_loss_scale", "c_chain_coef"):
+        v = getattr(args, name)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name}: must be a non-negative finite number, got {v}")
+        if v is not None and not args.c_chain:
+            raise UserError(f"{name}: sets C-CHAIN's coefficient; add --c_chain")
+    if not args.c_chain:
+        return
+    require(args, specs.C_CHAIN, "c_chain")
+    if args.her:
+        raise UserError("c_chain: not with --her (its reference batch would need the relabelled goals)")
+    if args.plasticity_injection != "none":
+        raise UserError("c_chain: not with --plasticity_injection (its reference network is a copy of the network "
+                        "as built, which injection changes)")
 
 
 INJECTION = ("PPO", "PPO_CBP", "IMPALA", "CLEAR", "DQN")  # agents whose heads continual/plasticity/injection.py

@@ -245,8 +245,9 @@ def action_space_of(backend: str, env_id: str) -> Optional[gym.Space]:
         env.close()
 
 
-def validate_action_space(architecture: str, backend: str, env_id: str, her: bool = False) -> None:
-    """Discrete and Box actions are supported by PPO/PPO_CBP; IMPALA and HER need Discrete ones."""
+def validate_action_space(architecture: str, backend: str, env_id: str, her: bool = False,
+                          c_chain: bool = False) -> None:
+    """Discrete and Box actions are supported by PPO/PPO_CBP; IMPALA, HER and C-CHAIN need Discrete ones."""
     space = action_space_of(backend, env_id)
     if space is None or isinstance(space, gym.spaces.Discrete):
         return
@@ -257,6 +258,9 @@ def validate_action_space(architecture: str, backend: str, env_id: str, her: boo
                         f"(Box) actions: use {names_of(supporting(BOX_ACTIONS))}")
     if her:
         raise UserError(f"her: needs a discrete action space; {env_id} has continuous (Box) actions")
+    if c_chain:
+        raise UserError(f"c_chain: PPO's C-CHAIN is the paper's form for discrete actions (a cross-entropy between "
+                        f"policies); {env_id} has continuous (Box) actions")
 
 
 def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> dict[str, float]:
@@ -334,8 +338,11 @@ MINATAR_PARAMETERS = {
                    "permutation drawn from K (0: identity)",
     "permute_actions": "integer K >= 0: action a plays the game's action perm_K[a], perm_K a fixed permutation drawn "
                        "from K (0: identity)",
+    "no_reward_cutoff": "integer N >= 0: an episode still without reward (return < 0.1) after N steps is cut there, a "
+                        "truncation (0: never; C-CHAIN's Continual MinAtar cuts Seaquest at 1000)",
 }
-MINATAR_DEFAULTS = {"sticky_action_prob": 0.1, "difficulty_ramping": 1.0, "permute_obs": 0.0, "permute_actions": 0.0}
+MINATAR_DEFAULTS = {"sticky_action_prob": 0.1, "difficulty_ramping": 1.0, "permute_obs": 0.0, "permute_actions": 0.0,
+                    "no_reward_cutoff": 0.0}
 MINATAR_PERMUTATIONS = ("permute_obs", "permute_actions")
 MINATAR_NUM_ACTIONS = 6  # MinAtar's full action set, the same in every game
 
@@ -419,6 +426,8 @@ def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
             raise UserError(f"modification {tok!r}: 0 or 1")
         if name in MINATAR_PERMUTATIONS and not (0 <= v < 2**32 and v == int(v)):
             raise UserError(f"modification {tok!r}: an integer K >= 0 (0: no permutation)")
+        if name == "no_reward_cutoff" and not (0 <= v < 2**63 and v == int(v)):
+            raise UserError(f"modification {tok!r}: an integer N >= 0 (0: never)")
         seen.add(name)
         out[name] = v
     return out
@@ -443,7 +452,10 @@ class MinAtarEnv(gym.Env):
     game, or with a `-v1` id (`MinAtar/Breakout-v1`, as MinAtar's own gymnasium registration and gymnax) the game's
     minimal action set (Breakout: n, l, r). Seeded resets seed MinAtar's own RandomState (sticky actions and the
     game's randomness). `permute_obs`/`permute_actions` reorder the channels the agent sees and the actions it
-    plays (`act` and `write_obs`, so the batched vector env gets them too); `render` shows the game unpermuted."""
+    plays (`act` and `write_obs`, so the batched vector env gets them too); `render` shows the game unpermuted.
+    `no_reward_cutoff=N` truncates an episode whose return is still below 0.1 after N steps (`step`; the batched
+    vector env does the same from `cutoff`), as C-CHAIN's Continual MinAtar does with Seaquest, whose episodes a
+    policy that never dives need not end."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
 
@@ -463,6 +475,7 @@ class MinAtarEnv(gym.Env):
         self.modification = normalize_modification(modification)
         self._pending: Optional[dict[str, float]] = None
         self._set_permutations(self._params)
+        self._length, self._return = 0, 0.0
 
     def set_modifications(self, modification: str) -> None:
         self._pending = parse_minatar_tokens(self.env_id, modification)
@@ -481,6 +494,11 @@ class MinAtarEnv(gym.Env):
         self._set_permutations(params)
         self._params = params
 
+    @property
+    def cutoff(self) -> int:
+        """`no_reward_cutoff` of the regime playing now (0: none)."""
+        return int(self._params["no_reward_cutoff"])
+
     def _set_permutations(self, params: dict[str, float]) -> None:
         """`_game_actions[a]`: the MinAtar action that index a plays; `_channels`: the game channel each observation
         channel shows (None: identity, the fast path)."""
@@ -495,11 +513,16 @@ class MinAtarEnv(gym.Env):
             self.game.seed(seed)
         self.game.reset()
         self.game.last_action = 0
+        self._length, self._return = 0, 0.0
         return self._obs(), {}
 
     def step(self, action):
         reward, done = self.act(int(action))
-        return self._obs(), reward, done, False, {}
+        self._length += 1
+        self._return += reward
+        cut = self.cutoff
+        truncated = bool(cut and not done and self._length >= cut and self._return < 0.1)
+        return self._obs(), reward, done, truncated, {}
 
     def act(self, action: int) -> tuple[float, bool]:
         """(reward, terminated) of one step (`continual.envs.batched` steps the game through this, not `step`)."""

@@ -5,8 +5,9 @@ calls (SwitchHandle, PadTask, TimeLimit, RecordEpisodeStatistics) and per-env in
 each env's usual stack (`continual.envs.vector.make_env`: the same seeding, switches in place and game swaps, all
 through the stacks) and replaces only `step`: it plays each game's `MinAtarEnv.act` and does in arrays what the
 stack's wrappers would do (zero-padding to the sequence's channels and action count, the time limit, episode
-returns and lengths, SAME_STEP autoreset with `final_obs`/`final_info`). Episode ends reset through the stack, so
-everything a reset does (a pending reseed after a game swap, the wrappers' own counters) happens as before.
+returns and lengths, the `no_reward_cutoff` truncation, SAME_STEP autoreset with `final_obs`/`final_info`). Episode
+ends reset through the stack, so everything a reset does (a pending reseed after a game swap, the wrappers' own
+counters) happens as before.
 Games with a numpy port (`continual.envs.minatar_numpy`: Breakout, SpaceInvaders, Freeway) step all their envs in one set
 of array operations; the others through MinAtar's Python game, env by env.
 Tested equal to SyncVectorEnv step by step (tests/test_envs_batched.py). Not for videos, HER or --task_id_input,
@@ -36,6 +37,7 @@ class MinAtarVectorEnv(SyncVectorEnv):
         self._returns = np.zeros(n, np.float64)
         self._lengths = np.zeros(n, np.int64)
         self._started = np.zeros(n, np.float64)  # RecordEpisodeStatistics's episode start time
+        self._cutoff = np.zeros(n, np.int64)  # each env's no_reward_cutoff (0: none), read at every reset of all
         self._games: dict[int, tuple] = {}  # id(stack) -> (MinAtarEnv, its number of actions)
         self._ports: dict[str, minatar_numpy.GamePort] = {}  # numpy ports, by game, built when first played
         self._row_port: list = [None] * n  # the port playing each env now (None: MinAtar's Python game)
@@ -48,6 +50,7 @@ class MinAtarVectorEnv(SyncVectorEnv):
         self._returns[:], self._lengths[:], self._started[:] = 0.0, 0, time.perf_counter()
         for i in range(self.num_envs):
             self._load(i)
+            self._cutoff[i] = self._game(i)[0].cutoff  # a switch resets every env: the regime's cutoff
         return obs, infos
 
     def _final_infos(self, ended: np.ndarray, now: float) -> dict:
@@ -120,6 +123,8 @@ class MinAtarVectorEnv(SyncVectorEnv):
         self._lengths += 1
         if limit is not None:
             truncations[:] = self._lengths >= limit
+        if self._cutoff.any():  # MinAtarEnv.step's no_reward_cutoff
+            truncations |= (self._cutoff > 0) & (self._lengths >= self._cutoff) & (self._returns < 0.1) & ~terminations
         ended = np.flatnonzero(terminations | truncations)
         if len(ended):
             now = time.perf_counter()

@@ -424,10 +424,12 @@ PORTS = {"breakout": Breakout, "space_invaders": SpaceInvaders, "freeway": Freew
 
 def port_name(core) -> Optional[str]:
     """The port that plays `core` (a `MinAtarEnv`) exactly, or None: only MinAtar's own game classes, with only the
-    parameters a port knows (sticky actions, difficulty ramping, the permutations), through `MinAtarEnv`'s own act and observation."""
+    parameters a port knows (sticky actions, difficulty ramping, the permutations; the no-reward cutoff is the vector
+    env's), through `MinAtarEnv`'s own act and observation."""
     if type(core).act is not MinAtarEnv.act or type(core).write_obs is not MinAtarEnv.write_obs:
         return None
-    if set(MINATAR_PARAMETERS) - {"sticky_action_prob", "difficulty_ramping", "permute_obs", "permute_actions"}:
+    if set(MINATAR_PARAMETERS) - {"sticky_action_prob", "difficulty_ramping", "permute_obs", "permute_actions",
+                                  "no_reward_cutoff"}:
         return None
     env = core.game.env
     name = type(env).__module__.rsplit(".", 1)[-1]

@@ -3,7 +3,9 @@
 Kinds: forgetting (a task sequence: CORA's and Continual World's metrics, run-level statistics, the experiment's
 declarations), robustness (agents trained on curricula, evaluated at the end under a table of modifications; the
 seed project's table beside ours), plasticity (early against late regimes of a long sequence, against plain PPO and a
-fresh network; `plasticity --from-report report.json` rebuilds it from a stored report's per-run records).
+fresh network; `plasticity --from-report report.json` rebuilds it from a stored report's per-run records), c_chain
+(C-CHAIN's Continual MinAtar table: the paper's score per run, mean +- standard error and t intervals, the paper's
+numbers beside).
 
 An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
 manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed.
@@ -17,9 +19,9 @@ from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
 from continual.launch.archive import check_manifest
-from continual.report import forgetting, plasticity, robustness
+from continual.report import c_chain, forgetting, plasticity, robustness
 
-KINDS = ("forgetting", "robustness", "plasticity")
+KINDS = ("forgetting", "robustness", "plasticity", "c_chain")
 
 
 @exit_on_user_error
@@ -50,6 +52,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
     if a.kind == "forgetting":
         result = forgetting.report(a.folder, a.out, experiment=a.experiment)
+    elif a.kind == "c_chain":
+        result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table)
     else:

@@ -600,7 +600,9 @@ def report(folder: Optional[str] = None, out: Optional[str] = None, early: Optio
     result = {"statistics": STATISTICS_TEXT, "args": args,
               **({"source": {k: stored[k] for k in ("args", "machine", "source") if k in stored}} if from_report
                  else {}),
-              "post_hoc": labels.get("post_hoc", []), "defaults_chosen_here": labels.get("defaults_chosen_here", []),
+              # only the arms this report has: an arm appended for a later run is not in its tables
+              "post_hoc": [i for i in labels.get("post_hoc", []) if i["label"] in table],
+              "defaults_chosen_here": labels.get("defaults_chosen_here", []),
               "table": table, "runs_sha256": runs_digest(runs), "runs": runs}
     if out:
         os.makedirs(out, exist_ok=True)

@@ -1,0 +1,154 @@
+"""continual.report.c_chain on hand-made experiment folders: the paper code's logged curve (the next game's step-0
+evaluation at a boundary), the score and its sensitivity variant, per-game means, mean +- SE, t and Welch intervals
+against independent float64 computations, the paper's numbers, unfinished runs left out, the CLI's files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from continual.report import c_chain
+from continual.report.__main__ import main as report_main
+
+COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
+           "seconds", "greedy", "success_rate"]
+GAMES = ["MinAtar/SpaceInvaders", "MinAtar/Asterix", "MinAtar/Seaquest"]
+REGIMES = ["env=MinAtar/SpaceInvaders", "env=MinAtar/Asterix", "env=MinAtar/Seaquest no_reward_cutoff=1000"]
+TASK, EVERY = 100, 50  # 3 tasks of 100 steps, an evaluation every 50: steps 0, 50, ..., 300
+
+
+def value(step: int, game: int, seed: int, arm: str) -> float:
+    """A run's evaluation return of `game` at `step` (distinct everywhere, so a wrong row shows)."""
+    return 10.0 * game + step / 7.0 + 0.37 * seed ** 1.5 + (5.0 if arm == "C-CHAIN" else 0.0)
+
+
+def make_run(folder: str, name: str, seed: int, arm: str, last: int = 3 * TASK) -> None:
+    d = os.path.join(folder, "runs", name)
+    os.makedirs(d)
+    tasks = [{"env_id": GAMES[0], "steps": TASK}, {"env_id": GAMES[1], "steps": TASK},
+             {"env_id": GAMES[2], "modifications": "no_reward_cutoff=1000", "steps": TASK}]
+    cfg = {"architecture": "DQN", "seed": seed, "env_id": GAMES[0], "c_chain": arm == "C-CHAIN", "double_dqn": True,
+           "exp_name": f"dqn {arm}", "total_timesteps": 3 * TASK, "eval_every": EVERY, "eval_episodes": 10,
+           "eval_greedy": True, "modification_factory": "TaskSequence",
+           "modification_factory_kwargs": {"cycles": 1, "tasks": tasks}}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(d, "eval_table.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        for step in range(0, last + 1, EVERY):
+            for k, m in enumerate(REGIMES):
+                w.writerow({"step": step, "modification": m, "slug": m, "split": "curriculum", "episodes": 10,
+                            "mean": value(step, k, seed, arm), "std": 1.0, "min": 0, "max": 40, "mean_length": 300.0,
+                            "seconds": 1.0, "greedy": True, "success_rate": ""})
+
+
+def by_hand(seed: int, arm: str) -> tuple[float, float, dict]:
+    """The score: steps 0, 50 of game 0; 100 (game 1's step 0, logged over game 0's final), 150 of game 1; 200, 250,
+    300 of game 2. All evaluations: + game 0 at 100 and game 1 at 200. Per game: its own evaluations."""
+    logged = [(0, 0), (50, 0), (100, 1), (150, 1), (200, 2), (250, 2), (300, 2)]
+    vals = [value(s, k, seed, arm) for s, k in logged]
+    extra = [value(100, 0, seed, arm), value(200, 1, seed, arm)]
+    per_game = {GAMES[0]: np.mean([value(s, 0, seed, arm) for s in (0, 50, 100)]),
+                GAMES[1]: np.mean([value(s, 1, seed, arm) for s in (100, 150, 200)]),
+                GAMES[2]: np.mean([value(s, 2, seed, arm) for s in (200, 250, 300)])}
+    return sum(vals) / 7, (sum(vals) + sum(extra)) / 9, per_game
+
+
+@pytest.fixture
+def folder(tmp_path):
+    i = 0
+    for seed in range(1, 6):
+        for arm in ("vanilla", "C-CHAIN"):
+            if (seed, arm) == (5, "C-CHAIN"):
+                continue  # 5 vanilla, 4 C-CHAIN runs finished
+            make_run(str(tmp_path), f"{i:03d}_seed={seed}_{arm}", seed, arm)
+            i += 1
+    make_run(str(tmp_path), "999_seed=5_C-CHAIN", 5, "C-CHAIN", last=150)  # running: not counted
+    return str(tmp_path)
+
+
+def test_scores_per_run_by_hand(folder):
+    recs = c_chain.load(folder)
+    assert len(recs) == 10 and sum(r["finished"] for r in recs) == 9
+    for r in recs:
+        if not r["finished"]:
+            continue
+        score, score_all, per_game = by_hand(r["seed"], r["arm"])
+        assert r["scores"]["score"] == pytest.approx(score, rel=1e-14)
+        assert r["scores"]["score_all_evaluations"] == pytest.approx(score_all, rel=1e-14)
+        assert r["scores"]["evaluations"] == 7
+        for g in GAMES:
+            assert r["scores"]["per_game_mean"][g] == pytest.approx(per_game[g], rel=1e-14)
+        assert r["scores"]["per_game_final"][GAMES[0]] == value(100, 0, r["seed"], r["arm"])
+
+
+def _t95(x):
+    x = np.asarray(x, np.float64)
+    se = x.std(ddof=1) / math.sqrt(len(x))
+    h = stats.t.ppf(0.975, len(x) - 1) * se
+    return x.mean(), se, x.mean() - h, x.mean() + h
+
+
+def test_mean_se_intervals_and_difference_by_independent_computation(folder):
+    recs = c_chain.load(folder)
+    main = c_chain.summarize(recs)
+    van = [by_hand(s, "vanilla")[0] for s in range(1, 6)]
+    cc = [by_hand(s, "C-CHAIN")[0] for s in range(1, 5)]
+    for arm, xs in (("vanilla", van), ("C-CHAIN", cc)):
+        m, se, lo, hi = _t95(xs)
+        got = main[arm]
+        assert got["n"] == len(xs)
+        assert got["mean"] == pytest.approx(m, rel=1e-12) and got["se"] == pytest.approx(se, rel=1e-12)
+        assert got["t95"]["ci"] == pytest.approx([lo, hi], rel=1e-9)
+    # Welch: C-CHAIN - vanilla
+    a, b = np.asarray(cc), np.asarray(van)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    h = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    d = a.mean() - b.mean()
+    welch = main["difference"]["welch"]
+    assert welch["estimate"] == pytest.approx(d, rel=1e-12)
+    assert welch["ci"] == pytest.approx([d - h, d + h], rel=1e-9)
+    # paired by seed: seeds 1-4 finished in both arms; every difference is 5 here (value's arm offset)
+    assert main["difference"]["paired_seeds"] == [1, 2, 3, 4]
+    assert main["difference"]["paired"]["estimate"] == pytest.approx(5.0, rel=1e-12)
+
+
+def test_paper_numbers_and_their_intervals():
+    p = c_chain.paper_interval("vanilla")
+    h = stats.t.ppf(0.975, 11) * 0.733
+    assert (p["mean"], p["se"], p["n"]) == (22.044, 0.733, 12)
+    assert [p["low"], p["high"]] == pytest.approx([22.044 - h, 22.044 + h])
+    assert [p["low_normal"], p["high_normal"]] == pytest.approx([22.044 - 1.96 * 0.733, 22.044 + 1.96 * 0.733])
+    assert c_chain.paper_interval("C-CHAIN")["mean"] == 29.513
+
+
+def test_logged_task_is_the_next_games_at_a_boundary():
+    tasks = [{"end": 100}, {"end": 200}, {"end": 300}]
+    assert [c_chain.logged_task(s, tasks) for s in (0, 99, 100, 199, 200, 300)] == [0, 0, 1, 1, 2, 2]
+
+
+def test_cli_writes_the_report(folder, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    report_main(["c_chain", folder, "--out", out])
+    printed = capsys.readouterr().out
+    assert "22.044 +- 0.733" in printed and "C-CHAIN - vanilla" in printed and "running: step 150" in printed
+    assert {"report.md", "report.json", "curves.png"} <= set(os.listdir(out))
+    data = json.load(open(os.path.join(out, "report.json")))
+    assert data["score"]["vanilla"]["n"] == 5 and len(data["runs"]) == 10
+    # the settings that differ from the paper code's are listed (these hand-made runs lack most of them)
+    assert "Settings that differ from the paper code's" in printed
+
+
+def test_a_folder_without_runs_is_a_one_line_error(tmp_path):
+    from continual.errors import UserError
+
+    with pytest.raises(UserError):
+        c_chain.load(str(tmp_path))
