@@ -22,6 +22,9 @@ Continual specifics:
   is bootstrapped (not terminated); the replay buffer keeps transitions of earlier regimes unless
   `--reset_replay_on_switch` (then training pauses until `--learning_starts` new transitions are stored);
   `--epsilon_rewarm_on_switch` restarts the epsilon decay at every switch (both off by default);
+  `--learning_starts_each_regime` makes the first `--learning_starts` steps of every regime uniformly random and
+  update-free (C-CHAIN's Continual MinAtar), epsilon decaying from the end of the first such phase;
+- `--c_chain` (continual/plasticity/c_chain.py) adds C-CHAIN's churn term on a second replay batch to every update;
 - time-limit truncations are bootstrapped from the final observation (infos["final_obs"]);
 - shrink & perturb acts on the online network; the target network follows at its next update;
 - every random choice (exploration, replay sampling) comes from the session's checkpointed numpy generator, so a run

@@ -1,0 +1,123 @@
+"""Benchmark: DQN on MinAtar at one train step per env step (C-CHAIN's Continual MinAtar protocol), steps per CPU
+second and per wall second, this tree against another revision (same run, round-robin).
+
+Each measurement is two fresh runs of `agents/dqn.py` (`configs/c_chain_minatar.json`'s DQN: one env, Double DQN,
+batch 32, Adam lr 3e-4, 100k replay, target copy every 1,000 steps, one torch thread) on MinAtar SpaceInvaders
+that differ only in length: `--learning_starts` random steps, then `--short` or `--short + --steps` training steps.
+Their difference in CPU seconds (user + system of the process, from getrusage) and in wall seconds is the cost of
+`--steps` steady-state training steps, start-up, imports and the random phase cancelling out. CPU seconds are the
+figure to read on a shared machine (wall time there depends on the other processes; `uptime` is printed around each
+run). Evaluation and checkpoints are off.
+
+Variants (`--variants`): vanilla (the experiment's Double DQN), c_chain (+ --c_chain), and any of them with extra
+flags after a colon, e.g. `vanilla:--fused_adam`. `--base REV` runs the variants that exist there from a worktree
+of REV too (flags a revision does not know are skipped for it).
+
+    python bench/dqn_minatar_speed.py --steps 20000 --repeats 3 --variants vanilla c_chain --base HEAD~3 \\
+        --json bench/results/dqn_minatar_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+FLAGS = ["--architecture", "DQN", "--backend", "MinAtar", "--env_id", "MinAtar/SpaceInvaders", "--modifs", "",
+         "--num_envs", "1", "--num_steps", "1000", "--learning_rate", "0.0003", "--no-anneal-lr", "--gamma", "0.99",
+         "--reward_scaling", "none", "--buffer_size", "100000", "--train_frequency", "1",
+         "--target_network_frequency", "1000", "--tau", "1.0", "--replay_batch_size", "32", "--start_e", "1.0",
+         "--end_e", "0.1", "--exploration_fraction", "0.1", "--double_dqn", "--torch_threads", "1",
+         "--checkpoint_minutes", "0", "--no-metrics", "--seed", "1"]
+VARIANTS = {"vanilla": [], "c_chain": ["--c_chain"]}
+
+
+def variant_flags(name: str) -> list[str]:
+    base, _, extra = name.partition(":")
+    return VARIANTS[base] + extra.split()
+
+
+def knows(tree: str, flags: list[str]) -> bool:
+    """Whether the tree's Args has every --flag of `flags` (a revision before the flag existed skips the variant)."""
+    with open(os.path.join(tree, "continual", "config", "args.py"), encoding="utf-8") as f:
+        text = f.read()
+    return all(f"    {f[2:].replace('-', '_')}:" in text for f in flags if f.startswith("--") and
+               not f.startswith("--no-"))
+
+
+def one_run(tree: str, total: int, learning_starts: int, flags: list[str], tmp: str, name: str) -> dict:
+    cmd = [sys.executable, os.path.join(tree, "agents", "dqn.py"), *FLAGS, "--learning_starts", str(learning_starts),
+           "--total_timesteps", str(total), *flags, "--runs_dir", tmp, "--run_name", name, "--no-progress-bar"]
+    r = common.run(cmd, cwd=tree)
+    return {"wall_s": r["wall_s"], "load": r["loadavg_start"]}
+
+
+def measure(tree: str, variant: str, args: argparse.Namespace, tmp: str, tag: str) -> dict:
+    flags = variant_flags(variant)
+    short = args.learning_starts + args.short
+    out = {}
+    for label, total in (("short", short), ("long", short + args.steps)):
+        before = common._children_cpu()
+        r = one_run(tree, total, args.learning_starts, flags, tmp, f"{tag}_{label}")
+        r["cpu_s"] = common._children_cpu() - before
+        out[label] = r
+    cpu = out["long"]["cpu_s"] - out["short"]["cpu_s"]
+    wall = out["long"]["wall_s"] - out["short"]["wall_s"]
+    return {"variant": variant, "tree": tag.split("_")[0], "cpu_s": cpu, "wall_s": wall,
+            "steps_per_cpu_s": args.steps / cpu, "steps_per_wall_s": args.steps / wall,
+            "load": [out["short"]["load"], out["long"]["load"], common.loadavg()]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20000, help="steady-state training steps measured")
+    p.add_argument("--short", type=int, default=2000, help="training steps of the short run (warm-up)")
+    p.add_argument("--learning_starts", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--variants", nargs="+", default=["vanilla", "c_chain"])
+    p.add_argument("--base", default=None, help="also measure this git revision (a temporary worktree)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    base_sha = common.revision_or_exit(p, args.base) if args.base else None
+    info = common.machine_info()
+    common.print_machine(info)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        trees = [("this", common.REPO_ROOT)]
+        if base_sha:
+            trees.append(("base", stack.enter_context(common.revision_tree(base_sha, tmp))))
+        for rep in range(args.repeats):
+            order = trees if rep % 2 == 0 else trees[::-1]
+            for tname, tree in order:
+                for v in args.variants:
+                    if not knows(tree, variant_flags(v)):
+                        continue
+                    row = measure(tree, v, args, tmp, f"{tname}_{v.replace(':', '_').replace(' ', '')}_{rep}")
+                    row["repeat"] = rep
+                    rows.append(row)
+                    print(f"  {tname:5s} {v:28s} repeat {rep}: {row['steps_per_cpu_s']:7.1f} steps/CPU-s, "
+                          f"{row['steps_per_wall_s']:7.1f} steps/s wall (load {row['load'][0]} -> "
+                          f"{row['load'][-1]})", flush=True)
+    table = []
+    for tname, _ in trees:
+        for v in args.variants:
+            xs = [r for r in rows if r["tree"] == tname and r["variant"] == v]
+            if xs:
+                table.append([tname, v, common.fmt(common.median([r["steps_per_cpu_s"] for r in xs])),
+                              common.fmt(common.median([r["steps_per_wall_s"] for r in xs])), len(xs)])
+    common.print_table("DQN on MinAtar, one train step per env step (medians)",
+                       ["tree", "variant", "steps/CPU-s", "steps/s wall", "repeats"], table)
+    common.write_json(args.json, {"machine": info, "args": vars(args), "base": base_sha,
+                                  "head": subprocess.run(["git", "rev-parse", "HEAD"], cwd=common.REPO_ROOT,
+                                                         capture_output=True, text=True).stdout.strip(),
+                                  "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
