@@ -5,6 +5,8 @@ and the rewrite that keeps the rows up to a resumed step. Written by `continual.
 from __future__ import annotations
 
 import csv
+import json
+import os
 from typing import Optional
 
 from continual.io import atomic_write_csv, storage_errors
@@ -36,6 +38,17 @@ def read_eval_table(path: str) -> list[dict]:
             r[k] = int(r[k]) if r.get(k) not in (None, "") else None
         r["episodes"] = int(r["episodes"])
     return rows
+
+
+def read_run_table(run_dir: str) -> Optional[tuple[dict, list[dict]]]:
+    """A run directory's config.json and evaluation rows (`read_eval_table`); None without both or without rows."""
+    table, cfg_path = os.path.join(run_dir, EVAL_TABLE), os.path.join(run_dir, "config.json")
+    if not (os.path.isfile(table) and os.path.isfile(cfg_path)):
+        return None
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    rows = read_eval_table(table)
+    return (cfg, rows) if rows else None
 
 
 def keep_rows_until(path: str, step: Optional[int]) -> set[int]:

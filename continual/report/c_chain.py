@@ -39,7 +39,7 @@ import numpy as np
 from continual.curricula.tasks import task_string
 from continual.errors import UserError
 from continual.evaluation import statistics
-from continual.evaluation.table import EVAL_TABLE, read_eval_table
+from continual.evaluation.table import read_run_table
 from continual.modstrings import normalize_modification
 
 PAPER = {"vanilla": {"mean": 22.044, "se": 0.733, "n": 12}, "C-CHAIN": {"mean": 29.513, "se": 0.682, "n": 12}}
@@ -80,14 +80,10 @@ def logged_task(step: int, tasks: Sequence[dict]) -> int:
 def run_record(run_dir: str) -> Optional[dict]:
     """One run's record: arm, seed, progress, the evaluation curve of the game the paper's code evaluates (step,
     game index, mean return) and the final evaluations of each game; None without a table yet."""
-    table, cfg_path = os.path.join(run_dir, EVAL_TABLE), os.path.join(run_dir, "config.json")
-    if not (os.path.isfile(table) and os.path.isfile(cfg_path)):
+    read = read_run_table(run_dir)
+    if read is None:
         return None
-    with open(cfg_path, encoding="utf-8") as f:
-        cfg = json.load(f)
-    rows = read_eval_table(table)
-    if not rows:
-        return None
+    cfg, rows = read
     tasks = tasks_of(cfg)
     cell = {(r["step"], normalize_modification(r["modification"])): r for r in rows}
     steps = sorted({r["step"] for r in rows})

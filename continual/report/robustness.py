@@ -29,7 +29,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import statistics
-from continual.evaluation.table import EVAL_TABLE, read_eval_table
+from continual.evaluation.table import read_run_table
 from continual.modstrings import normalize_modification
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -61,14 +61,10 @@ def load_seed_table(name: str) -> dict:
 
 def run_scores(run_dir: str) -> Optional[dict]:
     """One finished run: its label, seed, protocol and {modification: mean return at the last evaluation step}."""
-    table, cfg_path = os.path.join(run_dir, EVAL_TABLE), os.path.join(run_dir, "config.json")
-    if not (os.path.isfile(table) and os.path.isfile(cfg_path)):
+    read = read_run_table(run_dir)
+    if read is None:
         return None
-    with open(cfg_path, encoding="utf-8") as f:
-        cfg = json.load(f)
-    rows = read_eval_table(table)
-    if not rows:
-        return None
+    cfg, rows = read
     last = max(r["step"] for r in rows)
     if cfg.get("total_timesteps") and last < cfg["total_timesteps"]:
         return None  # unfinished: its last evaluation is not the end-of-run one

@@ -44,8 +44,8 @@ def descendants(root: int) -> set[int]:
     return out
 
 
-def group(pgid: int) -> set[int]:
-    """Live (non-zombie) processes of process group `pgid` (a run started with start_new_session: all it started)."""
+def _live_with(field: int, value: int) -> set[int]:
+    """Live (non-zombie) processes whose /proc/<pid>/stat field `field` (counted after the command) is `value`."""
     out = set()
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -54,22 +54,17 @@ def group(pgid: int) -> set[int]:
                     rest = f.read().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if rest[0] not in ("Z", "X") and int(rest[2]) == pgid:
+            if rest[0] not in ("Z", "X") and int(rest[field]) == value:
                 out.add(int(name))
     return out
+
+
+def group(pgid: int) -> set[int]:
+    """Live (non-zombie) processes of process group `pgid` (a run started with start_new_session: all it started)."""
+    return _live_with(2, pgid)
 
 
 def session_members(sid: int) -> set[int]:
     """Live (non-zombie) processes of session `sid` (a run started with start_new_session: all it started, also
     those in process groups of their own, such as Ray's workers, and those orphaned since)."""
-    out = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", encoding="utf-8") as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if rest[0] not in ("Z", "X") and int(rest[3]) == sid:
-                out.add(int(name))
-    return out
+    return _live_with(3, sid)
