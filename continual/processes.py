@@ -128,11 +128,12 @@ def stop_processes(processes: Sequence, join_timeout: float = 0.0, kill_timeout:
 
 
 def dead_workers(processes) -> list[str]:
-    """'env i (pid p) exited with code c' for every worker process that is no longer alive."""
+    """'env i (pid p) exited with code c' for every worker process that is no longer alive (a worker of several envs
+    names them: its `label`, continual.envs.grouped)."""
     out = []
     for i, p in enumerate(processes or []):
         if not p.is_alive():
-            out.append(f"env {i} (pid {p.pid}) exited with code {p.exitcode}")
+            out.append(f"{getattr(p, 'label', f'env {i}')} (pid {p.pid}) exited with code {p.exitcode}")
     return out
 
 

@@ -64,9 +64,12 @@ class Args:
     num_envs: int = 8
     """number of parallel environments"""
     vector_env: Literal["auto", "async", "sync", "batched"] = "auto"
-    """vector env: async = one worker process per env; sync = one after another in the learner; batched = MinAtar's
-    games stepped in one loop below the wrappers (several times faster); auto = async for Atari, batched for MinAtar
-    (sync with videos, HER or task ids), sync otherwise"""
+    """vector env: async = the envs spread over worker processes (--envs_per_worker); sync = one after another in the
+    learner; batched = MinAtar's games stepped in one loop below the wrappers (several times faster); auto = async for
+    Atari, batched for MinAtar (sync with videos, HER or task ids), sync otherwise"""
+    envs_per_worker: int = 0
+    """async vector env: envs stepped by each worker process (one message each way per worker and step); 0 = the
+    envs spread evenly over min(num_envs, cores) workers"""
     frameskip: int = 4
     """Atari frames per agent step"""
     buffer_window_size: int = 4

@@ -39,6 +39,8 @@ def validate_args(args: Args) -> None:
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "frameskip", "buffer_window_size",
                  "keep_checkpoints"):
         positive(name)
+    if args.envs_per_worker < 0:
+        raise UserError(f"envs_per_worker: must be 0 (spread over the cores) or positive, got {args.envs_per_worker}")
     if args.video_every < 0:
         raise UserError(f"video_every: must be 0 (capped cubic schedule) or positive, got {args.video_every}")
     for name in ("learning_rate", "clip_coef", "max_grad_norm"):

@@ -1,6 +1,7 @@
 """Vector environments whose modifications switch in place.
 
-`make_vector_env` builds one long-lived gymnasium vector env (async: one worker process per env). `switch()` sends
+`make_vector_env` builds one long-lived vector env (async: `continual.envs.grouped`, the envs spread over worker
+processes). `switch()` sends
 the new modification string to every worker, which swaps its hooks, then resets the envs: no process is created or
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
@@ -47,6 +48,7 @@ from continual.envs.backends import (
 )
 from continual.envs.batched import MinAtarVectorEnv
 from continual.envs.goals import needs_objects, wrap_env
+from continual.envs.grouped import GroupedVectorEnv
 from continual.errors import EnvWorkerError
 from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
@@ -76,6 +78,7 @@ class EnvSettings:
     compat: TaskCompat = TaskCompat()  # a sequence of several games: their common spaces
     games: tuple[str, ...] = ()  # a sequence of several games: their env ids, built by each worker at its start
     task_ids: tuple[str, ...] = ()  # --task_id_input: the curriculum's regimes, whose one-hot joins the observation
+    envs_per_worker: int = 0  # the async vector env's envs per worker process (0: spread over the cores)
 
     def worker_context(self):
         """The multiprocessing context of this run's worker processes (MinAtar's import is preloaded for its runs)."""
@@ -95,7 +98,7 @@ class EnvSettings:
             max_episode_steps=args.max_episode_steps, video_dir=video_dir if args.capture_video else None,
             video_every=args.video_every,
             her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
-            her_tolerance=getattr(args, "her_tolerance", 0.05),
+            her_tolerance=getattr(args, "her_tolerance", 0.05), envs_per_worker=getattr(args, "envs_per_worker", 0),
             compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs, *held_out]),
                                args.obs_mode),
         )
@@ -458,8 +461,7 @@ def make_vector_env(settings: EnvSettings, num_envs: int, modification: str,
     if uses_batched(settings, vector_env):
         envs = MinAtarVectorEnv(fns, settings.max_episode_steps)
     elif uses_async(settings.atari, num_envs, vector_env):
-        envs = gym.vector.AsyncVectorEnv(fns, context=settings.worker_context().get_start_method(),
-                                         autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = GroupedVectorEnv(fns, settings.worker_context().get_start_method(), settings.envs_per_worker)
     else:
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return ContinualVectorEnv(envs, modification, settings.max_episode_steps)
