@@ -5,7 +5,8 @@ HackAtari the learner's side of those messages, not the game, caps throughput (~
 envs). Here each worker steps a contiguous block of envs (`--envs_per_worker`, default: as many as spread the envs
 over the cores), and each step costs one message each way per worker: the learner writes the actions into shared
 memory and sends one byte; the worker steps its envs, writes observations, rewards and flags into shared memory and
-answers with its envs' info dicts, the only thing pickled. The shared arrays are raw (no lock, Event or Condition
+answers with its envs' infos, batched as gymnasium batches them (`VectorEnv._add_info`, over its block), the only
+thing pickled; the learner joins the blocks' arrays (`merge_infos`), a few slice copies a step. The shared arrays are raw (no lock, Event or Condition
 is shared with a process that can be killed): the pipe's message orders the writes and the reads.
 
 Behaviour is gymnasium's AsyncVectorEnv with SAME_STEP autoreset, step for step (tests/test_envs_grouped.py): the
@@ -126,7 +127,7 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
             self.processes.append(p)
         self.closed = False
         self._broken = False
-        spaces = self._request("spaces", None)
+        spaces = [x for answer in self._request("spaces", None) for x in answer]
         if any(s != (self.single_observation_space, self.single_action_space) for s in spaces):
             self.close(terminate=True)
             raise RuntimeError("GroupedVectorEnv: the envs' observation or action spaces differ")
@@ -142,7 +143,7 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
             self._died(e)
 
     def _gather(self) -> list:
-        """Every worker's answer (a list over its envs), in env order; a worker's error is raised once all answered."""
+        """Every worker's answer, in worker order; a worker's error is raised once all answered."""
         out, error = [], None
         try:
             for pipe in self.parent_pipes:
@@ -150,7 +151,7 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
                 if isinstance(answer, tuple):  # (exception type, message, traceback): the worker has exited
                     error = error or answer
                 else:
-                    out += answer
+                    out.append(answer)
         except (EOFError, OSError) as e:
             self._died(e)
         if error is not None:
@@ -183,9 +184,7 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
         options = dict(options) if options is not None else None
         mask = options.pop("reset_mask") if options is not None and "reset_mask" in options else None
         mask = [True] * self.num_envs if mask is None else [bool(m) for m in mask]
-        infos: dict = {}
-        for i, info in enumerate(self._request("reset", (seed, options, mask))):
-            infos = self._add_info(infos, info, i)
+        infos = self._infos(self._request("reset", (seed, options, mask)))
         return self._observations(), infos
 
     def step(self, actions):
@@ -195,17 +194,20 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
         else:
             self._send(pickle.dumps(("step", list(gym.vector.utils.iterate(self.action_space, actions))),
                                     protocol=pickle.HIGHEST_PROTOCOL))
-        infos: dict = {}
-        for i, info in enumerate(self._gather()):
-            if info:
-                infos = self._add_info(infos, info, i)
+        infos = self._infos(self._gather())
         return self._observations(), self._rewards.copy(), self._flags[0].copy(), self._flags[1].copy(), infos
+
+    def _infos(self, blocks: list[dict]) -> dict:
+        infos: dict = {}
+        for block, part in zip(self.blocks, blocks):
+            merge_infos(infos, part, block.start, self.num_envs)
+        return infos
 
     def _observations(self):
         return self._obs.copy() if isinstance(self._obs, np.ndarray) else copy.deepcopy(self._obs)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        return tuple(self._request("call", (name, args, kwargs)))
+        return tuple(x for answer in self._request("call", (name, args, kwargs)) for x in answer)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -238,6 +240,44 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and hasattr(self, "processes"):
             self.close(terminate=True)
+
+
+class _BlockInfos:
+    """gymnasium's info batching over one worker's block of envs."""
+
+    _add_info = gym.vector.VectorEnv._add_info
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+
+    def batch(self, infos: list[dict]) -> dict:
+        out: dict = {}
+        for j, info in enumerate(infos):
+            if info:
+                out = self._add_info(out, info, j)
+        return out
+
+
+def merge_infos(into: dict, part: dict, start: int, n: int) -> dict:
+    """A block's batched infos (envs start.. of n) into the vector env's: what `_add_info` env by env would give
+    (an array's dtype is that of the first env with the key, as there)."""
+    items = list(part.items())  # `_add_info` inserts each key, then its mask "_key": pairs, in order
+    for (key, value), (_, block_mask) in zip(items[0::2], items[1::2]):
+        stop = start + len(block_mask)
+        if isinstance(value, dict):
+            array = merge_infos(into.get(key, {}), value, start, n)
+        else:
+            array = into.get(key)
+            if array is None:
+                array = np.full(n, None, dtype=object) if value.dtype == object else \
+                    np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+            array[start:stop] = value
+        mask = into.get(f"_{key}")
+        if mask is None:
+            mask = np.zeros(n, dtype=np.bool_)
+        mask[start:stop] = block_mask
+        into[key], into[f"_{key}"] = array, mask
+    return into
 
 
 def _worker(first: int, env_fns: list, pipe, parent_pipe, spaces: tuple, memory: tuple) -> None:
@@ -287,6 +327,8 @@ def _worker(first: int, env_fns: list, pipe, parent_pipe, spaces: tuple, memory:
         rewards[i], flags[0, i], flags[1, i] = r, terminated, truncated
         return info
 
+    infos = _BlockInfos(k)
+
     def reset(j: int, seed: Optional[int], options: Optional[dict]) -> dict:
         o, info = on(j, lambda: envs[j].reset(seed=seed, options=options))
         _write(obs, first + j, o)
@@ -296,17 +338,18 @@ def _worker(first: int, env_fns: list, pipe, parent_pipe, spaces: tuple, memory:
         while True:
             message = pipe.recv_bytes()
             if message == STEP:
-                answer = [step(j, _own(actions[first + j])) for j in range(k)]
+                answer = infos.batch([step(j, _own(actions[first + j])) for j in range(k)])
             elif message == CLOSE:
                 pipe.send_bytes(CLOSE)
                 break
             else:
                 command, data = pickle.loads(message)
                 if command == "step":
-                    answer = [step(j, data[first + j]) for j in range(k)]
+                    answer = infos.batch([step(j, data[first + j]) for j in range(k)])
                 elif command == "reset":
                     seeds, options, mask = data
-                    answer = [reset(j, seeds[first + j], options) if mask[first + j] else {} for j in range(k)]
+                    answer = infos.batch([reset(j, seeds[first + j], options) if mask[first + j] else {}
+                                          for j in range(k)])
                 elif command == "call":
                     name, args, kwargs = data
 
