@@ -15,7 +15,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from continual.envs.backends import task_compat
-from continual.envs.grouped import GroupedVectorEnv, _BlockInfos, merge_infos, worker_blocks
+from continual.envs.grouped import GroupedVectorEnv, batch_infos, worker_blocks
 from continual.envs.vector import ContinualVectorEnv, EnvSettings, make_env, make_vector_env
 from continual.errors import EnvWorkerError
 from continual.testing.processes import alive
@@ -30,32 +30,39 @@ def test_worker_blocks_spread_the_envs_contiguously():
     assert worker_blocks(5, envs_per_worker=2) == [range(0, 2), range(2, 4), range(4, 5)]
 
 
-def test_blocks_of_batched_infos_merge_into_what_gymnasium_batches_env_by_env():
+class AddInfo(gym.vector.VectorEnv):
+    """gymnasium's own batching, env by env (`VectorEnv._add_info`): the reference."""
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+
+
+def test_infos_batched_by_column_as_gymnasium_batches_them_env_by_env():
     rng = np.random.default_rng(1)
     infos = []
     for i in range(7):
-        info = {"lives": int(rng.integers(0, 4)), "frame_number": np.int64(i)}
+        info = {"lives": int(rng.integers(0, 4)), "frame_number": np.int64(i), "ratio": [1, 2.5][i % 2]}
         if i % 3 == 1:  # an episode ended here (SAME_STEP), some keys only in some envs
             info = {"final_info": {**info, "episode": {"r": float(i), "l": i, "t": 0.5}}, "final_obs": np.full(3, i),
                     "extra": np.arange(2) + i, "note": ("a", i), **info}
         infos.append(info if i != 5 else {})
-    expected = _BlockInfos(7).batch(infos)  # gymnasium's VectorEnv._add_info, env by env
-    for blocks in (worker_blocks(7, cores=2), worker_blocks(7, envs_per_worker=3), worker_blocks(7, cores=16)):
-        merged: dict = {}
-        for block in blocks:
-            merge_infos(merged, _BlockInfos(len(block)).batch(infos[block.start:block.stop]), block.start, 7)
+    expected: dict = {}
+    for i, info in enumerate(infos):
+        expected = AddInfo(7)._add_info(expected, info, i)
+    got = batch_infos([(i, info) for i, info in enumerate(infos) if info], 7)
 
-        def same(a, b):
-            assert list(a) == list(b)
-            for key in a:
-                if isinstance(a[key], dict):
-                    same(a[key], b[key])
-                else:
-                    assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
-                    for x, y in zip(a[key], b[key]):
-                        assert np.array_equal(np.asarray(x, dtype=object), np.asarray(y, dtype=object)), key
+    def same(a, b):
+        assert list(a) == list(b)
+        for key in a:
+            if isinstance(a[key], dict):
+                same(a[key], b[key])
+            else:
+                assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+                for x, y in zip(a[key], b[key]):
+                    assert np.array_equal(np.asarray(x, dtype=object), np.asarray(y, dtype=object)), key
 
-        same(merged, expected)
+    same(got, expected)
+    assert got["ratio"].dtype == np.int64 and got["ratio"][3] == 2  # the first env's type, as gymnasium's
 
 
 def pair(settings: EnvSettings, num_envs: int, modification: str, envs_per_worker: int):
