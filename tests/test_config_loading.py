@@ -518,6 +518,7 @@ def test_check_modifications_rejects_a_bad_gymnasium_token(tmp_path):
     (["--repeat_action_probability", "inf"], "repeat_action_probability"),
     (["--ent_coef", "-1"], "ent_coef"),
     (["--noop_max", "-1"], "noop_max"),
+    (["--envs_per_worker", "-1"], "envs_per_worker"),
     (["--total_timesteps", "0"], "total_timesteps"),
     (["--max_episode_steps", "0"], "max_episode_steps"),
     (["--target_kl", "0"], "target_kl"),

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
+from continual.config.loading import parse_args
 from continual.envs.backends import task_compat
 from continual.envs.grouped import GroupedVectorEnv, batch_infos, worker_blocks
 from continual.envs.vector import ContinualVectorEnv, EnvSettings, make_env, make_vector_env
@@ -21,6 +22,11 @@ from continual.errors import EnvWorkerError
 from continual.testing.processes import alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_envs_per_worker_flag_reaches_the_vector_env():
+    args, _ = parse_args(["--env_id", "CartPole-v1", "--backend", "Gymnasium", "--envs_per_worker", "3"])
+    assert EnvSettings.from_args(args).envs_per_worker == 3
 
 
 def test_worker_blocks_spread_the_envs_contiguously():
