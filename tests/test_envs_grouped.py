@@ -92,7 +92,9 @@ def assert_same_run(ours, ref, steps: int, switches: dict) -> int:
         if t in switches:
             a, b = ours.switch(switches[t], t, seed=t), ref.switch(switches[t], t, seed=t)
             assert np.array_equal(a[0], b[0]), t
-        actions = rng.integers(0, ours.single_action_space.n, ours.num_envs)
+        space = ours.single_action_space
+        actions = rng.integers(0, space.n, ours.num_envs) if isinstance(space, gym.spaces.Discrete) else \
+            rng.uniform(-3, 3, (ours.num_envs, *space.shape)).astype(space.dtype)
         a, b = ours.step(actions), ref.step(actions)
         for x, y in zip(a[:4], b[:4]):
             assert x.dtype == y.dtype and np.array_equal(x, y), t
@@ -134,6 +136,16 @@ def test_minatar_through_a_game_swap_equal_gymnasium():
         episodes = assert_same_run(ours, ref, 600, {200: "env=MinAtar/SpaceInvaders", 400: "env=MinAtar/Breakout"})
         assert episodes >= 3
         assert ours.worker_pids() == pids and ours.env.call("game") == (games[0],) * 3
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_box_actions_through_shared_memory_equal_gymnasium():
+    settings = EnvSettings(env_id="Pendulum-v1", backend="Gymnasium", max_episode_steps=30)
+    ours, ref = pair(settings, 3, "", envs_per_worker=2)
+    try:
+        assert assert_same_run(ours, ref, 70, {35: "max_torque=1.0"}) == 6
     finally:
         ours.close()
         ref.close()

@@ -65,6 +65,13 @@ def _array_actions(space: gym.Space) -> bool:
     return isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
 
 
+def _actions_view(memory: Any, space: gym.Space) -> Optional[np.ndarray]:
+    """The batched actions in shared memory (None: they travel in the step message)."""
+    if memory is None:
+        return None
+    return np.frombuffer(memory, space.dtype, count=int(np.prod(space.shape))).reshape(space.shape)
+
+
 def _write(view: Any, i: int, value: Any) -> None:
     """Observation `value` into row i of `view` (read_from_shared_memory's arrays: nested for Dict/Tuple spaces)."""
     if isinstance(view, dict):
@@ -103,14 +110,12 @@ class GroupedVectorEnv(gym.vector.VectorEnv):
         rewards_mem, flags_mem = ctx.RawArray(ctypes.c_double, n), ctx.RawArray(ctypes.c_bool, 2 * n)
         act_mem = None
         if _array_actions(self.action_space):
-            act_mem = ctx.RawArray(ctypes.c_uint8, max(1, int(np.zeros(self.action_space.shape,
-                                                                        self.action_space.dtype).nbytes)))
+            size = int(np.prod(self.action_space.shape)) * np.dtype(self.action_space.dtype).itemsize
+            act_mem = ctx.RawArray(ctypes.c_uint8, max(1, size))
         self._obs = read_from_shared_memory(self.single_observation_space, obs_mem, n=n)
         self._rewards = np.frombuffer(rewards_mem, np.float64)
         self._flags = np.frombuffer(flags_mem, np.bool_).reshape(2, n)
-        self._actions = None if act_mem is None else \
-            np.frombuffer(act_mem, self.action_space.dtype, count=int(np.prod(self.action_space.shape))).reshape(
-                self.action_space.shape)
+        self._actions = _actions_view(act_mem, self.action_space)
         self.blocks = worker_blocks(n, envs_per_worker, cores)
         self.parent_pipes, self.processes = [], []
         for w, block in enumerate(self.blocks):
@@ -276,8 +281,7 @@ def _worker(first: int, env_fns: list, pipe, parent_pipe, spaces: tuple, memory:
     obs = read_from_shared_memory(obs_space, obs_mem, n=n)
     rewards = np.frombuffer(rewards_mem, np.float64)
     flags = np.frombuffer(flags_mem, np.bool_).reshape(2, n)
-    actions = None if act_mem is None else np.frombuffer(
-        act_mem, action_space.dtype, count=int(np.prod(action_space.shape))).reshape(action_space.shape)
+    actions = _actions_view(act_mem, action_space)
     # each env's own Python `random` (HackAtari's modifications use the global one): a fresh OS-seeded stream, as a
     # forked process's; with one env the process's own is the env's, and nothing is swapped
     swap = k > 1
