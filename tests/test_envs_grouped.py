@@ -81,23 +81,30 @@ def pair(settings: EnvSettings, num_envs: int, modification: str, envs_per_worke
     return ours, ref
 
 
+def equal(a, b) -> bool:
+    """Observations equal (arrays, or the dicts of arrays of goal envs)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    return a.dtype == b.dtype and np.array_equal(a, b)
+
+
 def assert_same_run(ours, ref, steps: int, switches: dict) -> int:
     """Reset, then `steps` random-action steps with `switches` ({step: modification}); every output equal (episode
     statistics: returns and lengths; their "t" is a wall time). Returns the number of episodes that ended."""
     rng = np.random.default_rng(0)
     a, b = ours.reset(seed=7), ref.reset(seed=7)
-    assert np.array_equal(a[0], b[0]) and a[1].keys() == b[1].keys()
+    assert equal(a[0], b[0]) and a[1].keys() == b[1].keys()
     episodes = 0
     for t in range(steps):
         if t in switches:
             a, b = ours.switch(switches[t], t, seed=t), ref.switch(switches[t], t, seed=t)
-            assert np.array_equal(a[0], b[0]), t
+            assert equal(a[0], b[0]), t
         space = ours.single_action_space
         actions = rng.integers(0, space.n, ours.num_envs) if isinstance(space, gym.spaces.Discrete) else \
             rng.uniform(-3, 3, (ours.num_envs, *space.shape)).astype(space.dtype)
         a, b = ours.step(actions), ref.step(actions)
         for x, y in zip(a[:4], b[:4]):
-            assert x.dtype == y.dtype and np.array_equal(x, y), t
+            assert equal(x, y), t
         assert a[4].keys() == b[4].keys(), t
         for key in ("lives", "_lives", "_final_info", "_final_obs"):
             if key in b[4]:
@@ -108,7 +115,7 @@ def assert_same_run(ours, ref, steps: int, switches: dict) -> int:
             for key in ("r", "_r", "l", "_l"):
                 assert np.array_equal(ea[key], eb[key]), (t, key)
             for i in np.flatnonzero(b[4]["_final_obs"]):
-                assert np.array_equal(a[4]["final_obs"][i], b[4]["final_obs"][i]), t
+                assert equal(a[4]["final_obs"][i], b[4]["final_obs"][i]), t
     return episodes
 
 
@@ -146,6 +153,17 @@ def test_box_actions_through_shared_memory_equal_gymnasium():
     ours, ref = pair(settings, 3, "", envs_per_worker=2)
     try:
         assert assert_same_run(ours, ref, 70, {35: "max_torque=1.0"}) == 6
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_goal_env_dict_observations_through_shared_memory_equal_gymnasium():
+    settings = EnvSettings(env_id="continual/GoalGrid-v0", backend="Gymnasium", her=True, max_episode_steps=20)
+    ours, ref = pair(settings, 3, "", envs_per_worker=2)
+    try:
+        assert isinstance(ours.single_observation_space, gym.spaces.Dict)
+        assert assert_same_run(ours, ref, 60, {}) >= 3
     finally:
         ours.close()
         ref.close()
