@@ -14,6 +14,7 @@ same env stacks (`continual.envs.vector.make_env`), seeds (`seed + i`), infos (`
 statistics), `call`/`get_attr`/`set_attr` (switches in place). Envs that share a process do not share Python's
 `random`, which HackAtari's modifications draw from: each env keeps its own stream (swapped in around each of its
 calls), fresh from the OS as a newly forked process's is, and seeded by its seeded reset as in its own process.
+(numpy's global generator, which a HackAtari reset seeds too, is not swapped: no modification draws from it.)
 
 A killed worker is reported in one line naming its envs (`continual.processes.describe_worker_failure`); a worker
 whose learner dies sees its pipe close and exits.
