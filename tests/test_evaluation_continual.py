@@ -31,17 +31,19 @@ CURRICULUM = {
 EVAL_FLAGS = ["--eval_every", "512", "--eval_at_switches", "--eval_episodes", "2", "--eval_modifs", "length=0.8"]
 REGIMES = {"gravity=9.8", "gravity=15", "gravity=5", "length=0.8"}
 EVAL_STEPS = {0, 512, 768, 1024, 1536, 2048, 2304}  # step 0, every 512, before both switches, the end
+FINAL_FLAGS = ["--eval_final_only", "--eval_episodes", "2", "--eval_modifs", "length=0.8"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same seeded run three times, in parallel: without evaluation, with it, with it in the background."""
+    """The same seeded run four times, in parallel: without evaluation, with it, with it in the background, with one
+    evaluation at the end only."""
     tmp = tmp_path_factory.mktemp("ce")
     cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs_dir = str(tmp / "runs")
     common = ["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir, "--no-progress-bar",
               "--save_agent_with_switch", "--plots"]
-    variants = {"plain": [], "fg": EVAL_FLAGS, "bg": EVAL_FLAGS + ["--eval_background"]}
+    variants = {"plain": [], "fg": EVAL_FLAGS, "bg": EVAL_FLAGS + ["--eval_background"], "final": FINAL_FLAGS}
     # one torch thread each: the three runs share the CPU (the same setting for all, so results are comparable)
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     procs = {name: subprocess.Popen([sys.executable, *common, "--run_name", name, *extra], cwd=ROOT, env=env,
@@ -76,7 +78,7 @@ def test_evaluation_does_not_change_training(runs):
     plain = training_records(runs["plain"][0])
     assert sum(r["kind"] == "episode" for r in plain) > 20 and sum(r["kind"] == "switch" for r in plain) == 2
     assert any("losses/value_loss" in r for r in plain)
-    for name in ("fg", "bg"):
+    for name in ("fg", "bg", "final"):
         assert training_records(runs[name][0]) == plain, name
     # and the final weights are the same tensors
     import torch
@@ -128,6 +130,23 @@ def test_evaluation_table_tags_metrics_and_plots(runs):
     assert sorted(os.listdir(os.path.join(runs["plain"][0], "plots"))) == ["plasticity.png", "training_returns.png"]
     assert not os.path.exists(os.path.join(runs["plain"][0], "eval_table.csv"))
     assert not os.path.exists(os.path.join(runs["plain"][0], "metrics.json"))
+
+
+def test_eval_final_only_evaluates_every_regime_once_at_the_end(runs):
+    run_dir, stdout = runs["final"]
+    table = eval_table(run_dir)
+    assert set(table) == {(TOTAL, m) for m in REGIMES}  # no step 0, no schedule, no switches
+    assert all(int(r["episodes"]) == 2 and r["greedy"] == "False" for r in table.values())
+    assert {r["split"] for (_, m), r in table.items()} == {"curriculum", "heldout"}
+    records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    assert sorted(r["modification"] for r in records if r["kind"] == "eval") == sorted(REGIMES)
+    assert "evaluation: at the end only, 2 games per regime" in stdout
+    # the robustness report reads it as a finished run, one score per regime
+    from continual.report.robustness import run_scores
+
+    scores = run_scores(run_dir)
+    assert scores["step"] == TOTAL and set(scores["scores"]) == REGIMES
+    assert scores["scores"]["length=0.8"] == pytest.approx(float(table[(TOTAL, "length=0.8")]["mean"]))
 
 
 def test_background_evaluation_matches_and_stops(runs):
@@ -215,6 +234,9 @@ def test_eval_flags_are_checked_before_any_env(tmp_path):
                         ("--eval_max_episode_steps", "0")):
         with pytest.raises(UserError, match=flag.lstrip("-")):
             parse_args([*base[1:], flag, value])
+    for other in (["--eval_every", "128"], ["--eval_at_switches"]):
+        with pytest.raises(UserError, match="eval_final_only"):
+            parse_args([*base[1:], "--eval_final_only", *other])
 
 
 def test_parse_eval_modifs():

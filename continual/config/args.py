@@ -446,6 +446,9 @@ class Args:
     at step 0 and at the end of the run (0: off); results in <run>/eval_table.csv and eval/<regime> scalars"""
     eval_at_switches: bool = False
     """also evaluate right before every regime switch (the end of each visit; turns evaluation on by itself)"""
+    eval_final_only: bool = False
+    """evaluate once, at the end of the run (every regime + --eval_modifs, --eval_episodes whole games each): the
+    seed's eval.py protocol after training, without step 0 or a schedule (not with --eval_every/--eval_at_switches)"""
     eval_episodes: int = 5
     """games per regime at each evaluation (whole games, no life cuts, unless --eval_max_episode_steps)"""
     eval_modifs: str = ""

@@ -108,6 +108,8 @@ def validate_args(args: Args) -> None:
         raise UserError(f"run_name: must be a plain folder name, got {args.run_name!r}")
     if args.eval_every < 0:  # continual evaluation
         raise UserError(f"eval_every: must be >= 0, got {args.eval_every}")
+    if args.eval_final_only and (args.eval_every or args.eval_at_switches):
+        raise UserError("eval_final_only: evaluates at the end alone; drop --eval_every / --eval_at_switches, or it")
     positive("eval_episodes")
     for name in ("eval_num_envs", "eval_max_episode_steps"):
         if getattr(args, name) is not None:

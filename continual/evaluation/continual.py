@@ -1,5 +1,6 @@
 """Continual evaluation during training: the current policy on every regime the curriculum can emit (plus held-out
-`--eval_modifs`), at step 0, every `--eval_every` steps, optionally right before every switch, and at the end.
+`--eval_modifs`), at step 0, every `--eval_every` steps, optionally right before every switch, and at the end
+(`--eval_final_only`: at the end alone, the same rows).
 
 - Evaluation envs are separate from the training envs: built once (whole games, no life cuts, capped by
   `--eval_max_episode_steps` when given), switched in place between regimes, seeded at their first evaluation (env
@@ -54,7 +55,7 @@ MAX_PENDING = 3  # background evaluations queued before training waits for the o
 
 
 def eval_enabled(args: Any) -> bool:
-    return args.eval_every > 0 or args.eval_at_switches
+    return args.eval_every > 0 or args.eval_at_switches or args.eval_final_only
 
 
 def regime_seed(seed: int, modification: str) -> int:
@@ -286,7 +287,7 @@ class ContinualEvaluator(Callback):
         if not self.enabled:
             return
         self._prepare_table(session.global_step if session.resume_state is not None else None)
-        if session.global_step == 0 and 0 not in self.evaluated:
+        if session.global_step == 0 and 0 not in self.evaluated and not args.eval_final_only:
             self.evaluate_now()
 
     # --- table -----------------------------------------------------------------------------------------------------

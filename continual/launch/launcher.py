@@ -74,7 +74,7 @@ class LaunchArgs:
     """seconds without a heartbeat after which another host's claim on an entry is taken over"""
     aggregate: bool = True
     """when every entry is done: python -m continual.evaluation.metrics and .plots over the runs (needs evaluation:
-    --eval_every or --eval_at_switches in the runs' flags)"""
+    --eval_every, --eval_at_switches or --eval_final_only in the runs' flags)"""
     archive: Optional[str] = None
     """keep each finished run here too, without its checkpoints (continual/launch/archive.py; 0.1-1.6 MB a 2M-step
     MinAtar run: a folder in a git repository); a launch restores the entries archived there first and runs only the

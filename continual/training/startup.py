@@ -44,7 +44,7 @@ RESUME_OVERRIDABLE = {"resume", "verbose", "total_timesteps", "progress_bar", "t
                       "wandb_dir", "wandb_group", "wandb_tags", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "capture_video",
                       "video_every", "save_agent_with_switch", "save_agent_wandb", "cuda", "config", "runs_dir",
                       # continual evaluation never changes training
-                      "eval_every", "eval_at_switches", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
+                      "eval_every", "eval_at_switches", "eval_final_only", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
                       "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots",
                       # where IMPALA's actors run (a run resumed on another cluster, or on one machine)
                       "actor_backend", "ray_address", "actor_max_restarts"}
@@ -470,9 +470,10 @@ def run_summary(args: Args, curriculum: Curriculum, plan: Plan, resume_state: Op
         out.append(f"curriculum: {curriculum.factory}, regimes {', '.join(shown)}{more}")
     else:
         out.append(f"curriculum: none, modifications {shown[0] if shown else repr(args.modifs)} throughout")
-    if args.eval_every > 0 or args.eval_at_switches:
+    if args.eval_every > 0 or args.eval_at_switches or args.eval_final_only:
         when = ", ".join(w for w in (f"every {args.eval_every:,} steps" if args.eval_every else "",
-                                     "before every switch" if args.eval_at_switches else "") if w)
+                                     "before every switch" if args.eval_at_switches else "",
+                                     "at the end only" if args.eval_final_only else "") if w)
         cap = args.eval_max_episode_steps or args.max_episode_steps
         out.append(f"evaluation: {when}, {args.eval_episodes} game{'s' * (args.eval_episodes != 1)} per regime"
                    + (f" capped at {cap} steps" if cap else " (whole games)"))
