@@ -98,6 +98,55 @@ def test_a_malformed_experiment_is_one_line_and_exit_2_before_anything(tmp_path,
     assert not folder.exists() and sorted(os.listdir(tmp_path)) == ["bad.json"]
 
 
+PLACEHOLDERS = {"V": {"value": None, "set_by": "pilot.json", "rule": "the smallest budget that learns",
+                      "dry_run": 1024}}
+SEQUENCE = {**CARTPOLE, "total_timesteps": "4*$V", "eval_every": "$V/4", "modification_factory": "Sequential",
+            "modification_factory_kwargs": {"num_total_steps": "4*$V", "modifications": ["", "gravity=15", "", "gravity=5"],
+                                            "switching_thresholds": ["$V", "2*$V", "3*$V"]}}
+
+
+def test_a_placeholder_refuses_a_launch_until_it_is_set_and_a_dry_run_uses_its_stand_in(tmp_path, capsys):
+    data = {"placeholders": PLACEHOLDERS, "flags": SEQUENCE, "grid": {"seed": [1, 2]}}
+    exp = write(tmp_path / "e.json", data)
+    folder = tmp_path / "folder"
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(folder)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1 and not folder.exists()
+    assert "the placeholder V is not set yet: pilot.json sets it (the smallest budget that learns)" in err, err
+    assert exit_on_user_error(L.main)([exp, "--folder", str(folder), "--dry_run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console folds long lines
+    assert "placeholder V: not set yet (pilot.json sets it); this dry run used the stand-in 1,024" in out
+    assert not folder.exists()
+    # substituted at any depth, as integers: k*V, V/d
+    for value, stand_ins in ((1024, True), (2048, False)):
+        data["placeholders"] = {"V": {**PLACEHOLDERS["V"], "value": None if stand_ins else value}}
+        cfg = load_experiment(write(tmp_path / "e.json", data), stand_ins=stand_ins).entries[1].config
+        assert cfg["total_timesteps"] == 4 * value and cfg["eval_every"] == value // 4 and cfg["seed"] == 2
+        assert cfg["modification_factory_kwargs"]["switching_thresholds"] == [value, 2 * value, 3 * value]
+        assert cfg["modification_factory_kwargs"]["num_total_steps"] == 4 * value
+
+
+PLACEHOLDER_BAD = [
+    ({"V": {"value": 0}}, "placeholders['V'].value must be a positive integer or null, got 0"),
+    ({"V": {"value": None}}, "placeholders['V'] has neither a value nor a dry_run stand-in"),
+    ({"V": {"valeu": 5, "dry_run": 1024}}, "placeholders['V']: unknown key 'valeu'; did you mean 'value'"),
+    ({"W": {"dry_run": 1024}}, "'4*$V' is no placeholder use ('$NAME', 'K*$NAME' or '$NAME/D' with NAME one of "
+                               "placeholders: W)"),
+    ({"V": {"dry_run": 1026}}, "'$V/4' is not a whole number with V = 1026"),
+]
+
+
+@pytest.mark.parametrize("placeholders,message", PLACEHOLDER_BAD, ids=[str(i) for i in range(len(PLACEHOLDER_BAD))])
+def test_a_malformed_placeholder_is_one_line_and_exit_2(tmp_path, capsys, placeholders, message):
+    exp = write(tmp_path / "bad.json", {"placeholders": placeholders, "flags": SEQUENCE, "grid": {"seed": [1]}})
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(tmp_path / "folder"), "--dry_run"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
+    assert sorted(os.listdir(tmp_path)) == ["bad.json"]
+
+
 def test_entry_point_refuses_with_exit_2(tmp_path):
     exp = write(tmp_path / "bad.json", {"grid": {"seed": [1]}, "flags": {**CARTPOLE, "total_timestep": 5}})
     p = subprocess.run([PY, "-m", "continual.launch", exp, "--folder", str(tmp_path / "f")], capture_output=True,
@@ -474,7 +523,7 @@ def test_shipped_experiment_files_validate(path, tmp_path):
 
     from continual.launch.experiment import load_experiment, validate
 
-    experiment = load_experiment(path)
+    experiment = load_experiment(path, stand_ins=True)  # a budget a pilot sets: its dry-run stand-in
     assert experiment.entries
     first_seed = experiment.entries[0].config.get("seed")
     variants = [e for e in experiment.entries if e.config.get("seed") == first_seed][:4]

@@ -139,6 +139,19 @@ BAD = [
     (dict(declared={"secondary_metrics": [{"reading": "last"}]}), "declared.secondary_metrics: a metric is a name"),
     (dict(declared={"primary_pair": ["PPO", "CLEAR"]}), "declared.primary_pair: 'CLEAR' is no method label"),
     (dict(declared={"evaluation": "greedy"}), "declared.evaluation must be an object"),
+    # published numbers: an object, its source, numbers per method label of the file
+    (dict(declared={"published": [22.0, 0.7]}), "declared.published must be an object (source, budget, seeds"),
+    (dict(declared={"published": {"results": {"PPO": {"mean": 1.0}}}}), "declared.published needs source"),
+    (dict(declared={"published": {"source": "Table 4"}}), "declared.published needs results"),
+    (dict(declared={"published": {"source": "Table 4", "result": {}}}), "declared.published: unknown key 'result'; "
+                                                                        "did you mean 'results'"),
+    (dict(declared={"published": {"source": "Table 4", "results": {"PPO": {"mean": "22.0"}}}}),
+     "declared.published.results['PPO'] must be a non-empty object of name -> finite number"),
+    (dict(declared={"published": {"source": "Table 4", "results": {"PPO": [22.0, 0.7, 12]}}}),
+     "declared.published.results['PPO'] must be a non-empty object of name -> finite number"),
+    (dict(declared={"published": {"source": "Table 4", "results": {"PPO_CPB": {"mean": 1.0}}}}),
+     "declared.published.results: 'PPO_CPB' is no method label of the file (an entry's exp_name); did you mean "
+     "'PPO_CBP'"),
 ]
 
 
@@ -333,3 +346,19 @@ def test_post_hoc_labels_from_the_file_the_folder_and_the_marks_in_a_table(tmp_p
     assert D.footnote(post_hoc) == ("\u2020 added after the first results (post hoc): PPO_CBP (added after PPO "
                                     "forgot; added 2026-12-01).")
     assert D.footnote({}) == ""
+
+
+def test_published_numbers_are_kept_and_c_chains_table_4_is_declared():
+    """declared.published is recorded like the rest; C-CHAIN's experiment declares the paper's Table 4 and its 12
+    reporting seeds (the launcher enforces them: every entry runs on one)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "experiments",
+                        "c_chain_minatar.json")
+    e = load_experiment(path)
+    d = e.declarations
+    assert d.reporting_seeds == list(range(1, 13)) and d.tuning is None
+    pub = d.declared["published"]
+    assert pub["results"] == {"Double DQN": {"mean": 22.044, "se": 0.733, "n": 12},
+                              "Double DQN + C-CHAIN": {"mean": 29.513, "se": 0.682, "n": 12}}
+    assert pub["seeds"] == 12 and "Table 4" in pub["source"]
+    assert d.declared["primary_pair"] == ["Double DQN + C-CHAIN", "Double DQN"]
+    assert "_declared" not in json.load(open(path))

@@ -9,8 +9,10 @@ in the experiment folder.
                                                                           #     "ranges": {task: [low, high]}}
       "evaluation": {"greedy": false, "episodes": 8},
       "secondary_metrics": [...], "primary_pair": ["CLEAR", "IMPALA"], "primary_claim": "...", "statistics": "...",
-      "post_hoc_declaration": "..."                # when the block itself was written after the results
-    },                                             # primary_metric and secondary_metrics: a name or {"name", ...}
+      "post_hoc_declaration": "...",               # when the block itself was written after the results
+      "published": {"source": "...", "budget": "...", "seeds": 12, "protocol": "...", "statistics": "...",
+                    "results": {"Double DQN": {"mean": 22.044, "se": 0.733, "n": 12}, ...}}   # the numbers ours are
+    },                                                                        # compared with: label -> name -> number                                             # primary_metric and secondary_metrics: a name or {"name", ...}
     "tuning": {"seeds": [101, 102, 103], "criterion": "highest mean P(T)",
                "sweeps": {"IMPALA+EWC lambda=": "ewc_lambda"},    # label prefix -> the flag it sweeps
                "experiment": "forgetting_minatar_tuning.json"},   # optional: the file that runs the sweeps (its
@@ -47,6 +49,7 @@ import datetime
 import difflib
 import hashlib
 import json
+import math
 import os
 import subprocess
 from typing import Any, Iterable, Optional, Sequence
@@ -58,7 +61,8 @@ from continual.evaluation.metrics import method_label
 
 KEYS = ("declared", "tuning", "reporting_seeds", "post_hoc")  # the experiment file's top-level declaration keys
 DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation", "secondary_metrics", "primary_pair",
-                 "primary_claim", "statistics", "post_hoc_declaration")
+                 "primary_claim", "statistics", "post_hoc_declaration", "published")
+PUBLISHED_KEYS = ("source", "budget", "seeds", "protocol", "statistics", "results", "note")
 TUNING_KEYS = ("seeds", "criterion", "sweeps", "experiment")
 NORMALISATION_KINDS = ("reference_runs", "fixed")
 CHOSEN = "chosen_from_tuning"  # the key of a flag object that marks a sweep's chosen value
@@ -122,6 +126,27 @@ def _label(value: Any, where: str) -> str:
     return value
 
 
+def _published(pub: Any, where: str) -> None:
+    """The published numbers ours are set beside: where from, under which budget, seeds and protocol, and per method
+    label an object of named numbers (mean, se, n, or a score per modification)."""
+    if not isinstance(pub, dict):
+        raise UserError(f"{where} must be an object ({', '.join(PUBLISHED_KEYS)}), got {pub!r}")
+    _keys(pub, PUBLISHED_KEYS, where)
+    for key in ("source", "results"):
+        if key not in pub:
+            raise UserError(f"{where} needs {key} ({'where the numbers come from' if key == 'source' else 'method label -> {name: number}'})")
+    if not isinstance(pub["source"], str) or not pub["source"]:
+        raise UserError(f"{where}.source must say where the numbers come from, got {pub['source']!r}")
+    results = pub["results"]
+    if not isinstance(results, dict) or not results:
+        raise UserError(f"{where}.results must be a non-empty object of method label -> {{name: number}}")
+    for label, cells in results.items():
+        if not isinstance(cells, dict) or not cells or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in cells.values()):
+            raise UserError(f"{where}.results[{label!r}] must be a non-empty object of name -> finite number, "
+                            f"got {cells!r}")
+
+
 def parse(data: dict, where: str) -> Declarations:
     """The declaration keys of an experiment file's top level, checked for shape (labels and seeds are checked
     against the entries by `check_entries`)."""
@@ -178,6 +203,8 @@ def parse(data: dict, where: str) -> Declarations:
                         and r[0] < r[1]):
                     raise UserError(f"{where}: declared.normalisation.ranges[{task!r}] must be [low, high] with "
                                     f"low < high, got {r!r}")
+    if "published" in declared:
+        _published(declared["published"], f"{where}: declared.published")
     if "evaluation" in declared and not isinstance(declared["evaluation"], dict):
         raise UserError(f"{where}: declared.evaluation must be an object (how the runs are evaluated), "
                         f"got {declared['evaluation']!r}")
@@ -375,6 +402,10 @@ def check_entries(decl: Declarations, entries: Sequence, where: str, path: str,
             if label not in labels and label not in decl.sweeps:
                 raise UserError(f"{where}: declared.{name}: {label!r} is no method label of the file (an "
                                 f"entry's exp_name) or sweep prefix" + _did_you_mean(label, known + list(decl.sweeps)))
+    for label in decl.declared.get("published", {}).get("results", {}):
+        if label not in labels:
+            raise UserError(f"{where}: declared.published.results: {label!r} is no method label of the file (an "
+                            f"entry's exp_name)" + _did_you_mean(label, known))
     for label in decl.post_hoc:
         if label not in labels:
             raise UserError(f"{where}: post_hoc: {label!r} is no method label of the file (an entry's exp_name)" +

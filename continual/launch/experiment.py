@@ -7,13 +7,17 @@
       "grid": {"seed": [1, 2, 3], "architecture": ["PPO", "PPO_CBP"]},
       "runs": [{"name": "sp", "shrink_and_perturb": true}],   # optional; each one is crossed with the grid
       "cpus_per_run": 1, "gpus_per_run": 0, "max_retries": 2,
-      "declared": {...}, "tuning": {...}, "reporting_seeds": [...], "post_hoc": [...]   # optional: declarations.py
+      "declared": {...}, "tuning": {...}, "reporting_seeds": [...], "post_hoc": [...],  # optional: declarations.py
+      "placeholders": {"BUDGET": {"value": null, "set_by": "pilot.json", "rule": "...", "dry_run": 1048576}}
     }
 
 A run's configuration, later keys winning: the `config` file, `flags`, its `runs` item, its grid values. Keys are
 the training CLI's flags (`Args` fields) and the curriculum keys of run_config.json. Grid keys may also be `config`
 (a list of run_config.json files) and `flags` (a list of flag objects, one variant each). Paths in the file are
-relative to the file. Entries are numbered in expansion order (the grid's last key varies fastest); `--resume-id N`
+relative to the file. A placeholder stands for a number that another experiment decides (a budget a pilot sets): a flag value (at any
+depth, e.g. a curriculum's thresholds) written "$BUDGET", "3*$BUDGET" or "$BUDGET/20" is that integer multiple or
+exact fraction of its value. Until its "value" is set, a launch refuses the file in one line (exit 2) naming
+"set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the grid's last key varies fastest); `--resume-id N`
 names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
 What the file declares before any run (primary metric, compared pairs, normalisation, evaluation, the tuning and
 reporting seeds, the chosen value of a sweep, post-hoc arms) and the rules the launcher enforces on it:
@@ -38,7 +42,9 @@ from continual.launch.declarations import CHOSEN, Declarations
 from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
-            *declarations.KEYS)
+            "placeholders", *declarations.KEYS)
+PLACEHOLDER_KEYS = ("value", "set_by", "rule", "dry_run", "what")
+PLACEHOLDER_USE = re.compile(r"^(?:(\d+)\*)?\$([A-Za-z_][A-Za-z0-9_]*)(?:/(\d+))?$")  # "$B", "3*$B", "$B/20"
 RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
 DEFAULT_MAX_RETRIES = 2
 
@@ -62,6 +68,7 @@ class Experiment:
     max_retries: int = DEFAULT_MAX_RETRIES
     script: Optional[str] = None  # the training script named in the file (absolute)
     declarations: Declarations = dataclasses.field(default_factory=Declarations)
+    placeholders: dict = dataclasses.field(default_factory=dict)  # NAME -> {value, set_by, rule, dry_run}
 
 
 def _slug(text: str) -> str:
@@ -100,9 +107,57 @@ def _number(data: dict, key: str, default: float, path: str, integer: bool = Fal
     return int(value) if integer else float(value)
 
 
-def load_experiment(path: str, resolve_chosen: bool = True) -> Experiment:
+def _placeholders(data: dict, where: str, stand_ins: bool) -> dict[str, int]:
+    """name -> the integer it stands for: its value, or with `stand_ins` (a dry run) its stand-in when unset."""
+    given = data.get("placeholders", {})
+    if not isinstance(given, dict):
+        raise UserError(f"{where}: placeholders must be an object of NAME -> {{value, set_by, rule, dry_run}}")
+    out = {}
+    for name, spec in given.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or not isinstance(spec, dict):
+            raise UserError(f"{where}: placeholders[{name!r}] must be NAME (letters, digits, _) -> an object "
+                            f"{{value, set_by, rule, dry_run}}")
+        declarations._keys(spec, PLACEHOLDER_KEYS, f"{where}: placeholders[{name!r}]")
+        for key in ("value", "dry_run"):
+            v = spec.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise UserError(f"{where}: placeholders[{name!r}].{key} must be a positive integer or null, got {v!r}")
+        if spec.get("value") is not None:
+            out[name] = spec["value"]
+        elif stand_ins and spec.get("dry_run") is not None:
+            out[name] = spec["dry_run"]
+        elif stand_ins:
+            raise UserError(f"{where}: placeholders[{name!r}] has neither a value nor a dry_run stand-in")
+        else:
+            raise UserError(f"{where}: the placeholder {name} is not set yet: "
+                            f"{spec.get('set_by') or 'the experiment that decides it'} sets it"
+                            + (f" ({spec['rule']})" if spec.get("rule") else "")
+                            + "; until then only --dry_run runs (with its stand-in)")
+    return out
+
+
+def _substitute(value: Any, values: dict[str, int], where: str) -> Any:
+    """`value` with every placeholder use ("$B", "k*$B", "$B/d") replaced by its integer."""
+    if isinstance(value, dict):
+        return {k: _substitute(v, values, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, values, where) for v in value]
+    if not (isinstance(value, str) and "$" in value):
+        return value
+    m = PLACEHOLDER_USE.match(value)
+    if m is None or m.group(2) not in values:
+        raise UserError(f"{where}: {value!r} is no placeholder use ('$NAME', 'K*$NAME' or '$NAME/D' with NAME one of "
+                        f"placeholders: {', '.join(values) or 'none'})")
+    k, d = int(m.group(1) or 1), int(m.group(3) or 1)
+    if d == 0 or (k * values[m.group(2)]) % d:
+        raise UserError(f"{where}: {value!r} is not a whole number with {m.group(2)} = {values[m.group(2)]}")
+    return k * values[m.group(2)] // d
+
+
+def load_experiment(path: str, resolve_chosen: bool = True, stand_ins: bool = False) -> Experiment:
     """Read and expand an experiment file (schema errors are one-line UserErrors; the runs' own flags are checked by
-    `validate`). `resolve_chosen`: open the tuning files that chosen values name (declarations.check_entries)."""
+    `validate`). `resolve_chosen`: open the tuning files that chosen values name (declarations.check_entries).
+    `stand_ins`: an unset placeholder takes its dry-run stand-in (else it refuses the file)."""
     data = load_json_file(path, "experiment")
     base_dir = os.path.dirname(os.path.abspath(path))
     where = f"experiment {path!r}"
@@ -147,6 +202,7 @@ def load_experiment(path: str, resolve_chosen: bool = True) -> Experiment:
     if "grid" not in data and "runs" not in data:
         raise UserError(f"{where}: nothing to run: give a grid and/or runs")
     base = config_file(data["config"], "config") if "config" in data else {}
+    values = _placeholders(data, where, stand_ins)
 
     entries: list[Entry] = []
     keys = list(grid)
@@ -177,10 +233,11 @@ def load_experiment(path: str, resolve_chosen: bool = True) -> Experiment:
                 raise UserError(f"{where}: two entries are both named {entry_name!r}")
             names_seen.add(entry_name)
             chosen = cfg.pop(CHOSEN, None)
+            cfg = _substitute(cfg, values, f"{where}: entry {index} ({label})")
             entries.append(Entry(index, entry_name, label, cfg, chosen))
     decl = declarations.parse(data, where)
-    declarations.check_entries(decl, entries, where, path,
-                               load=(lambda p: load_experiment(p, resolve_chosen=False)) if resolve_chosen else None)
+    declarations.check_entries(decl, entries, where, path, load=(lambda p: load_experiment(
+        p, resolve_chosen=False, stand_ins=stand_ins)) if resolve_chosen else None)
     script = data.get("script")
     if script is not None:
         if not isinstance(script, str) or not script:
@@ -191,7 +248,7 @@ def load_experiment(path: str, resolve_chosen: bool = True) -> Experiment:
         cpus_per_run=_number(data, "cpus_per_run", 1.0, path, minimum=0.01),
         gpus_per_run=_number(data, "gpus_per_run", 0.0, path),
         max_retries=int(_number(data, "max_retries", DEFAULT_MAX_RETRIES, path, integer=True)), script=script,
-        declarations=decl)
+        declarations=decl, placeholders=dict(data.get("placeholders", {})))
 
 
 def run_config(entry: Entry, group: str) -> dict:

@@ -440,8 +440,8 @@ def start(queue: Queue, exp: Experiment, record: Optional[dict]) -> None:
 def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
     dirs = [queue.run_dir(e.name) for e in entries]
     if not all(os.path.exists(os.path.join(d, metrics.EVAL_TABLE)) for d in dirs):
-        console.print("no aggregate: the runs have no evaluation table (add eval_every or eval_at_switches to the "
-                      "experiment's flags)")
+        console.print("no aggregate: the runs have no evaluation table (add eval_every, eval_at_switches or "
+                      "eval_final_only to the experiment's flags)")
         return
     out = os.path.join(queue.folder, "aggregate.json")
     try:
@@ -455,7 +455,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     """`prepare(script)` runs before validation (the entry point registers the script's factories with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
-    exp = load_experiment(args.experiment)
+    exp = load_experiment(args.experiment, stand_ins=args.dry_run)
     script = find_script(args.script or exp.script, args.experiment)
     entries = exp.entries
     if args.resume_id is not None:
@@ -486,6 +486,10 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         for e in entries:
             console.print(f"{e.index:>4}  {e.name}")
         console.print(f"{len(entries)} entries, folder {queue.folder}, script {script}")
+        for name, spec in exp.placeholders.items():
+            if spec.get("value") is None:
+                console.print(f"placeholder {name}: not set yet ({spec.get('set_by')} sets it); this dry run used "
+                              f"the stand-in {spec['dry_run']:,}")
         return 0
 
     start(queue, exp, record)
