@@ -85,6 +85,62 @@ def test_cells_differences_and_drops_match_independent_computations(folder, tmp_
     assert "sampled actions, 21 whole games" in md and os.path.getsize(os.path.join(out, "heatmap.png")) > 1000
 
 
+EXPERIMENT = os.path.join(ROOT, "configs", "experiments", "hackatari_freeway_robustness.json")
+
+
+def _final_only_run(folder, name, label, seed, scores, total):
+    """A run as --eval_final_only writes it: one evaluation step, the end of training."""
+    d = os.path.join(folder, "runs", name)
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"exp_name": label, "seed": seed, "total_timesteps": total, "eval_greedy": False,
+                   "eval_final_only": True}, f)
+    with open(os.path.join(d, "eval_table.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        for m, v in scores.items():
+            w.writerow({"step": total, "modification": m, "slug": m or "no_modif", "split": "heldout",
+                        "episodes": 21, "mean": v, "std": 1.0, "min": 0, "max": 40, "mean_length": 2050.0,
+                        "seconds": 1.0, "greedy": False, "success_rate": ""})
+
+
+def test_the_freeway_robustness_experiment_is_read_with_its_declared_pairs(tmp_path):
+    """A folder of hackatari_freeway_robustness.json (its copy, as the launcher keeps it; its arms, reporting seeds and
+    end-only sampled evaluation): the report takes the declared pairs, primary first, and the primary difference is
+    scipy's Welch interval; the declared published numbers are the seed's export."""
+    from continual.launch.experiment import load_experiment
+
+    exp = load_experiment(EXPERIMENT, stand_ins=True)
+    folder = str(tmp_path / "exp")
+    os.makedirs(folder)
+    with open(EXPERIMENT) as f, open(os.path.join(folder, "experiment.json"), "w") as g:
+        g.write(f.read())
+    total = exp.entries[0].config["total_timesteps"]
+    mods = [m.strip() for m in exp.entries[0].config["eval_modifs"].split(";")]
+    assert mods == robustness.FREEWAY_COLUMNS and {e.config["seed"] for e in exp.entries} == {3, 4, 5, 6, 7}
+    rng = np.random.default_rng(1)
+    white = {}
+    for e in exp.entries:
+        label = e.config["exp_name"]
+        scores = {m: float(rng.normal(30 if "colours" in label or m != "all_white_cars" else 15, 1.5)) for m in mods}
+        white.setdefault(label, []).append(scores["all_white_cars"])
+        _final_only_run(folder, e.name, label, e.config["seed"], scores, total)
+    res = robustness.report(folder)
+    decl = exp.declarations.declared
+    assert list(res["pairs"]) == [f"{x} - {y}" for x, y in [decl["primary_pair"], *decl["pairs"][1:]]]
+    x, y = decl["primary_pair"]
+    cell = res["pairs"][f"{x} - {y}"]["all_white_cars"]
+    ref = stats.ttest_ind(white[x], white[y], equal_var=False).confidence_interval(0.95)
+    assert np.allclose([cell["estimate"], *cell["ci"]], [np.mean(white[x]) - np.mean(white[y]), ref.low, ref.high],
+                       rtol=1e-10)
+    assert all(res["table"][label]["all_white_cars"]["n"] == 5 for label in white)
+    seed = robustness.load_seed_table("freeway")
+    published = decl["published"]["results"]
+    for ours, theirs in ((x, "colours"), (y, "baseline")):
+        for m in robustness.FREEWAY_COLUMNS:
+            assert published[ours][m or "unmodified"] == pytest.approx(np.mean(seed[theirs][m]), abs=0.005)
+
+
 def test_seed_table_is_the_seeds_export():
     seed = robustness.load_seed_table("freeway")
     # the issue's table: means over the seed's 5 runs

@@ -37,7 +37,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import cora, cw, statistics
-from continual.evaluation.metrics import RunData, load_run
+from continual.evaluation.metrics import RunData, at_or_before, load_run
 
 PPO_FAMILY = ("PPO", "PPO_CBP")
 REFERENCE_PREFIX = "reference"
@@ -143,6 +143,14 @@ def reference_scores(references: Sequence[RunData], n_last: int = cw.CW_LAST_EVA
     return {t: float(np.mean(v)) for t, v in per_task.items()}
 
 
+def fixed_normalizer(ranges: dict[str, list[float]]) -> Callable[[str, float], float]:
+    """The declared fixed ranges: (return - low) / (high - low) per task ("" = the unmodified game)."""
+    def norm(task: str, value: float) -> float:
+        r = ranges.get(task)
+        return (value - r[0]) / (r[1] - r[0]) if r else float("nan")
+    return norm
+
+
 def normalizer(scores: dict[str, float]) -> Callable[[str, float], float]:
     def norm(task: str, value: float) -> float:
         s = scores.get(task)
@@ -166,8 +174,9 @@ def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl:
     out: dict[str, Any] = {"runs": [r.name for r in runs], "seeds": [r.config.get("seed") for r in runs]}
     f = cora.cora_forgetting(runs, rolling_mean_count=window, num_cycles_for_forgetting=cycles)
     tasks = f["tasks"]
-    task = task or (tasks[0] if tasks else None)
-    key = next((t for t in tasks if task and (t == task or t.endswith(task))), None)
+    if task is None:  # "" is a task: the unmodified game
+        task = tasks[0] if tasks else None
+    key = next((t for t in tasks if task is not None and (t == task or (task and t.endswith(task)))), None)
     out["primary"] = f["by_task"].get(key, {}).get("per_run", [None] * len(runs)) if key else [None] * len(runs)
     out["primary_task"] = key
     out["cora_forgetting"] = f["overall"].get("per_run", [None] * len(runs))
@@ -186,6 +195,15 @@ def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl:
                                                          ceiling=_unit_ceiling(r, references, norm))["value"]
                                   for r in runs]
     out["average_performance"] = [cw.cw_average_performance(r, normalizer=norm)["value"] for r in runs]
+    out["cw_per_regime"] = {}  # regime -> {metric -> per-run values}
+    for r in runs:
+        f_r = cw.cw_forgetting(r, reading, normalizer=norm)["per_regime"]
+        p_r = cw.cw_average_performance(r, normalizer=norm)["per_regime"]
+        for regime in r.trained:
+            cell = out["cw_per_regime"].setdefault(regime, {"cw_forgetting": [], "final_performance": []})
+            cell["cw_forgetting"].append(f_r.get(regime))
+            cell["final_performance"].append(p_r.get(regime))
+    out["switches"] = switch_effects(runs, norm)
     # the learned check: the end of each task's first visit against the references' final performance (= 1)
     first: dict[str, list[float]] = {}
     for r in runs:
@@ -199,6 +217,30 @@ def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl:
             if value is not None:
                 first.setdefault(v.regime, []).append(value)
     out["first_visit_end"] = first
+    return out
+
+
+def switch_effects(runs: Sequence[RunData], norm: Callable[[str, float], float]) -> list[dict]:
+    """Per switch (the k-th visit after the first, into regime b from regime a at step s, the visit ending at e), per
+    run: drop = a's return at s minus b's return at s (what the switch costs at once: the policy trained on a, played
+    on b), recovery = b's return at e minus b's return at s (what the visit on b wins back); each the evaluation at
+    or before that step (--eval_at_switches puts one at s), in the normalised units."""
+    out: list[dict] = []
+    for k in range(1, len(runs[0].visits)) if runs else []:
+        a, b = runs[0].visits[k - 1].regime, runs[0].visits[k].regime
+        drops, recoveries = [], []
+        for r in runs:
+            if len(r.visits) <= k or (r.visits[k - 1].regime, r.visits[k].regime) != (a, b):
+                drops.append(None)
+                recoveries.append(None)
+                continue
+            s, e = r.visits[k].start, r.visits[k].end
+            ya, yb = at_or_before(r.evals.get(a, []), s), at_or_before(r.evals.get(b, []), s)
+            yb_end = at_or_before(r.evals.get(b, []), e)
+            drops.append(None if ya is None or yb is None else norm(a, ya) - norm(b, yb))
+            recoveries.append(None if yb is None or yb_end is None else norm(b, yb_end) - norm(b, yb))
+        out.append({"switch": k, "from": a, "into": b, "step": runs[0].visits[k].start, "drop": drops,
+                    "recovery": recoveries})
     return out
 
 
@@ -244,7 +286,9 @@ def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = N
     if not methods:
         raise UserError(f"{folder}: no finished sequence run yet (only references)")
     ref_scores = reference_scores(references)
-    norm = normalizer(ref_scores)
+    declared_norm = decl.get("normalisation") or {}
+    fixed = declared_norm.get("ranges") if declared_norm.get("kind") == "fixed" else None
+    norm = fixed_normalizer(fixed) if fixed else normalizer(ref_scores)
     per_method = {m: method_metrics(rs, [ref for ref in references if family(ref) == family(rs[0])], decl, norm)
                   for m, rs in methods.items()}
     table = {m: {k: _iv(v[k]).as_dict() for k, _ in METRIC_COLUMNS} for m, v in per_method.items()}
@@ -263,7 +307,13 @@ def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = N
         comparisons[f"{x} vs {y}"] = c
     result = {"folder": folder, "declared": {k: v for k, v in decl.items() if not k.startswith("_")},
               "post_hoc": sorted(post_hoc_labels(decl)), "protocol": protocol(runs),
-              "normalisation": {"kind": "reference_runs", "reference_final_return": ref_scores},
+              "normalisation": ({"kind": "fixed", "ranges": fixed} if fixed else
+                                {"kind": "reference_runs", "reference_final_return": ref_scores}),
+              "per_regime": {m: {regime: {k: _iv(v).as_dict() for k, v in cells.items()}
+                                 for regime, cells in per_method[m]["cw_per_regime"].items()} for m in per_method},
+              "switches": {m: [{**{k: w[k] for k in ("switch", "from", "into", "step")},
+                                "drop": _iv(w["drop"]).as_dict(), "recovery": _iv(w["recovery"]).as_dict()}
+                               for w in per_method[m]["switches"]] for m in per_method},
               "table": table, "comparisons": comparisons, "per_method": per_method}
     lines = markdown(result)
     result["markdown"] = lines
@@ -306,10 +356,13 @@ def markdown(result: dict) -> list[str]:
         f"{primary.get('num_cycles_for_forgetting', 1)} cycle(s), each method scaled by its own largest |return| "
         f"per task; positive = forgotten. Primary pair: {' vs '.join(decl.get('primary_pair', [])) or '?'}.",
         "",
-        "Normalisation of P(T) and CW's metrics: each task's return divided by the mean final return (last 5 "
-        "evaluations) of the experiment's single-task reference runs on it: " +
-        (", ".join(f"{t} {v:.2f}" for t, v in result["normalisation"]["reference_final_return"].items()) or
-         "(no reference run finished yet: these columns are empty)") + ".",
+        ("Normalisation of P(T) and CW's metrics (declared): (return - low) / (high - low), " +
+         ", ".join(f"{t or 'unmodified'} [{r[0]}, {r[1]}]" for t, r in result["normalisation"]["ranges"].items()) + "."
+         if result["normalisation"]["kind"] == "fixed" else
+         "Normalisation of P(T) and CW's metrics: each task's return divided by the mean final return (last 5 "
+         "evaluations) of the experiment's single-task reference runs on it: " +
+         (", ".join(f"{t} {v:.2f}" for t, v in result["normalisation"]["reference_final_return"].items()) or
+          "(no reference run finished yet: these columns are empty)") + "."),
         "",
         "Cells: mean over runs [95% Student-t interval] (n runs); the run is the unit of resampling.",
         "",
@@ -332,6 +385,21 @@ def markdown(result: dict) -> list[str]:
             poi = d["probability_of_improvement"]
             lines.append(f"| {pair} | {key} | {_fmt(poi, 2, sign='')} | {_p(d['mann_whitney'])} | "
                          f"{_fmt(d['mean_difference'])} | {_p(d['permutation'])} |")
+    lines += ["", "Per regime (Continual World's forgetting, its reading, and final performance: the mean of the last "
+              "5 evaluations of the run), mean over runs [95% t interval]:", "",
+              "| method | regime | CW forgetting | final performance |", "|---|---|---|---|"]
+    for m, regimes in result["per_regime"].items():
+        for regime, cells in regimes.items():
+            lines.append(f"| {mark(m)} | {regime or 'unmodified'} | {_fmt(cells['cw_forgetting'])} | "
+                         f"{_fmt(cells['final_performance'])} |")
+    lines += ["", "Switches: drop = the previous regime's return minus the new one's at the switch; recovery = the new "
+              "regime's return at the end of its visit minus at the switch (the evaluation at or before each step, "
+              "normalised), mean over runs [95% t interval]:", "",
+              "| method | switch | step | drop | recovery |", "|---|---|---|---|---|"]
+    for m, switches in result["switches"].items():
+        for w in switches:
+            lines.append(f"| {mark(m)} | {w['switch']}: {w['from'] or 'unmodified'} -> {w['into'] or 'unmodified'} | "
+                         f"{w['step']:,} | {_fmt(w['drop'])} | {_fmt(w['recovery'])} |")
     lines += ["", "Learned check: the end of each task's first visit (mean of its last 5 evaluations, normalised), mean "
               "over runs; 1.0 = the references' final return; a task counts as learned at >= 0.5.", "",
               "| method | " + " | ".join(sorted({t for v in result["per_method"].values()

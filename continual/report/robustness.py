@@ -11,7 +11,7 @@ them; greedy or sampled as the runs' `eval_greedy` says: both are read from the 
 
 Statistics (continual.evaluation.statistics): per cell, the mean over runs with a Student-t 95% interval (the run is
 the unit); the comparisons the issue asks for are differences of means with Welch intervals (two curricula under
-one modification) and paired differences within runs (one curriculum under two modifications: unmodified minus
+one modification; the experiment's declared pairs, else every curriculum against the first) and paired differences within runs (one curriculum under two modifications: unmodified minus
 the modification, a paired t interval over its runs).
 
 The seed's numbers (`--seed-table freeway`, `continual/report/data/continual_hackatari_freeway.json`, extracted
@@ -30,6 +30,7 @@ import numpy as np
 from continual.errors import UserError
 from continual.evaluation import statistics
 from continual.evaluation.table import read_run_table
+from continual.launch import declarations
 from continual.modstrings import normalize_modification
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -84,6 +85,15 @@ def load_runs(folder: str) -> list[dict]:
     if not runs:
         raise UserError(f"{root}: no finished run with an evaluation table yet")
     return runs
+
+
+def declared_pairs(folder: str) -> list[tuple[str, str]]:
+    """The pairs the experiment declared (primary pair first), [] for a folder without declarations."""
+    if not any(os.path.exists(os.path.join(folder, f)) for f in (declarations.RECORD, "experiment.json")):
+        return []
+    declared = declarations.read_declarations(folder).declared
+    pairs = [tuple(declared["primary_pair"])] if "primary_pair" in declared else []
+    return list(dict.fromkeys(pairs + [tuple(p) for p in declared.get("pairs", [])]))
 
 
 def summarize(runs: Sequence[dict], columns: Sequence[str]) -> dict:
@@ -186,6 +196,8 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
     table = summarize(runs, columns)
     seed = load_seed_table(seed_table) if seed_table else None
     labels = list(table)
+    if not pairs:  # the experiment's declared pairs (its record or experiment.json), those with runs of both
+        pairs = [(x, y) for x, y in declared_pairs(folder) if x in table and y in table]
     if not pairs and len(labels) > 1:
         pairs = [(lab, labels[0]) for lab in labels[1:]]  # every curriculum against the first (unmodified) one
     lines = markdown(runs, table, columns, seed, pairs)
