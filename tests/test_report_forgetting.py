@@ -132,3 +132,73 @@ def test_refusals_are_one_line_exit_2(tmp_path, capsys):
             report_main(argv)
         assert e.value.code == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+FREEWAY_EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                                  "experiments", "hackatari_freeway_continual.json")
+U, W, V = "", "all_white_cars", "vary_car_speeds"
+FW_STEPS = list(range(0, 401, 5))  # V/20 = 5 with visits of 100: U (0,100], W (100,200], V (200,300], U (300,400]
+FW_SWITCHES = ((100, U, W), (200, W, V), (300, V, U))
+
+
+def freeway_curves(rng, drop):
+    """U rises to ~30 in its first visit, falls by `drop` a step while W and V train, and comes back in its second
+    visit; W and V start low and rise during their own visits."""
+    u, w, v, a, b, c = [], [], [], 0.0, 10.0, 10.0
+    for s in FW_STEPS:
+        if s > 0:
+            k = (s - 1) // 100
+            a = min(30.0, a + 1.5) if k in (0, 3) else max(0.0, a - drop)
+            b, c = b + (0.2 if k == 1 else 0.0), c + (0.1 if k == 2 else 0.0)
+        u.append(a + rng.normal(0, 0.3))
+        w.append(b + rng.normal(0, 0.3))
+        v.append(c + rng.normal(0, 0.3))
+    return {U: u, W: w, V: v}
+
+
+def test_the_freeway_continual_experiment_is_read_with_its_declarations(tmp_path):
+    """A folder of hackatari_freeway_continual.json (its copy, its labels and seeds): the declared primary, CORA's
+    isolated forgetting of unmodified Freeway ("" as a task), against pandas; CW per regime and P(T) in the declared
+    fixed range; drop and recovery at each switch by hand."""
+    folder = str(tmp_path / "exp")
+    os.makedirs(folder)
+    with open(FREEWAY_EXPERIMENT) as f, open(os.path.join(folder, "experiment.json"), "w") as g:
+        decl = json.load(f)["declared"]
+        f.seek(0)
+        g.write(f.read())
+    rng = np.random.default_rng(5)
+    runs = {}
+    for i, (label, arch, drop) in enumerate([(lab, arch, d) for lab, arch, d in
+                                             (("PPO", "PPO", 0.3), ("PPO_CBP", "PPO_CBP", 0.1),
+                                              ("PPO+S&P", "PPO", 0.2)) for _ in range(5)]):
+        c = freeway_curves(rng, drop + 0.01 * i)
+        runs[(label, i)] = c
+        write_run(folder, f"{i:03d}_{label}", label, arch, 3 + i % 5, c, steps=FW_STEPS, switches=FW_SWITCHES)
+    res = F.report(folder, str(tmp_path / "out"))
+    window = decl["primary_metric"]["rolling_mean_count"]
+    low, high = decl["normalisation"]["ranges"][U]
+    for label in ("PPO", "PPO_CBP"):
+        curves = [c for (lab, _), c in sorted(runs.items()) if lab == label]
+        sm = [pd.Series(c[U], index=FW_STEPS).rolling(window, min_periods=1).mean() for c in curves]
+        scale = max(float(s.abs().max()) for s in sm)
+        # isolated forgetting of U by each later task of the first cycle (W: (100, 200), V: (200, 300)), run mean
+        expected = [np.mean([(s[s.index < a].iloc[-1] - s[(s.index > a) & (s.index < b)].iloc[-1]) / scale
+                             for a, b in ((100, 200), (200, 300))]) for s in sm]
+        assert res["per_method"][label]["primary_task"] == U
+        assert np.allclose(res["per_method"][label]["primary"], expected, rtol=1e-12)
+        # CW per regime: final performance = the last 5 evaluations, in the declared range
+        final = [np.mean([(y - low) / (high - low) for y in c[W][-5:]]) for c in curves]
+        assert np.allclose(res["per_method"][label]["cw_per_regime"][W]["final_performance"], final, rtol=1e-12)
+        # the switches: drop at 100 (U -> W), recovery over W's visit, from the evaluations at 100 and 200
+        sw = res["per_method"][label]["switches"]
+        assert [(w["from"], w["into"], w["step"]) for w in sw] == list(FW_SWITCHES[i][1:] + (FW_SWITCHES[i][0],)
+                                                                      for i in range(3))
+        at = {s: k for k, s in enumerate(FW_STEPS)}
+        assert np.allclose(sw[0]["drop"], [(c[U][at[100]] - c[W][at[100]]) / (high - low) for c in curves])
+        assert np.allclose(sw[0]["recovery"], [(c[W][at[200]] - c[W][at[100]]) / (high - low) for c in curves])
+        assert np.allclose(sw[2]["recovery"], [(c[U][at[400]] - c[U][at[300]]) / (high - low) for c in curves])
+    c = res["comparisons"]["PPO_CBP vs PPO"]["primary"]
+    assert c["probability_of_improvement"]["estimate"] == 1.0  # CBP's runs drop less, every pair
+    assert res["normalisation"] == {"kind": "fixed", "ranges": decl["normalisation"]["ranges"]}
+    md = open(tmp_path / "out" / "report.md").read()
+    assert "| PPO_CBP | 1: unmodified -> all_white_cars | 100 |" in md and "| PPO | unmodified |" in md

@@ -177,14 +177,14 @@ def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl:
     if task is None:  # "" is a task: the unmodified game
         task = tasks[0] if tasks else None
     key = next((t for t in tasks if task is not None and (t == task or (task and t.endswith(task)))), None)
-    out["primary"] = f["by_task"].get(key, {}).get("per_run", [None] * len(runs)) if key else [None] * len(runs)
+    out["primary"] = f["by_task"].get(key, {}).get("per_run", [None] * len(runs)) if key is not None else [None] * len(runs)
     out["primary_task"] = key
     out["cora_forgetting"] = f["overall"].get("per_run", [None] * len(runs))
     out["cora_forgetting_2_cycles"] = cora.cora_forgetting(runs, rolling_mean_count=window,
                                                            num_cycles_for_forgetting=2)["overall"].get("per_run")
     out["cora_forgetting_window_20"] = cora.cora_forgetting(runs, rolling_mean_count=20,
                                                             num_cycles_for_forgetting=cycles)["by_task"].get(
-        key, {}).get("per_run", [None] * len(runs)) if key else [None] * len(runs)
+        key, {}).get("per_run", [None] * len(runs)) if key is not None else [None] * len(runs)
     out["cora_scales"] = f["scales"]
     out["cora_transfer"] = cora.cora_transfer(runs, rolling_mean_count=window)["overall"].get("per_run")
     out["cw_forgetting"] = [cw.cw_forgetting(r, reading, normalizer=norm)["value"] for r in runs]
