@@ -4,6 +4,7 @@ a 2 seeds x 2 methods grid with its aggregate, a killed launcher re-run, a two-n
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import multiprocessing as mp
@@ -133,6 +134,7 @@ PLACEHOLDER_BAD = [
     ({"V": {"valeu": 5, "dry_run": 1024}}, "placeholders['V']: unknown key 'valeu'; did you mean 'value'"),
     ({"W": {"dry_run": 1024}}, "'4*$V' is no placeholder use ('$NAME', 'K*$NAME' or '$NAME/D' with NAME one of "
                                "placeholders: W)"),
+    ({"V": {"dry_run": 1024}, "V-1": {"dry_run": 1}}, "placeholders['V-1'] must be NAME (letters, digits, _)"),
     ({"V": {"dry_run": 1026}}, "'$V/4' is not a whole number with V = 1026"),
 ]
 
@@ -579,3 +581,41 @@ def test_line_progress_and_the_table_at_80_columns(tmp_path):
     Console(file=table, width=80).print(launcher.table())
     text = table.getvalue()
     assert "PPO_CBP" in text and "…" not in text  # folded onto a second line, not cut
+
+
+@pytest.mark.slow
+def test_the_freeway_continual_experiment_runs_a_short_sequence_through_the_launcher(tmp_path):
+    """hackatari_freeway_continual.json with its budget set to 512 steps a visit (a 2,048-step pixel Freeway sequence:
+    unmodified -> all_white_cars -> vary_car_speeds -> unmodified) and small rollouts and evaluations, seed 3 of its
+    three methods: every run finishes, evaluates every regime before every switch, and the forgetting report reads
+    the folder with the file's declarations."""
+    shipped = os.path.join(REPO, "configs", "experiments", "hackatari_freeway_continual.json")
+    with open(shipped) as f:
+        data = json.load(f)
+    data["placeholders"]["BUDGET"]["value"] = 512
+    data["tuning"]["experiment"] = os.path.join(REPO, "configs", "experiments", data["tuning"]["experiment"])
+    data["flags"].update({"num_envs": 2, "num_steps": 64, "eval_every": "$BUDGET/4", "eval_episodes": 1,
+                          "eval_num_envs": 1, "eval_max_episode_steps": 64})
+    data["grid"]["seed"] = [3]
+    exp = write(tmp_path / "freeway.json", data)
+    folder = str(tmp_path / "f")
+    p = subprocess.run([PY, "-m", "continual.launch", exp, "--folder", folder, "--num_cpus", "2", "--no-aggregate"],
+                       capture_output=True, text=True, env=env(), cwd=REPO, timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    q = Queue(folder)
+    entries = load_experiment(exp).entries
+    assert [e.config["exp_name"] for e in entries] == ["PPO", "PPO_CBP", "PPO+S&P"]
+    for e in entries:
+        assert q.status(e.name)["state"] == "done"
+        with open(os.path.join(q.run_dir(e.name), "eval_table.csv")) as f:
+            rows = list(csv.DictReader(f))
+        steps = {int(r["step"]) for r in rows}
+        assert {0, 512, 1024, 1536, 2048} <= steps  # the switches and the end
+        assert {r["modification"] for r in rows} == {"", "all_white_cars", "vary_car_speeds"}
+    from continual.report import forgetting
+
+    res = forgetting.report(folder)
+    for label in ("PPO", "PPO_CBP", "PPO+S&P"):
+        assert res["per_method"][label]["primary_task"] == "" and res["per_method"][label]["primary"][0] is not None
+        assert [(w["from"], w["into"]) for w in res["per_method"][label]["switches"]] == [
+            ("", "all_white_cars"), ("all_white_cars", "vary_car_speeds"), ("vary_car_speeds", "")]

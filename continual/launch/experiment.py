@@ -14,11 +14,11 @@
 A run's configuration, later keys winning: the `config` file, `flags`, its `runs` item, its grid values. Keys are
 the training CLI's flags (`Args` fields) and the curriculum keys of run_config.json. Grid keys may also be `config`
 (a list of run_config.json files) and `flags` (a list of flag objects, one variant each). Paths in the file are
-relative to the file. A placeholder stands for a number that another experiment decides (a budget a pilot sets): a flag value (at any
-depth, e.g. a curriculum's thresholds) written "$BUDGET", "3*$BUDGET" or "$BUDGET/20" is that integer multiple or
-exact fraction of its value. Until its "value" is set, a launch refuses the file in one line (exit 2) naming
-"set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the grid's last key varies fastest); `--resume-id N`
-names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
+relative to the file. A placeholder stands for a number that another experiment decides (a budget a pilot sets):
+a flag value (at any depth, e.g. a curriculum's thresholds) written "$BUDGET", "3*$BUDGET" or "$BUDGET/20" is that
+integer multiple or exact fraction of its value. Until its "value" is set, a launch refuses the file in one line
+(exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the
+grid's last key varies fastest); `--resume-id N` names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
 What the file declares before any run (primary metric, compared pairs, normalisation, evaluation, the tuning and
 reporting seeds, the chosen value of a sweep, post-hoc arms) and the rules the launcher enforces on it:
 continual/launch/declarations.py.
@@ -142,10 +142,10 @@ def _substitute(value: Any, values: dict[str, int], where: str) -> Any:
         return {k: _substitute(v, values, where) for k, v in value.items()}
     if isinstance(value, list):
         return [_substitute(v, values, where) for v in value]
-    if not (isinstance(value, str) and "$" in value):
+    m = PLACEHOLDER_USE.match(value) if isinstance(value, str) else None
+    if m is None:  # any other string (a path with a '$' in it) is left as it is
         return value
-    m = PLACEHOLDER_USE.match(value)
-    if m is None or m.group(2) not in values:
+    if m.group(2) not in values:
         raise UserError(f"{where}: {value!r} is no placeholder use ('$NAME', 'K*$NAME' or '$NAME/D' with NAME one of "
                         f"placeholders: {', '.join(values) or 'none'})")
     k, d = int(m.group(1) or 1), int(m.group(3) or 1)
