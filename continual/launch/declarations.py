@@ -134,7 +134,8 @@ def _published(pub: Any, where: str) -> None:
     _keys(pub, PUBLISHED_KEYS, where)
     for key in ("source", "results"):
         if key not in pub:
-            raise UserError(f"{where} needs {key} ({'where the numbers come from' if key == 'source' else 'method label -> {name: number}'})")
+            what = "where the numbers come from" if key == "source" else "method label -> {name: number}"
+            raise UserError(f"{where} needs {key} ({what})")
     if not isinstance(pub["source"], str) or not pub["source"]:
         raise UserError(f"{where}.source must say where the numbers come from, got {pub['source']!r}")
     results = pub["results"]

@@ -10,9 +10,10 @@ is the mean return of the evaluation games at the run's last evaluation step (wh
 them; greedy or sampled as the runs' `eval_greedy` says: both are read from the runs and printed in the heading).
 
 Statistics (continual.evaluation.statistics): per cell, the mean over runs with a Student-t 95% interval (the run is
-the unit); the comparisons the issue asks for are differences of means with Welch intervals (two curricula under
-one modification; the experiment's declared pairs, else every curriculum against the first) and paired differences within runs (one curriculum under two modifications: unmodified minus
-the modification, a paired t interval over its runs).
+the unit); the comparisons the issue asks for are differences of means with Welch intervals (two curricula under one
+modification; the experiment's declared pairs, else every curriculum against the first) and paired differences
+within runs (one curriculum under two modifications: unmodified minus the modification, a paired t interval over its
+runs).
 
 The seed's numbers (`--seed-table freeway`, `continual/report/data/continual_hackatari_freeway.json`, extracted
 unchanged from the seed's W&B export) are printed beside ours with their own protocol: 1 env, 10M steps, 5 seeds,
