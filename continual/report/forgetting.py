@@ -351,7 +351,8 @@ def markdown(result: dict) -> list[str]:
         "",
         f"Primary metric{'' if decl.get('post_hoc_declaration') else ' (declared before any run)'}: "
         f"{primary.get('name', '?')} of "
-        f"{primary.get('task', 'the first task')}, CORA's code: running mean over "
+        f"{primary.get('task_is') or (primary['task'] or 'unmodified') if 'task' in primary else 'the first task'}, "
+        f"CORA's code: running mean over "
         f"{primary.get('rolling_mean_count', 20)} evaluation points, first "
         f"{primary.get('num_cycles_for_forgetting', 1)} cycle(s), each method scaled by its own largest |return| "
         f"per task; positive = forgotten. Primary pair: {' vs '.join(decl.get('primary_pair', [])) or '?'}.",
@@ -400,10 +401,12 @@ def markdown(result: dict) -> list[str]:
         for w in switches:
             lines.append(f"| {mark(m)} | {w['switch']}: {w['from'] or 'unmodified'} -> {w['into'] or 'unmodified'} | "
                          f"{w['step']:,} | {_fmt(w['drop'])} | {_fmt(w['recovery'])} |")
+    unit = ("1.0 = the top of the declared range" if result["normalisation"]["kind"] == "fixed" else
+            "1.0 = the references' final return")
     lines += ["", "Learned check: the end of each task's first visit (mean of its last 5 evaluations, normalised), mean "
-              "over runs; 1.0 = the references' final return; a task counts as learned at >= 0.5.", "",
-              "| method | " + " | ".join(sorted({t for v in result["per_method"].values()
-                                                   for t in v["first_visit_end"]})) + " |"]
+              f"over runs; {unit}; a task counts as learned at >= 0.5.", "",
+              "| method | " + " | ".join(t or "unmodified" for t in sorted({t for v in result["per_method"].values()
+                                                                          for t in v["first_visit_end"]})) + " |"]
     tasks = sorted({t for v in result["per_method"].values() for t in v["first_visit_end"]})
     lines.append("|---|" + "---|" * len(tasks))
     for m, v in result["per_method"].items():
