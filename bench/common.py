@@ -279,16 +279,6 @@ def write_json(path: Optional[str], data: dict[str, Any]) -> None:
     print(f"results written to {path}")
 
 
-def save_figure(fig, path: str, dpi: int = 110) -> str:
-    """A matplotlib figure laid out, written to `path` and closed; `path`."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
-
-
 # --- CPU load of other processes ----------------------------------------------------------------------------------
 
 

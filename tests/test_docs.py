@@ -64,8 +64,8 @@ def headings(path: str) -> set[str]:
 
 
 def test_readme_and_results_links_point_at_files_and_headings_that_exist():
-    """README and bench/RESULTS.md are read on the forge, not built by mkdocs --strict: their relative links are
-    checked here (files, and the headings that anchors name)."""
+    """README and bench/RESULTS.md (the index of the result and benchmark pages) are read on the forge, not built by
+    mkdocs --strict: their relative links are checked here (files, and the headings that anchors name)."""
     for name in ("README.md", os.path.join("bench", "RESULTS.md")):
         here = os.path.dirname(os.path.join(ROOT, name))
         links = re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", read(name))
@@ -75,6 +75,19 @@ def test_readme_and_results_links_point_at_files_and_headings_that_exist():
             assert os.path.exists(target), f"{name}: {path}"
             if anchor:
                 assert anchor in headings(target), f"{name}: {path}#{anchor}"
+
+
+def test_no_page_runs_a_file_outside_the_package_but_a_benchmark():
+    """Experiments run through `python -m continual.launch` and `python -m continual.report`; the only scripts outside
+    the package that a page (README, docs/) tells a user to run are the benchmarks in bench/. A script since deleted is
+    named by revision (`da56a98:bench/NAME.py`), never as a command."""
+    pages = ["README.md"] + [os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(os.path.join(ROOT, "docs"))
+                             for f in files if f.endswith(".md")]
+    bench = set(os.listdir(os.path.join(ROOT, "bench")))
+    for page in pages:
+        for name in re.findall(r"python3? bench/(\w+\.py)", read(page)):
+            assert name in bench and name != "common.py" or name == "NAME.py", f"{page}: `python bench/{name}` is not a benchmark in bench/"
+        assert "bench/RESULTS.md#" not in read(page), f"{page}: RESULTS.md is an index now; link the page"
 
 
 def flat(text: str) -> str:

@@ -3,7 +3,7 @@ its Student-t intervals (against the formula by hand), Welch differences, the pr
 Mann-Whitney p against PPO and PPO_fresh, on hand-made run directories; post-hoc and chosen-default marks; the whole
 report on a tiny real experiment folder (MinAtar with permuted channels and actions, two methods x two seeds, trained
 here); --from-report on the committed report.json reproduces its table, report.md and records exactly; README's and
-bench/RESULTS.md's plasticity numbers are the committed report.json's; the shipped experiment file (every entry
+the results page's plasticity numbers are the committed report.json's; the shipped experiment file (every entry
 validates, seeds fixed, one budget, its post-hoc labels); bad input (one line, exit 2, nothing created)."""
 
 from __future__ import annotations
@@ -367,7 +367,7 @@ def test_from_report_with_other_windows_recomputes_them(committed):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# README and bench/RESULTS.md quote the committed report
+# README and the results page (docs/results/plasticity.md) quote the committed report
 # ---------------------------------------------------------------------------------------------------------------------
 
 NUMBER = r"-?\d+\.\d+"
@@ -517,8 +517,8 @@ def test_readme_plasticity_claims_are_the_report(committed):
 
 
 def test_results_plasticity_intervals_are_the_report(committed):
-    text = section(os.path.join("bench", "RESULTS.md"), "## Loss of plasticity: PPO on 10 permuted",
-                   "### Loss of plasticity (pilots)")
+    text = open(os.path.join(ROOT, "docs", "results", "plasticity.md"), encoding="utf-8").read()
+    text = text[text.index("## Loss of plasticity: PPO on 10 permuted"):]  # the measurements, below the report
     assert check_triples(text, committed["table"]) >= 60 and check_p_values(text, committed["table"]) >= 5
     assert "[95% Student-t interval]" in text and "[95% Welch interval]" in text and "bootstrap CI" not in text
 

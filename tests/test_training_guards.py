@@ -2,7 +2,7 @@
 
 On a GPU every `float(tensor)`, `.item()`, `.tolist()` or `bool(tensor)` waits for the device to finish the queued
 work; PPO calls `check_losses` and `PlasticityMonitor.record_grads` once per minibatch (16 times per iteration with
-CleanRL's defaults). bench/gpu_micro.py measured on an H100 that the ten host syncs these two made per minibatch
+CleanRL's defaults). da56a98:bench/gpu_micro.py measured on an H100 that the ten host syncs these two made per minibatch
 cost ~35% of a minibatch update at 64 envs. The conversions are counted here on CPU by wrapping the Tensor methods
 that produce host values; the results are checked against independent float64 references.
 """

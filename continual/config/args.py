@@ -128,7 +128,7 @@ class Args:
     bf16: bool = False
     """PPO/PPO_CBP: run the update's forward pass under bfloat16 autocast (weights, gradients and the optimizer stay
     float32; losses in float32). Pays off for the Nature CNN on CPUs with AVX-512 BF16/AMX and on recent GPUs
-    (bench/update_limit.py); acting stays float32"""
+    (da56a98:bench/update_limit.py); acting stays float32"""
 
     # --- network ---------------------------------------------------------------------------------------------------
     network: Literal["default", "mlp"] = "default"

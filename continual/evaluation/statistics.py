@@ -18,7 +18,7 @@ Intervals (`interval`; `Interval` is the result: estimate, low, high, method, n)
   percentile bootstrap (`bootstrap_interval`: `scipy.stats.bootstrap` over run indices, `RESAMPLES` resamples);
   `method="BCa"` gives BCa.
 
-Why (bench/statistics_coverage.py -> bench/results/statistics_coverage.json: coverage of the true value by the 95%
+Why (da56a98:bench/statistics_coverage.py -> bench/results/statistics_coverage.json: coverage of the true value by the 95%
 interval in 2,000 simulated samples per cell, Monte Carlo standard error 0.005; tables in docs/evaluation.md):
 
 - mean, n = 5 / 10: t covers 0.94 / 0.96 of normal samples, 0.95 / 0.95 with mild skew (lognormal sigma 0.25,

@@ -3,7 +3,9 @@
 Kinds: forgetting (a task sequence: CORA's and Continual World's metrics, run-level statistics, the experiment's
 declarations), robustness (agents trained on curricula, evaluated at the end under a table of modifications; the
 seed project's table beside ours), plasticity (early against late regimes of a long sequence, against plain PPO and a
-fresh network; `plasticity --from-report report.json` rebuilds it from a stored report's per-run records), c_chain
+fresh network; `plasticity --from-report report.json` rebuilds it from a stored report's per-run records), minatar
+(single-task MinAtar runs: the final training return per game and protocol beside the published numbers; `minatar
+--from-report report.json` likewise), c_chain
 (C-CHAIN's Continual MinAtar table: the paper's score per run, mean +- standard error and t intervals, the paper's
 numbers beside).
 
@@ -19,9 +21,9 @@ from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
 from continual.launch.archive import check_manifest
-from continual.report import c_chain, forgetting, plasticity, robustness
+from continual.report import c_chain, forgetting, minatar, plasticity, robustness
 
-KINDS = ("forgetting", "robustness", "plasticity", "c_chain")
+KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain")
 
 
 @exit_on_user_error
@@ -35,23 +37,26 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply; plasticity: the "
                    "experiment file whose post-hoc arms and chosen defaults are marked (default: the folder's "
                    "experiment.json, or the one the stored report names)")
-    p.add_argument("--from-report", help="plasticity: rebuild the report from this report.json's per-run records "
+    p.add_argument("--from-report", help="plasticity, minatar: rebuild the report from this report.json's per-run records "
                    "instead of a folder")
     p.add_argument("--early", type=int, help="plasticity: regimes counted as early (the first N; default 3, or the "
                    "stored report's)")
     p.add_argument("--late", type=int, help="plasticity: regimes counted as late (the last N; default 5, or the "
                    "stored report's)")
     a = p.parse_args(argv)
-    if a.kind != "plasticity":
-        if a.folder is None:
-            raise UserError(f"{a.kind}: give the experiment FOLDER")
-        for flag, value in (("--from-report", a.from_report), ("--early", a.early), ("--late", a.late)):
-            if value is not None:
-                raise UserError(f"{flag} is for the plasticity report, not {a.kind}")
+    if a.folder is None and a.from_report is None and a.kind != "plasticity":  # plasticity's message names both
+        raise UserError(f"{a.kind}: give the experiment FOLDER")
+    for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
+                               ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",))):
+        if value is not None and a.kind not in kinds:
+            raise UserError(f"{flag} is for the {' and '.join(kinds)} report{'s' if len(kinds) > 1 else ''}, "
+                            f"not {a.kind}")
     if a.folder is not None:
         check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
     if a.kind == "forgetting":
         result = forgetting.report(a.folder, a.out, experiment=a.experiment)
+    elif a.kind == "minatar":
+        result = minatar.report(a.folder, a.out, from_report=a.from_report)
     elif a.kind == "c_chain":
         result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":

@@ -1,7 +1,9 @@
-"""bench/minatar_report.py on hand-made run directories: the final return (mean of the training episodes in the last
+"""continual/report/minatar.py (`python -m continual.report minatar`) on hand-made run directories: the final return (mean of the training episodes in the last
 10% of the steps) and its t-interval against an independent float64 computation with scipy, runs still going kept
 out of the means, the protocol read from the env id and step cap (a gymnax run with another cap is its own row,
-without gymnax's reference), and the files it writes."""
+without gymnax's reference), and the files it writes; rebuilt from the committed reports' per-run records, it
+reproduces them (the stated differences: the heading names the report.json, and minatar_ppo_1m's reference label was
+reworded after that report was written)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ import pytest
 from scipy import stats
 
 from conftest import write_config
+from continual.report.__main__ import main as report_main
+from continual.report.minatar import PAPER, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "minatar_report.py")
 TOTAL = 1000
 
 
@@ -34,7 +37,7 @@ def write_run(folder, name, env_id, seed, returns, cap=None, last_step=TOTAL):
 
 
 def run_report(folder, out):
-    proc = subprocess.run([sys.executable, SCRIPT, folder, "--out", out], capture_output=True, text=True, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "continual.report", "minatar", folder, "--out", out], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(out, "report.json")) as f:
@@ -74,3 +77,36 @@ def test_protocol_follows_env_id_and_step_cap(tmp_path):
     assert table[("gymnax, 1000-step cap", "Freeway")]["reference"][1] == "not measured"
     assert "gymnax-blines" in table[("gymnax", "Freeway")]["reference"][0]
     assert "MinAtar paper" in table[("minatar", "Freeway")]["reference"][0]
+
+
+@pytest.mark.parametrize("name", ["minatar_reference", "minatar_ppo_1m"])
+def test_rebuilt_from_the_committed_report_json_reproduces_it(name, tmp_path):
+    committed = os.path.join(ROOT, "bench", "results", name)
+    out = tmp_path / "out"
+    report(None, str(out), from_report=os.path.join(committed, "report.json"))
+    with open(os.path.join(committed, "curves.png"), "rb") as f:
+        assert (out / "curves.png").read_bytes() == f.read()
+    with open(os.path.join(committed, "report.md"), encoding="utf-8") as f:
+        old = f.read().splitlines()
+    new = (out / "report.md").read_text().splitlines()
+    assert new[0] == f"# MinAtar single-task reference ({os.path.join(committed, 'report.json')})"
+    assert old[0] == f"# MinAtar single-task reference (/work/experiments/{name})"
+    if name == "minatar_reference":
+        assert new[1:] == old[1:]
+        with open(os.path.join(committed, "report.json"), "rb") as f:
+            assert (out / "report.json").read_bytes() == f.read()
+    else:  # only the reference label differs: "AC(lambda), 5M frames" became "AC(0.8), 5M frames, read from ..."
+        label = "MinAtar paper DQN / AC(lambda), 5M frames"
+        assert [line.replace(PAPER, label) for line in new[1:]] == old[1:] and any(label in line for line in old)
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    for argv, message in ((["minatar", str(tmp_path)], "no runs/ folder"),
+                          (["minatar", "--from-report", str(tmp_path / "none.json")], "not a readable report.json"),
+                          (["minatar"], "give the experiment FOLDER"),
+                          (["minatar", str(tmp_path), "--early", "2"], "--early is for the plasticity report")):
+        with pytest.raises(SystemExit) as e:
+            report_main(argv)
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and message in err and len(err.splitlines()) == 1, (argv, err)
+    assert os.listdir(tmp_path) == []

@@ -2,6 +2,9 @@
 our PPO's final training return per game (mean and 95% t-interval over seeds, each seed's value), the published or
 side-by-side reference beside it, and learning curves.
 
+    python -m continual.report minatar EXPERIMENT_FOLDER --out bench/results/minatar_reference
+    python -m continual.report minatar --from-report bench/results/minatar_reference/report.json --out DIR
+
 Final return: the mean return of the training episodes (the sampling policy) in the last 10% of a run's steps, the
 statistic PureJaxRL's numbers below use. Runs still going are shown with the step they reached and kept out of the
 means. Protocols: "minatar" (MinAtar's package: sticky actions 0.1, all 6 actions, no step cap; Freeway ends itself
@@ -12,20 +15,20 @@ repository's README: DQN and AC(0.8)); PureJaxRL's PPO run on this kind of 2-cor
 shared/research/findings_to_reproduce.md); gymnax-blines' PPO (one run, evaluation return of the stochastic policy,
 MLP, gamma 0.999, from the `log_return` of its committed `agents/*/ppo.pkl` logs at the log points nearest 5M).
 
-    python bench/minatar_report.py EXPERIMENT_FOLDER --out bench/results/minatar_reference
+`--from-report` rebuilds the table, report.json and curves.png from a stored report.json's per-run records (the runs
+themselves are not kept in git). The stored report keeps no folder name, so the heading names the report.json instead.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
+import statistics
+from typing import Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
-from continual.evaluation.metrics import mean_ci  # noqa: E402
+from continual.errors import UserError
+from continual.evaluation.metrics import mean_ci
+from continual.training.tracking import read_metrics
 
 # (protocol, game) -> (label, value); only numbers we have a source for
 PAPER = "MinAtar paper DQN / AC(0.8), 5M frames, read from its README figures"
@@ -43,6 +46,7 @@ REFERENCES = {
     ("gymnax", "SpaceInvaders"): ("PureJaxRL PPO, 5M steps, same CPU", "144.7 (139.8, 145.3, 149.1)"),
 }
 GYMNAX_CAP = {"Freeway": 2500}  # gymnax's own step cap per game (1,000 for the others)
+RUN_KEYS = ("run", "game", "protocol", "seed", "steps", "total", "done", "final", "curve", "sps")
 
 
 def run_summary(run_dir: str) -> dict | None:
@@ -52,8 +56,9 @@ def run_summary(run_dir: str) -> dict | None:
         return None
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
-    episodes = [(r["global_step"], r["return"]) for r in common.metrics(run_dir, "episode")]
-    its = common.metrics(run_dir, "iteration")
+    records = read_metrics(path)
+    episodes = [(r["global_step"], r["return"]) for r in records if r.get("kind") == "episode"]
+    its = [r for r in records if r.get("kind") == "iteration"]
     if not its or not episodes:
         return None
     total = cfg.get("resolved_total_timesteps") or cfg["total_timesteps"]
@@ -71,20 +76,35 @@ def run_summary(run_dir: str) -> dict | None:
         lo, hi = last * b / bins, last * (b + 1) / bins
         xs = [ret for s, ret in episodes if lo < s <= hi]
         curve.append((hi, sum(xs) / len(xs) if xs else None))
+    sps = [r["charts/SPS"] for r in its if "charts/SPS" in r]
     return {"run": os.path.basename(run_dir), "game": game, "protocol": protocol, "seed": cfg["seed"],
             "steps": last, "total": total, "done": last >= total, "final": sum(tail) / len(tail) if tail else None, "curve": curve,
-            "sps": common.median([r["charts/SPS"] for r in its if "charts/SPS" in r])}
+            "sps": float(statistics.median(sps)) if sps else float("nan")}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folder", help="the experiment folder (its runs/ holds one run directory per entry)")
-    p.add_argument("--out", help="write report.md, report.json and curves.png here")
-    args = p.parse_args()
-    runs_root = os.path.join(args.folder, "runs")
+def read_runs(folder: Optional[str], from_report: Optional[str]) -> tuple[list[dict], str]:
+    """The per-run summaries and the name the heading gives them: a folder's runs, or a stored report's records."""
+    if (folder is None) == (from_report is None):
+        raise UserError("minatar: give the experiment FOLDER or --from-report REPORT_JSON, not both")
+    if from_report is not None:
+        try:
+            with open(from_report, encoding="utf-8") as f:
+                runs = json.load(f).get("runs")
+        except (OSError, ValueError, AttributeError) as e:
+            raise UserError(f"{from_report}: not a readable report.json ({e})") from None
+        if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) and set(RUN_KEYS) <= set(r)
+                                                              for r in runs):
+            raise UserError(f"{from_report}: no per-run records ({', '.join(RUN_KEYS)}): not a minatar report.json")
+        return runs, from_report
+    runs_root = os.path.join(folder, "runs")
     if not os.path.isdir(runs_root):
-        sys.exit(f"error: {args.folder}: no runs/ folder (is it an experiment folder?)")
+        raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
     runs = [s for s in (run_summary(os.path.join(runs_root, d)) for d in sorted(os.listdir(runs_root))) if s]
+    return runs, folder
+
+
+def report(folder: Optional[str], out: Optional[str], from_report: Optional[str] = None) -> dict:
+    runs, source = read_runs(folder, from_report)
     groups: dict = {}
     for r in runs:
         groups.setdefault((r["protocol"], r["game"]), []).append(r)
@@ -102,31 +122,31 @@ def main() -> None:
         table.append({"protocol": protocol, "game": game, "n_done": len(done), "mean": stats["mean"],
                       "ci95_half_width": stats["ci95"], "seeds": [{k: r[k] for k in ("seed", "final", "steps", "done", "sps")}
                                                            for r in rs], "reference": ref})
-    print("\n".join(lines))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-            f.write(f"# MinAtar single-task reference ({args.folder})\n\nFinal return = mean training-episode return in "
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+            f.write(f"# MinAtar single-task reference ({source})\n\nFinal return = mean training-episode return in "
                     "the last 10% of a run's steps; 95% CI: t-interval over seeds.\n\n" + "\n".join(lines) + "\n")
-        with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
             json.dump({"table": table, "runs": runs}, f, indent=1)
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.2 * max(1, len(groups)), 2.8), squeeze=False)
-        for ax, ((protocol, game), rs) in zip(axes[0], sorted(groups.items())):
-            for r in rs:
-                xs = [x / 1e6 for x, y in r["curve"] if y is not None]
-                ax.plot(xs, [y for _, y in r["curve"] if y is not None], label=f"seed {r['seed']}")
-            ax.set_title(f"{game} ({protocol})", fontsize=9)
-            ax.set_xlabel("steps (M)")
-        axes[0][0].set_ylabel("training return")
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "curves.png"), dpi=100)
-        print(f"report written to {args.out}")
+        plot(groups, os.path.join(out, "curves.png"))
+    return {"markdown": lines, "table": table, "runs": runs}
 
 
-if __name__ == "__main__":
-    main()
+def plot(groups: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.2 * max(1, len(groups)), 2.8), squeeze=False)
+    for ax, ((protocol, game), rs) in zip(axes[0], sorted(groups.items())):
+        for r in rs:
+            xs = [x / 1e6 for x, y in r["curve"] if y is not None]
+            ax.plot(xs, [y for _, y in r["curve"] if y is not None], label=f"seed {r['seed']}")
+        ax.set_title(f"{game} ({protocol})", fontsize=9)
+        ax.set_xlabel("steps (M)")
+    axes[0][0].set_ylabel("training return")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
