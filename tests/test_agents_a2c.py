@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 
-import corridor_envs  # noqa: F401  (registers Corridor-v0)
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from conftest import ROOT, assert_resume_matches, run_script, write_config
 from continual.config.loading import args_from_dict
 from continual.training.startup import seed_everything
 from continual.training.tracking import read_metrics
+from helpers import corridor_envs  # noqa: F401  (registers Corridor-v0)
 
 
 def test_n_step_returns_by_hand():
@@ -65,7 +65,7 @@ def test_gae_matches_a_float64_sum_of_discounted_td_errors(lam):
 
 # --- runs ---------------------------------------------------------------------------------------------------------
 CORRIDOR = {
-    "env_id": "corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 4, "num_steps": 5,
+    "env_id": "helpers.corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 4, "num_steps": 5,
     "reward_scaling": "none", "learning_rate": 7e-4, "rmsprop_eps": 1e-5, "gae_lambda": 1.0, "norm_adv": False,
     "vf_coef": 0.5,  # the loss below is written with 0.5 (A2C's own default is baselines' 0.25)
     "modification_factory": "SequentialModificationFactory",

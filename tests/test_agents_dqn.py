@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 
-import corridor_envs  # noqa: F401  (registers Corridor-v0)
 import numpy as np
 import pytest
 import torch
@@ -22,6 +21,7 @@ from agents import dqn
 from conftest import ROOT, run_script, write_config
 from continual.errors import TrainingError
 from continual.training.tracking import read_metrics
+from helpers import corridor_envs  # noqa: F401  (registers Corridor-v0)
 
 
 # --- TD targets --------------------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_dqn_trains_on_minatar(tmp_path):
 
 # --- runs ---------------------------------------------------------------------------------------------------------
 CORRIDOR = {
-    "env_id": "corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 2, "num_steps": 16,
+    "env_id": "helpers.corridor_envs:Corridor-v0", "backend": "Gymnasium", "num_envs": 2, "num_steps": 16,
     "reward_scaling": "none", "learning_starts": 64, "buffer_size": 300, "train_frequency": 2,
     "target_network_frequency": 64, "replay_batch_size": 16, "exploration_fraction": 0.5, "learning_rate": 1e-3,
     "modification_factory": "SequentialModificationFactory",
@@ -365,9 +365,9 @@ def test_bad_dqn_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, field):
 
 def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
     """The games played, the TD loss of every iteration and the final weights equal, bit for bit, those recorded
-    from an earlier revision (tests/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
+    from an earlier revision (tests/helpers/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
     DQN's speed work changes how fast it learns, never what."""
-    from dqn_reference import DATA, run
+    from helpers.dqn_reference import DATA, run
 
     with open(os.path.join(DATA, "dqn_reference_minatar.json")) as f:
         expected = json.load(f)

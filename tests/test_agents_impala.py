@@ -24,7 +24,7 @@ from continual.config.loading import args_from_dict
 from continual.testing.processes import alive, descendants
 from continual.training.checkpoint import load_checkpoint
 from continual.training.tracking import read_metrics
-from fault_runs import KILL_TO_EXIT_S, run_killed
+from helpers.fault_runs import KILL_TO_EXIT_S, run_killed
 
 
 class RaisingCartPole(CartPoleEnv):
@@ -284,7 +284,7 @@ def test_actor_exception_is_reported_in_one_line(tmp_path):
 
 
 def test_nan_loss_stops_the_run_after_saving_the_last_good_update(tmp_path):
-    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "fault_envs:NanReward-v0"})
+    cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "helpers.fault_envs:NanReward-v0"})
     runs = str(tmp_path / "runs")
     proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
                       "--run_name", "nan", "--no-progress-bar", check=False,

@@ -26,7 +26,7 @@ from continual.training.tracking import read_metrics
 
 TESTS = os.path.join(ROOT, "tests")
 # SlowCartPole sleeps 5 ms a step: an unroll (20 steps of 2 envs) takes ~0.2 s, far longer than an update
-SLOW = {"env_id": "fault_envs:SlowCartPole-v0", "backend": "Gymnasium", "num_envs": 4, "num_actors": 2,
+SLOW = {"env_id": "helpers.fault_envs:SlowCartPole-v0", "backend": "Gymnasium", "num_envs": 4, "num_actors": 2,
         "unroll_length": 20, "batch_size": 2, "reward_scaling": "none"}  # 80 steps per update
 RAY = ["--actor_backend", "ray"]
 GONE_S = 180.0  # Ray's dashboard and runtime-env agents can take 1-2 min to exit after their raylet was killed

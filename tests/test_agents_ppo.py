@@ -402,8 +402,8 @@ def test_pixel_input_conversion_gives_the_reference_loss_and_gradient_bit_for_bi
 @pytest.mark.parametrize("case", ["cartpole", "minatar"])
 def test_ppo_plays_the_games_of_the_pinned_reference(tmp_path, case):
     """The games played (step, env, return, length) and the final weights equal those recorded from an earlier
-    revision (tests/ppo_reference.py): PPO's speed work changes how fast it learns, never what."""
-    from ppo_reference import DATA, run_case
+    revision (tests/helpers/ppo_reference.py): PPO's speed work changes how fast it learns, never what."""
+    from helpers.ppo_reference import DATA, run_case
 
     with open(os.path.join(DATA, f"ppo_reference_{case}.json")) as f:
         expected = json.load(f)

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-import box_envs  # noqa: F401  (registers Target2x2-v0, Target2x2Bounded-v0)
 from agents import ppo, ppo_cbp
 from conftest import ROOT, run_script, write_config
 from continual.config.args import Args
 from continual.envs.vector import EnvSettings, make_vector_env
 from continual.evaluation.continual import PolicyActor
 from continual.training.tracking import read_metrics
+from helpers import box_envs  # noqa: F401  (registers Target2x2-v0, Target2x2Bounded-v0)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BOX_ENV = {"PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
@@ -110,8 +110,8 @@ def test_make_agent_reads_the_action_space():
 
 
 @pytest.mark.parametrize("env_id,expected", [
-    ("box_envs:Target2x2-v0", [[3.0, -7.0], [0.25, 100.0]]),  # unbounded: unchanged
-    ("box_envs:Target2x2Bounded-v0", [[0.5, -0.5], [0.25, 0.5]]),  # clipped to [-0.5, 0.5]
+    ("helpers.box_envs:Target2x2-v0", [[3.0, -7.0], [0.25, 100.0]]),  # unbounded: unchanged
+    ("helpers.box_envs:Target2x2Bounded-v0", [[0.5, -0.5], [0.25, 0.5]]),  # clipped to [-0.5, 0.5]
 ])
 def test_envs_flatten_and_clip_box_actions(env_id, expected):
     envs = make_vector_env(EnvSettings(env_id=env_id, backend="Gymnasium"), 2, "", "sync")
@@ -236,7 +236,7 @@ def test_multidim_unbounded_box_learns(tmp_path):
     """Target2x2 (a 2x2 unbounded action, reward -|a - target|^2): a random policy (std 1 around 0) scores about
     8 * -(4 + 4/3) = -43 per episode; PPO must bring it near 0."""
     runs = str(tmp_path / "runs")
-    run_script("agents/ppo.py", "--env_id", "box_envs:Target2x2-v0", "--backend", "Gymnasium", "--num_envs", "4",
+    run_script("agents/ppo.py", "--env_id", "helpers.box_envs:Target2x2-v0", "--backend", "Gymnasium", "--num_envs", "4",
                "--num_steps", "64", "--num_minibatches", "4", "--update_epochs", "10", "--learning_rate", "3e-3",
                "--ent_coef", "0", "--reward_scaling", "none", "--clip_coef", "0.2", "--total_timesteps", "12288",
                "--runs_dir", runs, "--run_name", "t", "--no-progress-bar", env=BOX_ENV)

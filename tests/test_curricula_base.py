@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from curricula_cases import (
+
+import modification_factories as mf
+from helpers.curricula_cases import (
     EPS_PHASES,
     README_CONFIG,
     SCHEDULE_CASES,
@@ -20,8 +22,6 @@ from curricula_cases import (
     expand,
     seq,
 )
-
-import modification_factories as mf
 from modification_factories import (
     FactoryConfigError,
     ModificationFactory,

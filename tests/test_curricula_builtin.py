@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from curricula_cases import (
+
+import modification_factories as mf
+from helpers.curricula_cases import (
     EPS_PHASES,
     README_CONFIG,
     SCHEDULE_CASES,
@@ -20,8 +22,6 @@ from curricula_cases import (
     expand,
     seq,
 )
-
-import modification_factories as mf
 from modification_factories import (
     FactoryConfigError,
     ModificationFactory,

@@ -10,15 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from curricula_cases import (
+
+import modification_factories as mf
+from conftest import write_config
+from helpers.curricula_cases import (
     README_CONFIG,
     SEED_MODS,
     SEQ_OK,
     seq,
 )
-
-import modification_factories as mf
-from conftest import write_config
 from modification_factories import make_factory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from curricula_cases import (
+
+import modification_factories as mf
+from conftest import SEED_STYLE_MODULE, write_config
+from helpers.curricula_cases import (
     SEED_MODS,
     every_step,
     seq,
 )
-
-import modification_factories as mf
-from conftest import SEED_STYLE_MODULE, write_config
 from modification_factories import (
     FACTORIES,
     FactoryConfigError,

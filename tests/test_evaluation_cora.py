@@ -1,5 +1,5 @@
 """CORA's forgetting and zero-shot transfer (continual/evaluation/cora.py) against two oracles: CORA's own code
-(tests/cora_reference.py, copied from AGI-Labs/continual_rl f2754bb) and an independent re-implementation written
+(tests/helpers/cora_reference.py, copied from AGI-Labs/continual_rl f2754bb) and an independent re-implementation written
 below from CORA's definition (pandas rolling means, plain loops over the visits, scipy's SEM); by hand on small
 curves; and against the library's own variant, which it is not."""
 
@@ -14,7 +14,7 @@ from scipy import stats
 
 from continual.evaluation import cora
 from continual.evaluation import metrics as M
-from cora_reference import run_cora
+from helpers.cora_reference import run_cora
 
 # CORA's code takes the SEM of one run (scipy: NaN and a warning); the module gives None
 pytestmark = pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")

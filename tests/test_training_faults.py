@@ -22,7 +22,7 @@ from continual.errors import UserError
 from continual.testing.processes import alive as _alive
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
 from continual.training.tracking import read_metrics
-from fault_runs import KILL_TO_EXIT_S, run_killed
+from helpers.fault_runs import KILL_TO_EXIT_S, run_killed
 
 ROLLOUT = 128  # 2 envs x 64 steps
 CURRICULUM = {
@@ -214,7 +214,7 @@ def test_broken_checkpoints_give_clear_errors(tmp_path, reference):
 
 def test_nan_loss_stops_the_run_after_saving_the_last_good_checkpoint(tmp_path):
     runs = str(tmp_path / "runs")
-    proc = run_script("continual_training_example.py", "--env_id", "fault_envs:NanReward-v0", "--backend",
+    proc = run_script("continual_training_example.py", "--env_id", "helpers.fault_envs:NanReward-v0", "--backend",
                       "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "2048",
                       "--reward_scaling", "none", "--runs_dir", runs, "--run_name", "nan", "--no-progress-bar",
                       check=False, env={"PYTHONPATH": os.path.join(ROOT, "tests")})

@@ -1,4 +1,4 @@
-"""A deterministic test env for exact-resume tests (`--env_id corridor_envs:Corridor-v0` with tests/ on
+"""A deterministic test env for exact-resume tests (`--env_id helpers.corridor_envs:Corridor-v0` with tests/ on
 PYTHONPATH): every reset starts at cell 0, so a run resumed from a switch checkpoint (where every env resets anyway)
 sees the same games as the uninterrupted run.
 

@@ -3,7 +3,7 @@
 `tests/test_agents_ppo.py::test_ppo_plays_the_games_of_the_pinned_reference` reruns each case and compares with
 `tests/data/ppo_reference_<case>.json`, so a speed change to PPO's loop (env stepping, sampling, the optimizer, the
 networks' memory layout) is shown not to change what is learned. Regenerate only when learning is meant to change,
-and say so in the commit: `python tests/ppo_reference.py --write` (records the revision it ran on).
+and say so in the commit: `python tests/helpers/ppo_reference.py --write` (records the revision it ran on).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data")
 
 # A switch in each: CartPole's gravity, MinAtar's game (another env id: padded channels, another action set)
@@ -66,7 +66,7 @@ def run_case(case: str, workdir: str, extra: tuple[str, ...] = (), config: dict 
 
 def main() -> None:
     if "--write" not in sys.argv:
-        sys.exit("usage: python tests/ppo_reference.py --write   (rewrites tests/data/ppo_reference_*.json)")
+        sys.exit("usage: python tests/helpers/ppo_reference.py --write   (rewrites tests/data/ppo_reference_*.json)")
     revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
     os.makedirs(DATA, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Box-action test envs (`--env_id box_envs:Target2x2-v0` with tests/ on PYTHONPATH).
+"""Box-action test envs (`--env_id helpers.box_envs:Target2x2-v0` with tests/ on PYTHONPATH).
 
 Target2x2: the observation is a target t in [-1, 1]^4, the action a 2x2 matrix in an unbounded Box (or a bounded one,
 Target2x2Bounded: [-0.5, 0.5]); the reward is -|a.flatten() - t|^2, episodes last 8 steps. `last_action` keeps what

@@ -1,10 +1,10 @@
-"""DQN's learning pinned, as PPO's (tests/ppo_reference.py): the games a short MinAtar run at one train step per env
+"""DQN's learning pinned, as PPO's (tests/helpers/ppo_reference.py): the games a short MinAtar run at one train step per env
 step plays, its TD losses and the weights it reaches, recorded from a past revision.
 
 `tests/test_agents_dqn.py::test_dqn_plays_the_games_of_the_pinned_reference` reruns the case and compares with
 `tests/data/dqn_reference_minatar.json`, so a speed change to DQN's loop is shown not to change what is learned
 (bit for bit: the TD losses are compared exactly). Regenerate only when learning is meant to change, and say so in
-the commit: `python tests/dqn_reference.py --write` (records the revision it ran on).
+the commit: `python tests/helpers/dqn_reference.py --write` (records the revision it ran on).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ppo_reference import DATA, ROOT, run_case  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, run as a script
+from helpers.ppo_reference import DATA, ROOT, run_case  # noqa: E402
 
 # Continual MinAtar's DQN (configs/experiments/c_chain_minatar.json) shortened: Double DQN, one update per env step,
 # a switch with the replay buffer kept across it (within one game: the recording revision's DQN did not pad its envs
@@ -40,7 +40,7 @@ def run(workdir: str, extra: tuple[str, ...] = ()) -> dict:
 
 def main() -> None:
     if "--write" not in sys.argv:
-        sys.exit("usage: python tests/dqn_reference.py --write   (rewrites tests/data/dqn_reference_minatar.json)")
+        sys.exit("usage: python tests/helpers/dqn_reference.py --write   (rewrites tests/data/dqn_reference_minatar.json)")
     revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:

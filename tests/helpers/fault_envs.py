@@ -1,4 +1,4 @@
-"""Environments that misbehave on purpose, for fault-injection tests (`--env_id fault_envs:NanReward-v0` with tests/ on
+"""Environments that misbehave on purpose, for fault-injection tests (`--env_id helpers.fault_envs:NanReward-v0` with tests/ on
 PYTHONPATH), and a slow one."""
 
 import gymnasium as gym
