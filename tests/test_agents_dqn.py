@@ -367,9 +367,9 @@ def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
     """The games played, the TD loss of every iteration and the final weights equal, bit for bit, those recorded
     from an earlier revision (tests/helpers/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
     DQN's speed work changes how fast it learns, never what."""
-    from helpers.dqn_reference import DATA, run
+    from helpers.dqn_reference import recording_path, run
 
-    with open(os.path.join(DATA, "dqn_reference_minatar.json")) as f:
+    with open(recording_path()) as f:
         expected = json.load(f)
     got = run(str(tmp_path))
     assert got["episodes"] == expected["episodes"]

@@ -2,7 +2,7 @@
 step plays, its TD losses and the weights it reaches, recorded from a past revision.
 
 `tests/test_agents_dqn.py::test_dqn_plays_the_games_of_the_pinned_reference` reruns the case and compares with
-`tests/data/dqn_reference_minatar.json`, so a speed change to DQN's loop is shown not to change what is learned
+`tests/data/dqn_reference_minatar.json` (or this CPU's own recording, `recording_path`), so a speed change to DQN's loop is shown not to change what is learned
 (bit for bit: the TD losses are compared exactly). Regenerate only when learning is meant to change, and say so in
 the commit: `python tests/helpers/dqn_reference.py --write` (records the revision it ran on).
 """
@@ -34,18 +34,29 @@ CASE = {
 }
 
 
+def recording_path(write: bool = False) -> str:
+    """The recording this machine compares with. The same code gives other floats (and, over 4,096 steps, other
+    games) with torch's AVX2 kernels than with its AVX-512 ones, so a CPU capability can have a recording of its own,
+    `dqn_reference_minatar.<capability>.json`, made at a revision whose recording the other capability matched; the
+    plain file is the first one (ec6ef0e, an AVX-512 machine)."""
+    import torch
+
+    own = os.path.join(DATA, f"dqn_reference_minatar.{torch.backends.cpu.get_cpu_capability()}.json")
+    return own if write or os.path.exists(own) else os.path.join(DATA, "dqn_reference_minatar.json")
+
+
 def run(workdir: str, extra: tuple[str, ...] = ()) -> dict:
     return run_case("dqn_minatar", workdir, extra, config=CASE)
 
 
 def main() -> None:
     if "--write" not in sys.argv:
-        sys.exit("usage: python tests/helpers/dqn_reference.py --write   (rewrites tests/data/dqn_reference_minatar.json)")
+        sys.exit("usage: python tests/helpers/dqn_reference.py --write   (writes this CPU capability's recording)")
     revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         result = run(tmp)
-    with open(os.path.join(DATA, "dqn_reference_minatar.json"), "w") as f:
+    with open(recording_path(write=True), "w") as f:
         json.dump({"revision": revision, "config": CASE, **result}, f, indent=1)
     print(len(result["episodes"]), "episodes,", len(result["td_losses"]), "iterations")
 
