@@ -38,12 +38,11 @@ import torch.nn as nn
 import torch.optim as optim
 
 from agents import networks
+from agents.ppo import gae
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.evaluation.continual import attach as attach_evaluator
-from continual.plasticity.diagnostics import PlasticityMonitor
-from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.methods import AgentForm, add_continual
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, set_torch_threads, start_run
@@ -54,18 +53,8 @@ def make_agent(obs_space, action_space, args: Args) -> networks.Agent:
     return networks.make_agent(obs_space, action_space, args)
 
 
-def advantages_and_returns(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-                           next_done: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over a (T, N) rollout: dones[t] says obs[t] started a new episode (CleanRL's layout); lambda = 1 gives
-    the n-step returns R_t = r_t + gamma r_{t+1} + ... + gamma^(T-t) V(s_T) of A2C."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = torch.zeros_like(next_value)
-    for t in reversed(range(rewards.shape[0])):
-        nextnonterminal = 1.0 - (next_done if t == rewards.shape[0] - 1 else dones[t + 1])
-        nextvalues = next_value if t == rewards.shape[0] - 1 else values[t + 1]
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
-    return advantages, advantages + values
+# how A2C meets the continual methods (continual/methods.py): the monitor, switch remedies and evaluation only
+CONTINUAL = AgentForm()
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
@@ -83,16 +72,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         # what a checkpoint holds (a resumed run loads each now)
         session.register("model", agent.state_dict, agent.load_state_dict)
         session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
         session.describe_policy(agent)
-        install_switch_remedies(session, agent, optimizer, lambda: make_agent(
-            envs.single_observation_space, envs.single_action_space, args).to(device))
-        attach_evaluator(session, agent, device, make_agent)  # continual evaluation (--eval_every)
+        # continual behaviour: diagnostics, shrink & perturb, evaluation (continual/methods.py)
+        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent,
+                            make_fresh=lambda: make_agent(envs.single_observation_space, envs.single_action_space,
+                                                          args).to(device))
 
         # ALGO Logic: storage setup (pixel observations stay uint8)
         obs_space = envs.single_observation_space
@@ -149,14 +137,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 for _, ep_return, ep_length in episode_stats(infos):
                     session.episode(ep_return, ep_length, global_step)
             rollout_time = time.time() - t_rollout
-            monitor.observe(obs)
+            ext.observe({"obs": obs, "obs_shape": obs_space.shape})  # the monitor's probe
 
             # advantages (constants of the update)
             t_learn = time.time()
             with torch.no_grad():
                 next_value = agent.get_value(next_obs).reshape(-1)
-                advantages, returns = advantages_and_returns(rewards, values, dones, next_value, next_done,
-                                                             args.gamma, args.gae_lambda)
+                advantages, returns = gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
             b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
             if args.norm_adv:
                 b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
@@ -168,12 +155,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             v_loss = ((newvalue.view(-1) - b_returns) ** 2).mean()
             entropy_loss = entropy.mean()
             loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            loss = ext.loss(loss, agent, {"main_loss": pg_loss})  # the extensions' terms (none of A2C's adds one)
             check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
             optimizer.zero_grad()
             loss.backward()
-            monitor.record_grads()
+            ext.before_step()  # gradient norms (diagnostics)
             nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
             optimizer.step()
+            ext.after_step(optimizer)
+            ext.after_update({"obs": obs})
             if agent.norm_obs:  # after the update, as in agents/ppo.py
                 agent.update_obs_stats(obs)
             check_parameters(agent, global_step)
@@ -186,8 +176,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
                 "losses/entropy": entropy_loss.item(), "losses/explained_variance": float(explained_var),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": time.time() - t_learn,
+                **ext.scalars(),
             })
-            monitor.maybe_log()
     return session.run_dir
 
 

@@ -53,6 +53,7 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.config.validation import clear_replay_count
 from continual.errors import TrainingError
+from continual.training.extensions import Extension
 from continual.training.session import RunSession
 from continual.training.startup import agent_main
 
@@ -145,8 +146,10 @@ def cloning_losses(current_logits: torch.Tensor, stored_logits: torch.Tensor, cu
     return kl, ((current_values - stored_values) ** 2).sum()
 
 
-class Clear(impala.LearnerExtension):
+class Clear(Extension):
     """The learner extension agents/impala.py calls (see the module docstring for the order)."""
+
+    state_key, state_optional = "clear", False  # the replay buffer (a resumed run loads it)
 
     def __init__(self, args: Args, session: RunSession, agent, optimizer, obs_space, n_actions: int,
                  device: torch.device):
@@ -158,21 +161,28 @@ class Clear(impala.LearnerExtension):
         folder = os.path.join(session.run_dir, "replay")
         self.buffer = ReservoirReplay(folder, capacity, self.T, obs_space.shape, obs_dtype, n_actions,
                                       seed=args.seed + 2_000_003)
-        session.register("clear", self.buffer.state_dict, self.buffer.load_state_dict)  # resumed: loaded now
         self.pending: Optional[dict[str, np.ndarray]] = None
         self.replayed: Optional[dict[str, torch.Tensor]] = None
+        self.scalars_: dict[str, float] = {}  # the last update's, logged with the iteration
         new = args.batch_size * (args.num_envs // args.num_actors)
         print(f"CLEAR: replay buffer of {capacity} unrolls x {self.T} steps, {self.buffer.nbytes() / 1e9:.3f} GB in "
               f"{folder} ({len(self.buffer)} filled); each update: {new} new + {self.n_replay} replayed unrolls",
               flush=True)
 
-    def extend_batch(self, batch: dict, obs, actions, behaviour_logits, rewards, dones):
-        """The learner's time-major [T(+1), B, ...] tensors with R replayed unrolls appended as columns."""
+    def state_dict(self) -> dict:
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer.load_state_dict(state)
+
+    def extend_batch(self, agent, tm: dict, batch: dict) -> dict:
+        """The learner's time-major [T(+1), B, ...] tensors with R replayed unrolls appended as columns; `batch`:
+        the fleet's unrolls."""
         self.pending = unroll_items(batch)
         R = self.n_replay
         if R == 0:
             self.replayed = None
-            return obs, actions, behaviour_logits, rewards, dones
+            return tm
         if len(self.buffer):
             replay = self.buffer.sample(R)
         else:  # nothing committed yet: repeat some of the new unrolls
@@ -181,27 +191,31 @@ class Clear(impala.LearnerExtension):
         r = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in replay.items()}
         self.replayed = {"logits": r["logits"].transpose(0, 1), "value": r["value"].transpose(0, 1),
                          "regime": r["regime"]}
-        new_and_old = [(obs, r["obs"]), (actions, r["action"]), (behaviour_logits, r["logits"]),
-                       (rewards, r["reward"]), (dones, r["done"])]
-        return tuple(torch.cat([x, y.transpose(0, 1).to(x.dtype)], 1) for x, y in new_and_old)
+        return {k: torch.cat([x, r[k].transpose(0, 1).to(x.dtype)], 1) for k, x in tm.items()}
 
-    def loss(self, loss: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, values: torch.Tensor
-             ) -> tuple[torch.Tensor, dict]:
-        """IMPALA's loss (V-trace on new and replayed columns) plus the cloning losses; `logits` [T, B+R, A] and
-        `values` [T+1, B+R] of the current network, the replayed columns last."""
+    def loss_terms(self, agent, batch: dict) -> dict:
+        """The cloning losses, added to IMPALA's (V-trace on new and replayed columns); batch["logits"] [T, B+R, A]
+        and batch["values"] [T+1, B+R] of the current network, the replayed columns last."""
         if self.replayed is None:
-            return loss, {"charts/replay_size": float(len(self.buffer))}
-        R, T = self.n_replay, self.T
+            self.scalars_ = {"charts/replay_size": float(len(self.buffer))}
+            return {}
+        R, T, logits, values = self.n_replay, self.T, batch["logits"], batch["values"]
         kl, v2 = cloning_losses(logits[:, -R:], self.replayed["logits"], values[:T, -R:], self.replayed["value"])
         current = self.session.regime_index(self.session.modification)
         old = (self.replayed["regime"] != current).float().mean().item()
-        return loss + self.args.clear_policy_cloning * kl + self.args.clear_value_cloning * v2, {
+        self.scalars_ = {
             "losses/policy_cloning": kl.item() / (T * R), "losses/value_cloning": v2.item() / (T * R),
             "charts/replay_fraction": R / logits.shape[1], "charts/replay_size": float(len(self.buffer)),
             "charts/replay_other_regimes": old,
         }
+        return {"policy_cloning": self.args.clear_policy_cloning * kl,
+                "value_cloning": self.args.clear_value_cloning * v2}
 
-    def commit(self) -> None:
+    def scalars(self) -> dict[str, float]:
+        return self.scalars_
+
+    def after_update(self, batch: dict) -> None:
+        """The batch's new unrolls enter the replay buffer once the update is done."""
         if self.pending is not None:
             self.buffer.insert(self.pending)
             self.pending = None

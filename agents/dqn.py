@@ -60,14 +60,11 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import TrainingError, UserError
-from continual.evaluation.continual import attach as attach_evaluator
-from continual.plasticity.c_chain import DQN_SCHEDULE, install_c_chain, q_churn
-from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.methods import AgentForm, add_continual
+from continual.plasticity.c_chain import DQN_SCHEDULE, ChurnForm, q_churn
 from continual.plasticity.injection import load_injected
-from continual.plasticity.methods import install_plasticity
 from continual.plasticity.networks import apply_network_options
-from continual.plasticity.shrink_perturb import install_switch_remedies
-from continual.training.callbacks import Callback
+from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, set_torch_threads, start_run
@@ -270,6 +267,27 @@ class ReplayBuffer:
         self.fresh[:] = True  # the envs were reset by the resume
 
 
+# how DQN meets the continual methods (continual/methods.py): C-CHAIN on the Q-values of a second replay batch
+CONTINUAL = AgentForm(plasticity=True, c_chain=ChurnForm(DQN_SCHEDULE, lambda net, x: net(x), q_churn))
+
+
+class RegimeStart(Extension):
+    """What DQN does at a switch: the regime's start step (--learning_starts_each_regime), --reset_replay_on_switch,
+    --epsilon_rewarm_on_switch."""
+
+    def __init__(self, args: Args, rb: ReplayBuffer):
+        self.args, self.rb = args, rb
+        self.explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
+        self.regime_start = 0  # the step the current regime started at (--learning_starts_each_regime)
+
+    def on_switch_end(self, event) -> None:
+        self.regime_start = event.global_step
+        if self.args.reset_replay_on_switch:
+            self.rb.clear()
+        if self.args.epsilon_rewarm_on_switch:
+            self.explore_from = event.global_step
+
+
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:
     iteration_size = args.rollout_size()  # num_envs x num_steps agent steps between two curriculum questions
     session = start_run(args, curriculum, resume_state, granularity=iteration_size)
@@ -289,20 +307,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = session.add_callback(PlasticityMonitor(session, q_network))  # logs before every switch too
         rb = ReplayBuffer(args.buffer_size, args.num_envs, obs_space.shape, obs_space.dtype)
         print(f"replay buffer: {args.buffer_size} transitions, {rb.bytes_per_transition()} bytes each "
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
-        explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
-        regime_start = 0  # the step the current regime started at (--learning_starts_each_regime)
-
-        def load_explore_from(step: int) -> None:
-            nonlocal explore_from
-            explore_from = step
-
-        def load_regime_start(step: int) -> None:
-            nonlocal regime_start
-            regime_start = step
+        at_switch = RegimeStart(args, rb)
 
         # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: the injected heads first,
         # the target network's too, and the optimizer's group)
@@ -311,33 +319,21 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         session.register("target_model", target_network.state_dict, target_network.load_state_dict)
         session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
-        session.register("explore_from", lambda: explore_from, load_explore_from)
-        session.register("regime_start", lambda: regime_start, load_regime_start, optional=True)
+        session.register("explore_from", lambda: at_switch.explore_from,
+                         lambda step: setattr(at_switch, "explore_from", step))
+        session.register("regime_start", lambda: at_switch.regime_start,
+                         lambda step: setattr(at_switch, "regime_start", step), optional=True)
         session.register("replay", lambda: rb.state_dict() if args.save_replay_buffer else None, rb.load_state_dict,
                          optional=True)
         if session.resuming and session.resume_state.get("replay") is None:
             print(f"resume: the checkpoint has no replay buffer (--save_replay_buffer): training resumes after "
                   f"{args.learning_starts} new transitions")
         session.describe_policy(q_network)
-        install_switch_remedies(session, q_network, optimizer,
-                                lambda: make_agent(obs_space, envs.single_action_space, args).to(device))
-        plasticity = install_plasticity(session, q_network, optimizer,  # ReDo, L2, resets, ... (one object)
-                                        lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
-                                        followers=(target_network,))
-
-        class ReplayAtSwitch(Callback):  # --reset_replay_on_switch, --epsilon_rewarm_on_switch
-            def on_switch_end(self, event) -> None:
-                nonlocal explore_from, regime_start
-                regime_start = event.global_step
-                if args.reset_replay_on_switch:
-                    rb.clear()
-                if args.epsilon_rewarm_on_switch:
-                    explore_from = event.global_step
-
-        session.add_callback(ReplayAtSwitch())
-        c_chain = install_c_chain(session, q_network, DQN_SCHEDULE)  # --c_chain: None without
-        attach_evaluator(session, q_network, device, make_agent)  # continual evaluation (--eval_every)
+        # continual behaviour: plasticity methods (the target network injected too), C-CHAIN, the regime's start,
+        # evaluation (continual/methods.py)
+        ext = add_continual(session, q_network, optimizer, CONTINUAL, device=device, make_agent=make_agent,
+                            make_fresh=lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
+                            followers=(target_network,), last=[at_switch])
 
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
@@ -347,7 +343,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         # --learning_starts_each_regime: random steps and no training for the first learning_starts steps of every
         # regime; epsilon counts from the end of the first of them
         random_phase = args.learning_starts if args.learning_starts_each_regime else 0
-        regularized = args.l2 or args.l2_init or args.parseval  # the methods that add a penalty to the loss
 
         for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
@@ -361,11 +356,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
             t_iteration = time.time()
             env_time = learn_time = 0.0
-            losses, q_means, probe_obs = [], [], []
+            losses, q_means, seen = [], [], []
             for step in range(args.num_steps):
                 epsilon = linear_schedule(args.start_e, args.end_e, epsilon_duration,
-                                          max(global_step - explore_from - random_phase, 0))
-                in_random_phase = global_step - regime_start < random_phase
+                                          max(global_step - at_switch.explore_from - random_phase, 0))
+                in_random_phase = global_step - at_switch.regime_start < random_phase
                 global_step += args.num_envs
                 session.global_step = global_step
 
@@ -376,8 +371,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     with torch.no_grad():
                         greedy = q_network(torch.as_tensor(obs, device=device)).argmax(1).cpu().numpy()
                     actions = np.where(explore, actions, greedy)
-                if monitor.probe is None:
-                    probe_obs.append(torch.as_tensor(obs))
+                seen.append(torch.as_tensor(obs))
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 t_env = time.time()
@@ -395,7 +389,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     session.episode(ep_return, ep_length, global_step)
 
                 # ALGO LOGIC: training
-                if rb.added > args.learning_starts and global_step - regime_start > random_phase:
+                if rb.added > args.learning_starts and global_step - at_switch.regime_start > random_phase:
                     t_learn = time.time()
                     previous = global_step - args.num_envs
                     for _ in range(global_step // args.train_frequency - previous // args.train_frequency):
@@ -408,23 +402,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         old_val = q_network(b_obs).gather(1, b_actions.long().unsqueeze(1)).squeeze(1)
                         loss = F.mse_loss(target, old_val)
                         check_losses(global_step, td_loss=loss)
-                        total = loss + plasticity.penalty() if regularized else loss  # --l2, --l2_init, --parseval
-                        churn = None
-                        if c_chain is not None and c_chain.has_reference():  # --c_chain: on a second replay batch
-                            ref_obs = torch.as_tensor(rb.gather(*rb.sample_indices(args.replay_batch_size, rng))[0],
-                                                      device=device)
-                            churn = q_churn(q_network(ref_obs), c_chain.reference(lambda net, x: net(x), ref_obs))
-                            total = total + c_chain.coef * churn
+                        # L2 / L2 Init / Parseval, C-CHAIN's churn on a second replay batch
+                        total = ext.loss(loss, q_network, {"main_loss": loss, "reference_obs": lambda: torch.as_tensor(
+                            rb.gather(*rb.sample_indices(args.replay_batch_size, rng))[0], device=device)})
                         optimizer.zero_grad()
                         total.backward()
-                        monitor.record_grads()
-                        if c_chain is not None:
-                            c_chain.before_step()  # the next update's reference: the weights before this step
+                        ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights
                         optimizer.step()
-                        if c_chain is not None:
-                            c_chain.record(loss.item(), None if churn is None else churn.item())
-                        plasticity.after_step()  # --nap
-                        plasticity.after_update(b_obs)  # --redo (on this replay batch), --reset_layers, when due
+                        ext.after_step(optimizer)  # NaP's norms
+                        ext.after_update({"obs": b_obs})  # ReDo (on this replay batch), layer resets, when due
                         losses.append(loss.detach())
                         q_means.append(old_val.detach().mean())
                     if global_step // args.target_network_frequency != previous // args.target_network_frequency:
@@ -432,8 +418,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                             for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
                                 target_param.copy_(args.tau * q_param + (1.0 - args.tau) * target_param)
                     learn_time += time.time() - t_learn
-            if probe_obs:
-                monitor.observe(torch.stack(probe_obs).to(device))
+            ext.observe({"obs": torch.stack(seen).to(device)})  # the monitor's probe (from the first iteration)
             check_parameters(q_network, global_step)
             iteration_time = time.time() - t_iteration
 
@@ -443,10 +428,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/q_values": float(torch.stack(q_means).mean()) if q_means else math.nan,
                 "charts/updates": len(losses), "charts/replay_size": len(rb),
                 "time/env_s": env_time, "time/learn_s": learn_time,
-                "time/act_s": iteration_time - env_time - learn_time, **plasticity.take_log(),
-                **(c_chain.log() if c_chain is not None else {}),
+                "time/act_s": iteration_time - env_time - learn_time,
+                **ext.scalars(),  # units recycled, C-CHAIN's coefficient
             })
-            monitor.maybe_log()
     return session.run_dir
 
 

@@ -77,15 +77,12 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vector_env, uses_batched
 from continual.errors import ActorFailure
-from continual.evaluation.continual import attach as attach_evaluator
 from continual.io import atomic_write_json
-from continual.plasticity.diagnostics import PlasticityMonitor
-from continual.plasticity.ewc import install_ewc
+from continual.methods import AgentForm, EWCForm, add_continual
 from continual.plasticity.injection import folded_state_dict, load_injected
-from continual.plasticity.methods import install_plasticity
-from continual.plasticity.shrink_perturb import install_switch_remedies
 from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
+from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler, state_from_row, state_to_row
 from continual.training.session import RunSession
@@ -174,6 +171,11 @@ def ewc_batch_loss(args: Args):
         out = vtrace_losses(agent, tm["obs"], tm["action"], tm["logits"], tm["reward"], tm["done"], args)
         return out.pg_loss + args.vf_coef * out.v_loss
     return loss
+
+
+# how IMPALA's learner meets the continual methods (continual/methods.py); EWC's rows are unrolls of T steps
+CONTINUAL = AgentForm(ewc=EWCForm(networks.policy_head, ewc_batch_loss, row_steps=lambda args: args.unroll_length),
+                      plasticity=True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -650,29 +652,12 @@ def probe_spaces(settings: EnvSettings, modification: str):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class LearnerExtension:
-    """The extension point of IMPALA variants (CLEAR: agents/clear.py, Progress & Compress: agents/pnc.py).
-
-    `train(..., make_extension=cls)` builds `cls(args, session, agent, optimizer, obs_space, n_actions, device)`
-    after the model and optimizer; its state joins every checkpoint through `session.register` (a resumed run loads
-    it there). In every update, in this order: `extend_batch` may append columns to the time-major batch (CLEAR's
-    replayed unrolls), `loss` returns the loss to minimise from IMPALA's and the extra scalars to log, `commit` runs
-    after the optimizer step."""
-
-    def extend_batch(self, batch: dict, obs, actions, behaviour_logits, rewards, dones):
-        return obs, actions, behaviour_logits, rewards, dones
-
-    def loss(self, loss: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, values: torch.Tensor
-             ) -> tuple[torch.Tensor, dict[str, float]]:
-        return loss, {}
-
-    def commit(self) -> None:
-        pass
-
-
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, make_agent_fn=make_agent,
-          make_extension: Optional[Callable[..., LearnerExtension]] = None) -> str:
-    """`make_agent_fn` builds the model (PNC's two columns), `make_extension` the variant's `LearnerExtension`."""
+          make_extension: Optional[Callable[..., Extension]] = None) -> str:
+    """`make_agent_fn` builds the model (PNC's two columns), `make_extension(args, session, agent, optimizer,
+    obs_space, n_actions, device)` the variant's `Extension` (CLEAR's replay, P&C), called in every update after
+    IMPALA's continual methods: `extend_batch` may append columns to the time-major batch, `loss` gives the loss to
+    minimise, `after_update` runs after the optimizer step."""
     envs_per_actor = args.num_envs // args.num_actors
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
@@ -696,24 +681,17 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
         session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
         session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
-        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
-        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
         session.describe_policy(agent)
-        install_switch_remedies(session, agent, optimizer,
-                                lambda: make_agent_fn(obs_space, n_actions, args).to(device))
-        plasticity = install_plasticity(session, agent, optimizer,  # ReDo, L2, resets, ... (one object)
-                                        lambda: make_agent_fn(obs_space, n_actions, args).to(device))
-        ewc = install_ewc(session, agent, networks.policy_head, False,  # --ewc: None without
-                          ewc_batch_loss(args), row_steps=T)
-        # a variant's extension registers its own state with the session (CLEAR's replay, P&C's knowledge base)
-        extension = make_extension(args, session, agent, optimizer, obs_space, n_actions, device) \
-            if make_extension else LearnerExtension()
+        # continual behaviour: EWC, plasticity methods, the variant's (CLEAR, P&C), evaluation (continual/methods.py)
+        variant = [make_extension(args, session, agent, optimizer, obs_space, n_actions, device)] if make_extension \
+            else []
+        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent_fn,
+                            make_fresh=lambda: make_agent_fn(obs_space, n_actions, args).to(device), last=variant)
         # the actors (--actor_backend: processes, or Ray actors on this machine or a cluster), one interface
         fleet = session.closing(make_fleet(args, settings, session, obs_space, n_actions, make_agent_fn))
         session.register("reward_scalers", fleet.scaler_states, fleet.load_scaler_states, optional=True)
         # weights versions count the learner's updates (a resumed run goes on counting)
         fleet.publish(agent, session.global_step // steps_per_update, force=True)
-        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
 
         # TRY NOT TO MODIFY: start the actors
         fleet.start()
@@ -751,36 +729,34 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             actions, behaviour_logits = time_major(batch["action"]), time_major(batch["logits"])
             rewards, dones = time_major(batch["reward"]), time_major(batch["done"])
 
-            monitor.observe(obs[:T])
-            if ewc:  # EWC: its Fisher is estimated on the last unrolls of a regime (batch-major rows)
-                ewc.observe(obs[:T], obs_space.shape, {k: v.transpose(0, 1) for k, v in (
-                    ("obs", obs), ("action", actions), ("logits", behaviour_logits), ("reward", rewards),
-                    ("done", dones))})
+            # the data trained on: the monitor's probe, EWC's Fisher samples (the last unrolls of a regime, batch-major)
+            tm = {"obs": obs, "action": actions, "logits": behaviour_logits, "reward": rewards, "done": dones}
+            ext.observe({"obs": obs[:T], "obs_shape": obs_space.shape,
+                         "rows": {k: v.transpose(0, 1) for k, v in tm.items()}})
             # CLEAR: replayed unrolls join the batch as extra columns (B grows)
-            obs, actions, behaviour_logits, rewards, dones = extension.extend_batch(
-                batch, obs, actions, behaviour_logits, rewards, dones)
+            tm = ext.extend_batch(agent, tm, batch)
+            obs, actions, behaviour_logits, rewards, dones = (tm[k] for k in ("obs", "action", "logits", "reward",
+                                                                             "done"))
             B = obs.shape[1]
             out = vtrace_losses(agent, obs, actions, behaviour_logits, rewards, dones, args)
             logits, logp, values, vt, pg_loss, v_loss = out.logits, out.logp, out.values, out.vt, out.pg_loss, out.v_loss
             action_logp, behaviour_logp = out.action_logp, out.behaviour_logp
             entropy_loss = -(logp.exp() * logp).sum()
-            ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss + ewc_loss
-            loss = loss + plasticity.penalty()  # --l2, --l2_init, --parseval (0.0 without)
-            loss, extension_logs = extension.loss(loss, obs[:T], logits, values)  # CLEAR's cloning, P&C's compress
+            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss
+            # EWC's penalty, L2 / L2 Init / Parseval, CLEAR's cloning; P&C's compress phase replaces it
+            loss = ext.loss(loss, agent, {"obs": obs[:T], "logits": logits, "values": values})
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
                          entropy=entropy_loss.detach())
 
             optimizer.zero_grad()
             loss.backward()
-            monitor.record_grads()
+            ext.before_step()  # gradient norms (diagnostics)
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
             optimizer.step()
-            plasticity.after_step()  # --nap
-            # --redo, --reset_layers, when due (before the actors get the weights)
-            plasticity.after_update(obs[:T], step=global_step + steps_per_update)
+            ext.after_step(optimizer)  # NaP's norms
+            # ReDo, layer resets, when due (before the actors get the weights); CLEAR: the new unrolls enter its buffer
+            ext.after_update({"obs": obs[:T], "step": global_step + steps_per_update})
             check_parameters(agent, global_step)
-            extension.commit()  # CLEAR: the batch's new unrolls enter the replay buffer once the update is done
             fleet.publish(agent, iteration)  # every --broadcast_interval updates
             learn_s = time.time() - t_learn
 
@@ -807,7 +783,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **extension_logs, **plasticity.take_log(),
+                **ext.scalars(),  # EWC's penalty, units recycled, CLEAR's cloning, P&C's phase
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 # updates between the weights that played an unroll and those it trained (before this update)
@@ -817,7 +793,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "time/learner_utilisation": learn_s / iteration_s if iteration_s > 0 else float("nan"),
                 **fleet.stats_delta(),
             })
-            monitor.maybe_log()
     return session.run_dir
 
 

@@ -57,7 +57,7 @@ from agents import impala, networks
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.plasticity.ewc import EWC
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 from continual.training.startup import agent_main, granularity_of
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -162,10 +162,12 @@ def kl_active_kb(active_logits: torch.Tensor, kb_logits: torch.Tensor) -> torch.
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class PNC(Callback, impala.LearnerExtension):
-    """`impala.train(..., make_extension=PNC)` builds it after the model and optimizer: it registers the KB's online EWC
-    and itself with the session; `loss` replaces IMPALA's loss in the compress phase; `on_switch_end` resets the
-    active column."""
+class PNC(Extension):
+    """`impala.train(..., make_extension=PNC)` builds it after the model and optimizer: the KB's online EWC is its
+    own (consolidated at switches, checkpointed as "pnc"); `loss` replaces IMPALA's loss in the compress phase;
+    `on_switch_end` resets the active column."""
+
+    state_key, state_optional = "pnc", False
 
     def __init__(self, args: Args, session, agent: PNCAgent, optimizer: torch.optim.Optimizer, obs_space,
                  n_actions: int, device: torch.device):
@@ -173,12 +175,19 @@ class PNC(Callback, impala.LearnerExtension):
         self.steps_per_update = granularity_of(args)  # agent steps per learner update
         # (start, end) of every regime visit of the curriculum, at the learner's update grid
         self.visits = [(a, b) for a, b, _ in session.factory.iter_schedule(self.steps_per_update)]
-        self.ewc = session.add_callback(EWC(agent.kb, networks.policy_head, False, "online", args.pnc_ewc_lambda,
-                                            args.ewc_gamma, args.ewc_samples, args.seed, args.pnc_ewc_normalize))
-        session.register("pnc", lambda: {"ewc": self.ewc.state_dict()},  # resumed: loaded now
-                         lambda state: self.ewc.load_state_dict(state["ewc"]))
-        session.add_callback(self)
+        self.ewc = EWC(agent.kb, networks.policy_head, False, "online", args.pnc_ewc_lambda, args.ewc_gamma,
+                       args.ewc_samples, args.seed, args.pnc_ewc_normalize)
+        self.ewc.attach(session)
+        self.log: dict[str, float] = {}
 
+    def state_dict(self) -> dict:
+        return {"ewc": self.ewc.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ewc.load_state_dict(state["ewc"])
+
+    def on_switch_start(self, event: SwitchEvent) -> None:
+        self.ewc.on_switch_start(event)  # the KB consolidated on the ending task
     def phase(self, step: int) -> str:
         """The phase ("progress" or "compress") of the update that starts at agent step `step` (a multiple of the update)."""
         start, end = next((a, b) for a, b in self.visits if a <= step < b)
@@ -186,25 +195,27 @@ class PNC(Callback, impala.LearnerExtension):
         progress = math.ceil(self.args.pnc_progress_fraction * updates)
         return "progress" if (step - start) // self.steps_per_update < progress else "compress"
 
-    def loss(self, impala_loss: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, values: torch.Tensor
-             ) -> tuple[torch.Tensor, dict[str, float]]:
-        """obs [T, B, ...] and the active column's logits [T, B, n] of this update; IMPALA's loss in the progress
-        phase, kl_scale * KL(active || KB) + the KB's online-EWC penalty in the compress phase."""
-        self.ewc.observe(obs, self.agent.obs_shape)
+    def loss(self, impala_loss: torch.Tensor, agent, batch: dict) -> torch.Tensor:
+        """batch["obs"] [T, B, ...] and the active column's batch["logits"] [T, B, n] of this update; IMPALA's loss in
+        the progress phase, kl_scale * KL(active || KB) + the KB's online-EWC penalty in the compress phase."""
+        obs, logits = batch["obs"], batch["logits"]
+        self.ewc.observe({"obs": obs, "obs_shape": self.agent.obs_shape})
         compress = self.phase(self.session.global_step) == "compress"
         flat = obs.reshape(-1, *obs.shape[2:])
         with torch.set_grad_enabled(compress):
             kl = kl_active_kb(logits.detach().reshape(-1, logits.shape[-1]), self.agent.kb_logits(flat))
             penalty = self.ewc.penalty()
-        scalars = {"pnc/compress": float(compress), "losses/pnc_kl": kl.item() / len(flat),
-                   "losses/pnc_ewc_penalty": penalty.item()}
-        if not compress:
-            return impala_loss, scalars
-        return self.args.pnc_kl_scale * kl + penalty, scalars
+        self.log = {"pnc/compress": float(compress), "losses/pnc_kl": kl.item() / len(flat),
+                    "losses/pnc_ewc_penalty": penalty.item()}
+        return self.args.pnc_kl_scale * kl + penalty if compress else impala_loss
+
+    def scalars(self) -> dict[str, float]:
+        return self.log
 
     @torch.no_grad()
     def on_switch_end(self, event: SwitchEvent) -> None:
         """A new task: a fresh active column (and adaptors) with no optimizer state; the KB is kept."""
+        self.ewc.on_switch_end(event)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.args.seed * 1_000_003 + event.count)
             fresh = PNCAgent(self.agent.obs_shape, self.agent.n_actions, self.agent.obs_scale)

@@ -31,7 +31,6 @@ if __package__ in (None, ""):  # `python agents/ppo.py` from the repository root
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.optim as optim
 
 from agents.networks import (  # noqa: F401  (agents.ppo.Agent, ... as before they moved)
     Agent,
@@ -47,15 +46,12 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.goals import split_goal_space
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.errors import UserError
-from continual.evaluation.continual import attach as attach_evaluator
-from continual.her import HerExtension, weighted_mean
-from continual.plasticity.c_chain import PPO_SCHEDULE, install_c_chain, policy_churn
-from continual.plasticity.diagnostics import PlasticityMonitor
-from continual.plasticity.ewc import install_ewc
+from continual.her import HerExtension
+from continual.methods import AgentForm, EWCForm, add_continual
+from continual.plasticity.c_chain import PPO_SCHEDULE, ChurnForm, policy_churn
 from continual.plasticity.injection import load_injected
-from continual.plasticity.methods import install_plasticity, plastic_optimizer
-from continual.plasticity.shrink_perturb import install_switch_remedies
+from continual.plasticity.methods import plastic_optimizer
+from continual.training.extensions import Extension, weighted_mean
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, set_torch_threads, start_run
@@ -71,121 +67,39 @@ def ewc_batch_loss(args: Args):
     return loss
 
 
-class PPOExtension:
-    """The extension point of PPO: HER (`continual.her.HerExtension`, with --her) and PPO variants (PPO_CBP:
-    agents/ppo_cbp.py) reach the loop only through these hooks, so that the loop stays CleanRL's. Every hook does
-    nothing by default; several extensions are called in order (`Extensions`).
-
-    In the rollout: `observations` turns what the envs return (reset, switch, step) into the stored observation
-    (HER: the goal is taken out), `policy_inputs` are extra arguments of the agent's forward pass (HER: the goal),
-    `store(step)` runs before acting at `step`, `rewards` may change the step's scaled rewards, `final_observations`
-    gives the observation (and inputs) of the envs whose episode hit the time limit. After GAE, `extend_batch` may
-    append samples to the batch (HER's relabelled ones); `minibatch` gives each minibatch's observations, inputs and
-    per-sample loss weights. Around the update: `before_update`, `commit(optimizer)` after every optimizer step,
-    `after_update`. `scalars` joins every iteration's log."""
-
-    def observations(self, obs):
-        return obs
-
-    def policy_inputs(self) -> dict:
-        return {}
-
-    def store(self, step: int) -> None:
-        pass
-
-    def rewards(self, step: int, scaled: np.ndarray, next_obs, terminations, truncations, infos) -> np.ndarray:
-        return scaled
-
-    def final_observations(self, step: int, cut: np.ndarray, infos: dict) -> Optional[tuple[torch.Tensor, dict]]:
-        return None
-
-    def extend_batch(self, agent: Agent, batch: dict, rollout: dict) -> dict:
-        return batch
-
-    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> Optional[tuple[torch.Tensor, dict, Optional[torch.Tensor]]]:
-        return None
-
-    def before_update(self) -> None:
-        pass
-
-    def commit(self, optimizer: optim.Optimizer) -> None:
-        pass
-
-    def after_update(self) -> None:
-        pass
-
-    def scalars(self, session) -> dict:
-        return {}
+# how PPO meets the continual methods (continual/methods.py)
+CONTINUAL = AgentForm(
+    ewc=EWCForm(policy_head, ewc_batch_loss),
+    plasticity=True,
+    c_chain=ChurnForm(PPO_SCHEDULE, lambda net, x: net.actor(net.features(x)).float(), policy_churn,
+                      per_iteration=True, refuse_box_actions=True),
+)
 
 
-class Extensions(PPOExtension):
-    """The run's extensions called in order; where a hook answers (final observations, minibatch), the last answer
-    wins, and without one the plain PPO answer is used."""
-
-    def __init__(self, extensions: Sequence[PPOExtension], device: torch.device):
-        self.extensions, self.device = list(extensions), device
-
-    def observations(self, obs):
-        for e in self.extensions:
-            obs = e.observations(obs)
-        return obs
-
-    def policy_inputs(self) -> dict:
-        out: dict = {}
-        for e in self.extensions:
-            out.update(e.policy_inputs())
-        return out
-
-    def store(self, step: int) -> None:
-        for e in self.extensions:
-            e.store(step)
-
-    def rewards(self, step, scaled, next_obs, terminations, truncations, infos):
-        for e in self.extensions:
-            scaled = e.rewards(step, scaled, next_obs, terminations, truncations, infos)
-        return scaled
-
-    def final_observations(self, step, cut, infos):
-        answer = None
-        for e in self.extensions:
-            answer = e.final_observations(step, cut, infos) or answer
-        return answer or (torch.as_tensor(np.stack([infos["final_obs"][i] for i in cut]), device=self.device), {})
-
-    def extend_batch(self, agent, batch, rollout):
-        for e in self.extensions:
-            batch = e.extend_batch(agent, batch, rollout)
-        return batch
-
-    def minibatch(self, batch, mb_inds):
-        answer = None
-        for e in self.extensions:
-            answer = e.minibatch(batch, mb_inds) or answer
-        return answer or (batch["obs"][mb_inds], {}, None)
-
-    def before_update(self) -> None:
-        for e in self.extensions:
-            e.before_update()
-
-    def commit(self, optimizer) -> None:
-        for e in self.extensions:
-            e.commit(optimizer)
-
-    def after_update(self) -> None:
-        for e in self.extensions:
-            e.after_update()
-
-    def scalars(self, session) -> dict:
-        out: dict = {}
-        for e in self.extensions:
-            out.update(e.scalars(session))
-        return out
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+        next_done: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """CleanRL's generalised advantage estimation over a (steps, envs) rollout: (advantages, returns). With
+    gae_lambda 1 the advantages are those of n-step returns (A2C's)."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
           make_agent_fn: Callable[..., Agent] = make_agent,
-          make_extensions: Callable[[Agent], Sequence[PPOExtension]] = lambda agent: ()) -> str:
+          make_extensions: Callable[[Agent], Sequence[Extension]] = lambda agent: ()) -> str:
     """Train through the curriculum; `make_agent_fn` lets PPO variants (PPO_CBP) bring their own network,
-    `make_extensions(agent)` their `PPOExtension`s (--her adds HER's)."""
+    `make_extensions(agent)` their `Extension`s (--her adds HER's)."""
     batch_size = args.rollout_size()
     minibatch_size = args.minibatch_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
@@ -201,28 +115,17 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate, (args.adam_beta1, args.adam_beta2)),
                                       args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        monitor = session.add_callback(PlasticityMonitor(session, agent))  # logs before every switch too
         # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
         session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
         session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.register("plasticity", monitor.state_dict, monitor.load_state_dict, optional=True)
         session.describe_policy(agent)
-
-        def make_fresh() -> Agent:
-            return make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
-
-        install_switch_remedies(session, agent, optimizer, make_fresh)
-        plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # ReDo, L2, resets, ...
-        ewc = install_ewc(session, agent, policy_head, agent.continuous, ewc_batch_loss(args))  # --ewc: None without
-        if args.c_chain and agent.continuous:
-            raise UserError("c_chain: PPO's C-CHAIN is the paper's form for discrete actions (a cross-entropy between "
-                            "policies); its form for Box actions is not ported")
-        c_chain = install_c_chain(session, agent, PPO_SCHEDULE)  # --c_chain: None without
-        attach_evaluator(session, agent, device, make_agent_fn)  # continual evaluation (--eval_every): step 0 now, then a session callback
-
+        # continual behaviour: HER, the variant's, EWC, plasticity methods, C-CHAIN, evaluation (continual/methods.py)
         her = [HerExtension(args, envs.single_observation_space, device, session.np_rng)] if args.her else []
-        ext = Extensions([*her, *make_extensions(agent)], device)
+        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent_fn,
+                            make_fresh=lambda: make_agent_fn(envs.single_observation_space,
+                                                             envs.single_action_space, args).to(device),
+                            continuous=agent.continuous, first=[*her, *make_extensions(agent)])
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         obs_space, _ = split_goal_space(envs.single_observation_space)
@@ -289,24 +192,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 for i, ep_return, ep_length in episode_stats(infos):
                     session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
-            monitor.observe(obs)
 
             # bootstrap value if not done
             t_learn = time.time()
             with torch.no_grad():
                 next_value = agent.get_value(next_obs, **ext.policy_inputs()).reshape(1, -1)
-                advantages = torch.zeros_like(rewards).to(device)
-                lastgaelam = 0
-                for t in reversed(range(args.num_steps)):
-                    if t == args.num_steps - 1:
-                        nextnonterminal = 1.0 - next_done
-                        nextvalues = next_value
-                    else:
-                        nextnonterminal = 1.0 - dones[t + 1]
-                        nextvalues = values[t + 1]
-                    delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                    advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-                returns = advantages + values
+                advantages, returns = gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
 
             # flatten the batch
             b_obs = obs.reshape((-1,) + obs_space.shape)
@@ -315,9 +206,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             b_advantages = advantages.reshape(-1)
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
-            if ewc:  # EWC: its Fisher is estimated on the last samples of a regime
-                ewc.observe(b_obs, obs_space.shape, {"obs": b_obs, "action": b_actions, "advantage": b_advantages,
-                                                     "return": b_returns})
+            # the data trained on: the monitor's probe, EWC's Fisher samples (the last of a regime)
+            ext.observe({"obs": obs, "obs_shape": obs_space.shape, "rows": {
+                "obs": b_obs, "action": b_actions, "advantage": b_advantages, "return": b_returns}})
             # extensions may add samples (HER's relabelled ones) and their own minibatch size
             batch = ext.extend_batch(agent, {
                 "obs": b_obs, "logprobs": b_logprobs, "actions": b_actions, "advantages": b_advantages,
@@ -332,8 +223,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             ext.before_update()
             for epoch in range(args.update_epochs):
                 session.np_rng.shuffle(b_inds)
-                if c_chain is not None:  # --c_chain: the reference minibatches, a permutation of their own
-                    ref_inds = session.np_rng.permutation(batch["size"])
                 for start in range(0, batch["size"], batch["minibatch_size"]):
                     mb_inds = torch.as_tensor(b_inds[start:start + batch["minibatch_size"]], device=device)
                     mb_obs, mb_inputs, mb_weights = ext.minibatch(batch, mb_inds)  # HER: goals, IS weights
@@ -371,36 +260,22 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         v_loss = 0.5 * weighted_mean((newvalue - b_returns[mb_inds]) ** 2, mb_weights)
 
                     entropy_loss = entropy.mean()
-                    ewc_loss = ewc.penalty() if ewc else 0.0  # EWC: lambda/2 * sum F (theta - theta*)^2
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + ewc_loss
-                    loss = loss + plasticity.penalty()  # --l2, --l2_init, --parseval (0.0 without)
-                    churn = None
-                    if c_chain is not None and c_chain.has_reference():  # --c_chain
-                        ref_obs = batch["obs"][torch.as_tensor(ref_inds[start:start + batch["minibatch_size"]],
-                                                               device=device)]
-                        churn = policy_churn(agent.actor(agent.features(ref_obs)).float(), c_chain.reference(
-                            lambda net, x: net.actor(net.features(x)).float(), ref_obs))
-                        loss = loss + c_chain.coef * churn
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # EWC's penalty, L2 / L2 Init / Parseval, C-CHAIN's churn (on a permutation of its own)
+                    loss = ext.loss(loss, agent, {"batch": batch, "start": start, "size": batch["minibatch_size"],
+                                                  "main_loss": pg_loss})
                     check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
 
                     optimizer.zero_grad()
                     loss.backward()
-                    monitor.record_grads()
+                    ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights
                     nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
-                    if c_chain is not None:
-                        c_chain.before_step()  # the next update's reference: the weights before this step
                     optimizer.step()
-                    if c_chain is not None:
-                        c_chain.add(pg_loss.item(), None if churn is None else churn.item())
-                    plasticity.after_step()  # --nap: weights back to their initial norms
-                    ext.commit(optimizer)  # PPO_CBP: its units
+                    ext.after_step(optimizer)  # NaP's norms, PPO_CBP's units
 
                 if args.target_kl is not None and approx_kl > args.target_kl:
                     break
-            ext.after_update()
-            if c_chain is not None:
-                c_chain.end_iteration()  # its record: the iteration's mean policy loss and churn
-            plasticity.after_update(obs)  # --redo, --reset_layers, when due
+            ext.after_update({"obs": obs})  # ReDo, layer resets, when due
             if agent.norm_obs:  # after the update: the stored log-probs and values were those of the old statistics
                 agent.update_obs_stats(obs)
             check_parameters(agent, global_step)
@@ -416,13 +291,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
                 "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
                 "losses/explained_variance": float(explained_var),
-                **({"losses/ewc_penalty": ewc_loss.item()} if ewc else {}), **plasticity.take_log(),
-                **(c_chain.log() if c_chain is not None else {}),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/forward_s": forward_time,
                 "time/learn_s": learn_time,
-                **ext.scalars(session),  # HER: success, relabelling
+                **ext.scalars(),  # EWC's penalty, units recycled, C-CHAIN's coefficient, HER's success
             })
-            monitor.maybe_log()
     return session.run_dir
 
 

@@ -32,6 +32,7 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.goals import split_goal_space
 from continual.plasticity.cbp import CBP, AdamGnT, UnitTracker
+from continual.training.extensions import Extension
 from continual.training.startup import agent_main
 
 
@@ -59,15 +60,6 @@ class CBPAgent(networks.Agent):
     def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.9, 0.999)) -> optim.Optimizer:
         return AdamGnT(self.parameters(), lr=lr, betas=betas, eps=1e-5)  # PPO's Adam, with a step count per weight
 
-    def before_update(self) -> None:
-        self.cbp.capture(True)
-
-    def after_optimizer_step(self, optimizer: optim.Optimizer) -> None:
-        self.cbp.step(optimizer)
-
-    def after_update(self) -> None:
-        self.cbp.capture(False)
-
 
 def make_agent(obs_space, action_space, args: Args) -> CBPAgent:
     obs_space, goal_dim = split_goal_space(obs_space)  # HER: Dict observations carry the goal
@@ -76,21 +68,21 @@ def make_agent(obs_space, action_space, args: Args) -> CBPAgent:
                     continuous=continuous, norm_obs=args.norm_obs)
 
 
-class CBPExtension(ppo.PPOExtension):
-    """CBP reaches PPO's loop through its extension hooks: unit activations are captured during the update, and
-    units are maintained after every optimizer step."""
+class CBPExtension(Extension):
+    """CBP reaches PPO's loop as an extension: unit activations are captured during the update, and units are
+    maintained after every optimizer step."""
 
     def __init__(self, agent: CBPAgent):
         self.agent = agent
 
     def before_update(self) -> None:
-        self.agent.before_update()
+        self.agent.cbp.capture(True)
 
-    def commit(self, optimizer: optim.Optimizer) -> None:
-        self.agent.after_optimizer_step(optimizer)
+    def after_step(self, optimizer: optim.Optimizer) -> None:
+        self.agent.cbp.step(optimizer)
 
-    def after_update(self) -> None:
-        self.agent.after_update()
+    def after_update(self, batch: dict) -> None:
+        self.agent.cbp.capture(False)
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None) -> str:

@@ -42,6 +42,7 @@ import torch
 
 from continual.envs.goals import episode_outcomes, make_goal_space
 from continual.envs.vector import regime_slug
+from continual.training.extensions import Extension
 
 # --------------------------------------------------------------------------------------------------------------------
 # relabelling (pure parts, tested by hand computation)
@@ -110,10 +111,6 @@ class Relabelled:
     weights: torch.Tensor
     candidates: int
     goal_rewards: float
-
-
-def weighted_mean(x: torch.Tensor, weights: Optional[torch.Tensor]) -> torch.Tensor:
-    return x.mean() if weights is None else (x * weights).mean()
 
 
 class HerRollout:
@@ -258,7 +255,7 @@ class HerRollout:
         self.trained += int((mb_inds >= batch_size).sum())
 
     # --- logging ---------------------------------------------------------------------------------------------------
-    def scalars(self, regime: str) -> dict[str, float]:
+    def her_scalars(self, regime: str) -> dict[str, float]:
         """This iteration's HER statistics (then reset)."""
         out: dict[str, float] = {"her/step_success": self.step_successes / float(self.T * self.N),
                                  "her/relabelled_trained": float(self.trained)}
@@ -277,8 +274,8 @@ class HerRollout:
         return out
 
 
-class HerExtension(HerRollout):
-    """HER as a PPO extension (the hooks of agents/ppo.py's `PPOExtension`): the goal leaves the observation and goes
+class HerExtension(HerRollout, Extension):
+    """HER as PPO's extension (`continual.training.extensions`): the goal leaves the observation and goes
     to the policy's `goal` input, goal rewards join the step's rewards, and after GAE the relabelled samples join the
     batch. A batch sample k is the rollout sample `src[k]` (its observation and action) with goal `goals[k]` and
     importance weight `weights[k]` (1 for original samples); minibatches are drawn over all of them, still
@@ -330,14 +327,5 @@ class HerExtension(HerRollout):
         self.count_trained(mb_inds, self.rollout_size)
         return batch["obs"][self.src[mb_inds]], {"goal": self.batch_goals[mb_inds]}, self.weights[mb_inds]
 
-    def before_update(self) -> None:
-        pass
-
-    def commit(self, optimizer: torch.optim.Optimizer) -> None:
-        pass
-
-    def after_update(self) -> None:
-        pass
-
-    def scalars(self, session: Any) -> dict[str, float]:
-        return super().scalars(regime_slug(session.modification))
+    def scalars(self) -> dict[str, float]:
+        return self.her_scalars(regime_slug(self.session.modification))

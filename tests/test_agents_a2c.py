@@ -29,12 +29,12 @@ def test_n_step_returns_by_hand():
     rewards = torch.tensor([[1.0], [2.0], [3.0]])
     values = torch.full((3, 1), 0.5)
     dones = torch.tensor([[0.0], [0.0], [1.0]])
-    adv, ret = a2c.advantages_and_returns(rewards, values, dones, torch.tensor([10.0]), torch.tensor([0.0]),
+    adv, ret = a2c.gae(rewards, values, dones, torch.tensor([10.0]), torch.tensor([0.0]),
                                           gamma=0.9, gae_lambda=1.0)
     assert ret.flatten().tolist() == pytest.approx([1 + 0.9 * 2, 2.0, 3 + 0.9 * 10])
     assert adv.flatten().tolist() == pytest.approx([2.3, 1.5, 11.5])
     # the rollout's last step was terminal: nothing is bootstrapped
-    _, ret = a2c.advantages_and_returns(rewards, values, dones, torch.tensor([10.0]), torch.tensor([1.0]), 0.9, 1.0)
+    _, ret = a2c.gae(rewards, values, dones, torch.tensor([10.0]), torch.tensor([1.0]), 0.9, 1.0)
     assert ret.flatten().tolist() == pytest.approx([2.8, 2.0, 3.0])
 
 
@@ -45,7 +45,7 @@ def test_gae_matches_a_float64_sum_of_discounted_td_errors(lam):
     rewards, values = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
     dones = (torch.rand(T, N, generator=g) < 0.3).float()
     next_value, next_done = torch.randn(N, generator=g), (torch.rand(N, generator=g) < 0.3).float()
-    adv, ret = a2c.advantages_and_returns(rewards, values, dones, next_value, next_done, gamma, lam)
+    adv, ret = a2c.gae(rewards, values, dones, next_value, next_done, gamma, lam)
     r, v, d = rewards.double().numpy(), values.double().numpy(), dones.double().numpy()
     v_next = np.vstack([v[1:], next_value.double().numpy()[None]])
     d_next = np.vstack([d[1:], next_done.double().numpy()[None]])
@@ -91,19 +91,19 @@ def test_one_update_is_the_a2c_loss_step(tmp_path):
     data["modification_factory_kwargs"]["modifications"] = [""]
     cfg = write_config(tmp_path, data, "one.json")
     captured = {}
-    orig = a2c.advantages_and_returns
+    orig = a2c.gae
 
     def spy(rewards, values, dones, next_value, next_done, gamma, lam):
         captured.update(rewards=rewards.clone(), dones=dones.clone(), next_done=next_done.clone())
         return orig(rewards, values, dones, next_value, next_done, gamma, lam)
 
-    a2c.advantages_and_returns = spy
+    a2c.gae = spy
     try:
         run = a2c.main(["--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--run_name", "one",
                         "--no-progress-bar", "--no-cuda", "--checkpoint_minutes", "0", "--no-metrics",
                         "--no-anneal-lr", "--ent_coef", "0.01"])
     finally:
-        a2c.advantages_and_returns = orig
+        a2c.gae = orig
     final = torch.load(glob.glob(os.path.join(run, "checkpoints", "final__*"))[0], weights_only=True)
     assert captured["rewards"].shape == (5, 4)
     # the same initial network and the same actions: rebuild both from the seed

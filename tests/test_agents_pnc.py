@@ -27,8 +27,8 @@ from continual.config.args import Args
 from continual.curricula import make_run_factory
 from continual.evaluation.table import read_eval_table
 from continual.plasticity.ewc import EWC
-from continual.training.callbacks import SwitchEvent
 from continual.training.checkpoint import load_checkpoint
+from continual.training.extensions import SwitchEvent
 from continual.training.session import StateRegistry
 from continual.training.tracking import read_metrics
 
@@ -40,7 +40,7 @@ CURRICULUM = {"num_total_steps": 1024, "modifications": ["", "gravity=15"], "swi
 
 
 class FakeSession:
-    """What PNC and EWC use of a RunSession, and its switch sequence (callbacks around the switch)."""
+    """What PNC and EWC use of a RunSession, and its switch sequence (extensions around the switch)."""
 
     def __init__(self, args: Args, global_step: int = 0, switches: int = 0, modification: str = "",
                  resume: dict | None = None):
@@ -51,10 +51,12 @@ class FakeSession:
         self.global_step, self.switches, self.modification = global_step, switches, modification
         self.callbacks: list = []
 
-    def add_callback(self, cb):
-        cb.init_callback(self)
-        self.callbacks.append(cb)
-        return cb
+    def add_extension(self, ext):
+        """As RunSession's: attached, called at switches, its state registered (resumed: loaded now)."""
+        ext.attach(self)
+        self.callbacks.append(ext)
+        self.register(ext.state_key, ext.state_dict, ext.load_state_dict, optional=ext.state_optional)
+        return ext
 
     def switch_start(self, new: str) -> SwitchEvent:
         event = SwitchEvent(self.modification, new, self.global_step, self.switches + 1)
@@ -79,8 +81,13 @@ def build(args: Args, resume: dict | None = None):
         opt.load_state_dict(resume["optimizer"])
         session.global_step, session.switches, session.modification = (resume["global_step"], resume["switches"],
                                                                         resume["modification"])
-    ext = pnc.PNC(session.args, session, agent, opt, None, None, torch.device("cpu"))
+    ext = session.add_extension(pnc.PNC(session.args, session, agent, opt, None, None, torch.device("cpu")))
     return agent, opt, session, ext
+
+
+def pnc_loss(ext, loss, obs, logits):
+    """The loss P&C gives impala.train (from IMPALA's) and the scalars it logs with the update."""
+    return ext.loss(loss, None, {"obs": obs, "logits": logits}), ext.scalars()
 
 
 # --- float64 references ----------------------------------------------------------------------------------------------
@@ -153,7 +160,7 @@ def test_distillation_steps_lower_kl_active_kb_on_a_fixed_batch():
     for _ in range(10):
         logits, _ = agent.logits_and_values(flat)
         kls.append(kl64(logits, kb_logits64(kb64(agent), flat)))
-        loss, scalars = ext.loss(torch.zeros(()), obs, logits.view(4, 4, -1), None)
+        loss, scalars = pnc_loss(ext, torch.zeros(()), obs, logits.view(4, 4, -1))
         assert scalars["pnc/compress"] == 1.0
         assert scalars["losses/pnc_kl"] == pytest.approx(kls[-1] / 16, rel=1e-4)
         opt.zero_grad()
@@ -180,7 +187,7 @@ def test_compress_loss_is_kl_plus_online_ewc_penalty_by_hand():
             for p in agent.kb.parameters():
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
         obs = batch(count)
-        ext.loss(torch.zeros(()), obs, torch.zeros(4, 4, 2), None)  # fills EWC's buffer (16 = ewc_samples rows)
+        pnc_loss(ext, torch.zeros(()), obs, torch.zeros(4, 4, 2))  # fills EWC's buffer (16 = ewc_samples rows)
         refs.append((fisher64(agent, obs.reshape(-1, 4), args.seed, count), kb64(agent)))
         session.switch_end(session.switch_start(new))
     def unit(fr):
@@ -206,7 +213,7 @@ def test_compress_loss_is_kl_plus_online_ewc_penalty_by_hand():
     session.global_step = 832  # second task, update 6 of 8: compress
     obs = batch(9)
     active = torch.randn(4, 4, 2, generator=g) * 2
-    loss, scalars = ext.loss(torch.zeros(()), obs, active, None)
+    loss, scalars = pnc_loss(ext, torch.zeros(()), obs, active)
     kl = kl64(active, kb_logits64(theta, obs.reshape(-1, 4)))
     assert loss.item() == pytest.approx(0.3 * kl + penalty, rel=1e-4)
     assert scalars["losses/pnc_ewc_penalty"] == pytest.approx(penalty, rel=1e-4)
@@ -224,7 +231,7 @@ def test_progress_loss_is_impala_loss_and_touches_no_kb_weight():
     obs = batch(1)
     logits, values = agent.logits_and_values(obs.reshape(-1, 4))
     impala_loss = -(F.log_softmax(logits, -1)[:, 0]).sum() + (values**2).sum()
-    loss, scalars = ext.loss(impala_loss, obs, logits.view(4, 4, -1), None)
+    loss, scalars = pnc_loss(ext, impala_loss, obs, logits.view(4, 4, -1))
     assert loss is impala_loss and scalars["pnc/compress"] == 0.0
     loss.backward()
     assert all(p.grad is None for p in agent.kb.parameters())
@@ -284,7 +291,7 @@ def learner_run(stop_at=None, resume=None):
         logits, values = agent.logits_and_values(obs.reshape(-1, 4))
         adv = torch.randn(16, generator=torch.Generator().manual_seed(i))
         impala_loss = -(F.log_softmax(logits, -1)[:, i % 2] * adv).sum() + 0.5 * ((values - adv) ** 2).sum()
-        loss, scalars = ext.loss(impala_loss, obs, logits.view(4, 4, -1), None)
+        loss, scalars = pnc_loss(ext, impala_loss, obs, logits.view(4, 4, -1))
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), 40.0)

@@ -128,12 +128,12 @@ def test_shared_head_layer_is_tracked_once_over_both_heads():
     last = trackers[-1]
     assert last.out_layers == [agent.actor, agent.critic]
     opt = torch.optim.Adam(agent.parameters())
-    agent.before_update()
+    agent.cbp.capture(True)
     _, logp, ent, v = agent.get_action_and_value(torch.randn(32, 4))
     (logp.mean() + v.mean()).backward()
     opt.step()
-    agent.after_optimizer_step(opt)
-    agent.after_update()
+    agent.cbp.step(opt)
+    agent.cbp.capture(False)
     fresh = torch.nonzero(last.age == 0).flatten()
     assert len(fresh) > 0
     assert (agent.actor.weight[:, fresh] == 0).all() and (agent.critic.weight[:, fresh] == 0).all()
@@ -148,12 +148,12 @@ def test_cbp_state_round_trips_through_a_checkpoint(tmp_path):
     agent = CBPAgent((4,), 2, args)
     opt = torch.optim.Adam(agent.parameters())
     for _ in range(5):
-        agent.before_update()
+        agent.cbp.capture(True)
         _, logp, _, v = agent.get_action_and_value(torch.randn(8, 4))
         opt.zero_grad()
         (logp.mean() + v.mean()).backward()
         opt.step()
-        agent.after_optimizer_step(opt)
+        agent.cbp.step(opt)
     path = tmp_path / "a.pt"
     torch.save({"model": agent.state_dict()}, path)
     other = CBPAgent((4,), 2, args)
@@ -263,13 +263,13 @@ def _cbp_updates(agent, opt, n, seed, goal_dim=0):
     for _ in range(n):
         x = torch.randn((16, *agent.obs_shape), generator=gen)
         goal = torch.randn((16, goal_dim), generator=gen) if goal_dim else None
-        agent.before_update()
+        agent.cbp.capture(True)
         _, logp, _, v = agent.get_action_and_value(x, goal=goal)
         opt.zero_grad()
         (logp.mean() + v.pow(2).mean()).backward()
         opt.step()
-        agent.after_optimizer_step(opt)
-        agent.after_update()
+        agent.cbp.step(opt)
+        agent.cbp.capture(False)
 
 
 def test_adamgnt_state_resumes_exactly_through_a_checkpoint(tmp_path):

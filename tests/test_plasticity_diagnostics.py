@@ -91,7 +91,7 @@ def test_monitor_logs_the_new_metrics_and_measures_change_since_init_and_since_t
     session = types.SimpleNamespace(args=Args(diagnostics_every=0), global_step=0, logger=FakeLogger(),
                                     modification="", np_rng=np.random.default_rng(0))
     monitor = PlasticityMonitor(session, agent)
-    monitor.observe((torch.rand(8, 4, 4, 10, 10) > 0.7).float())
+    monitor.observe({"obs": (torch.rand(8, 4, 4, 10, 10) > 0.7).float()})
     init = {n: p.detach().clone() for n, p in agent.named_parameters()}
     with torch.no_grad():
         for p in agent.parameters():
@@ -163,7 +163,7 @@ def test_dormant_fraction_all_counts_dormant_units_over_all_units():
     session = SimpleNamespace(args=SimpleNamespace(dormant_tau=0.025, diagnostics_every=0), before_switch=[],
                               global_step=0, np_rng=np.random.default_rng(0))
     monitor = PlasticityMonitor(session, net)
-    monitor.observe(torch.randn(4, 2, 3))
+    monitor.observe({"obs": torch.randn(4, 2, 3)})
     out = monitor.compute()
     assert out["plasticity/dormant_fraction/layer0"] == pytest.approx(2 / 4)
     assert out["plasticity/dormant_fraction/layer1"] == pytest.approx(0.0)

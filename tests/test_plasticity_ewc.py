@@ -21,7 +21,7 @@ from continual.config.args import Args
 from continual.config.validation import validate_ewc_args
 from continual.errors import UserError
 from continual.plasticity.ewc import EWC, diagonal_fisher, ewc_penalty
-from continual.training.callbacks import SwitchEvent
+from continual.training.extensions import SwitchEvent
 from continual.training.tracking import read_metrics
 
 
@@ -154,11 +154,11 @@ def _consolidate(mode: str, regimes: list[str], **kw) -> tuple[EWC, list[tuple[d
     returns it and the (theta*, F) of every switch computed independently."""
     model = Tiny()
     ewc = EWC(model, head, False, mode, lam=2.0, gamma=0.5, samples=8, seed=3, **kw)
-    ewc.init_callback(types.SimpleNamespace(modification=regimes[0]))
+    ewc.attach(types.SimpleNamespace(modification=regimes[0]))
     expected = []
     for count, old in enumerate(regimes, start=1):
         obs = torch.randn(5, 2, 3, generator=torch.Generator().manual_seed(count))
-        ewc.observe(obs, (3,))
+        ewc.observe({"obs": obs, "obs_shape": (3,)})
         theta = {n: p.detach().clone() for n, p in model.named_parameters()}
         f = diagonal_fisher(model, head, obs.reshape(10, 3)[-8:], False,
                             torch.Generator().manual_seed(3 * 1_000_003 + count))
@@ -223,12 +223,12 @@ def test_normalize_full_divides_each_fisher_tensor_by_its_norm():
 @pytest.mark.parametrize("mode", ["ewc", "online"])
 def test_checkpoint_round_trip_is_exact_and_a_resumed_switch_is_not_consolidated_twice(mode):
     ewc, _ = _consolidate(mode, ["a", "b"])
-    ewc.observe(torch.randn(3, 3, generator=torch.Generator().manual_seed(9)), (3,))
+    ewc.observe({"obs": torch.randn(3, 3, generator=torch.Generator().manual_seed(9)), "obs_shape": (3,)})
     buf = io.BytesIO()
     torch.save(ewc.state_dict(), buf)
     buf.seek(0)
     resumed = EWC(ewc.model, head, False, mode, lam=2.0, gamma=0.5, samples=8, seed=3)
-    resumed.init_callback(ewc.session)
+    resumed.attach(ewc.session)
     resumed.load_state_dict(torch.load(buf, weights_only=True))
     assert resumed.penalty().item() == ewc.penalty().item()
     resumed.on_switch_start(SwitchEvent("a", "b", 150, 2))  # the switch that wrote the checkpoint, redone
@@ -394,8 +394,8 @@ def test_cora_fisher_of_a_ppo_net_against_float64():
             "advantage": torch.randn(20, generator=g), "return": torch.randn(20, generator=g)}
     ewc = EWC(agent, ppo.policy_head, False, "ewc", lam=1.0, gamma=1.0, samples=16, seed=7, fisher="cora",
               batch_loss=ppo.ewc_batch_loss(args), fisher_batch=6, fisher_batches=5)
-    ewc.init_callback(types.SimpleNamespace(modification="a"))
-    ewc.observe(data["obs"], (4,), data)
+    ewc.attach(types.SimpleNamespace(modification="a"))
+    ewc.observe({"obs": data["obs"], "obs_shape": (4,), "rows": data})
     ewc.on_switch_start(SwitchEvent("a", "b", 100, 1))
     fisher = ewc.anchors["a"][1]
 
@@ -433,8 +433,8 @@ def test_cora_fisher_of_an_impala_net_against_float64():
             "done": torch.rand(5, T, generator=g) < 0.2}
     ewc = EWC(agent, ppo.policy_head, False, "ewc", lam=1.0, gamma=1.0, samples=16, seed=2, fisher="cora",
               batch_loss=impala.ewc_batch_loss(args), row_steps=T, fisher_batch=8, fisher_batches=3)
-    ewc.init_callback(types.SimpleNamespace(modification="a"))
-    ewc.observe(rows["obs"][:, :T], (4,), rows)
+    ewc.attach(types.SimpleNamespace(modification="a"))
+    ewc.observe({"obs": rows["obs"][:, :T], "obs_shape": (4,), "rows": rows})
     ewc.on_switch_start(SwitchEvent("a", "b", 100, 1))
     fisher = ewc.anchors["a"][1]
 

@@ -202,10 +202,10 @@ def test_cbp_after_an_injection_reads_the_effective_weights_and_keeps_the_output
     opt = agent.make_optimizer(1e-2)
     x = (torch.rand(32, 4, 10, 10) > 0.5).float()
     for _ in range(3):
-        agent.before_update()
+        agent.cbp.capture(True)
         step(agent, opt, x)
-        agent.after_optimizer_step(opt)
-        agent.after_update()
+        agent.cbp.step(opt)
+        agent.cbp.capture(False)
     plain = copy.deepcopy(agent)
     plain_opt = plain.make_optimizer(1e-2)
     inject(agent, ppo_cbp.CBPAgent((4, 10, 10), 3, Args(architecture="PPO_CBP")), opt)

@@ -1,12 +1,11 @@
-"""continual.training.callbacks with a real RunSession (fake logger and envs): the order of events around a switch,
-an iteration, the end of the run; the built-in checkpoint callbacks; shrink & perturb as a callback."""
+"""continual.training.callbacks with a real RunSession (fake logger and envs): the order of extension events around a
+switch, an iteration, the end of the run; the built-in checkpoint extensions; shrink & perturb as an extension."""
 
 from __future__ import annotations
 
 import glob
 import os
 import signal
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,8 +15,9 @@ import torch.nn as nn
 from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.curricula import make_factory
-from continual.plasticity.shrink_perturb import SwitchRemedies, install_switch_remedies, shrink_and_perturb
-from continual.training.callbacks import Callback, CheckpointCallback, SwitchCheckpointCallback
+from continual.plasticity.shrink_perturb import SwitchRemedies, shrink_and_perturb
+from continual.training.callbacks import CheckpointCallback, SwitchCheckpointCallback
+from continual.training.extensions import Extension
 from continual.training.session import RunSession
 
 KWARGS = {"num_total_steps": 64, "modifications": ["", "b"], "switching_thresholds": [16]}
@@ -52,7 +52,7 @@ class FakeEnvs:
         return np.zeros(1), {}
 
 
-class Recorder(Callback):
+class Recorder(Extension):
     def __init__(self, name, log):
         self.name, self.log = name, log
 
@@ -100,10 +100,10 @@ def _names(tmp_path) -> list[str]:
 def test_event_order_of_a_run(make_session, tmp_path):
     session = make_session(save_agent_with_switch=True, checkpoint_every=16)
     log: list = []
-    session.add_callback(Recorder("a", log))
-    session.add_callback(Recorder("b", log))
-    assert isinstance(session.callbacks[-1], CheckpointCallback)  # the periodic checkpoints stay last
-    assert isinstance(session.callbacks[0], SwitchCheckpointCallback)
+    session.add_extension(Recorder("a", log))
+    session.add_extension(Recorder("b", log))
+    assert isinstance(session.extensions.extensions[-1], CheckpointCallback)  # the periodic checkpoints stay last
+    assert isinstance(session.extensions.extensions[0], SwitchCheckpointCallback)
     envs = FakeEnvs(log)
     for step in (8, 16, 24):
         session.global_step = step
@@ -132,7 +132,7 @@ def test_event_order_of_a_run(make_session, tmp_path):
 
 def test_no_switch_checkpoints_without_the_flag(make_session, tmp_path):
     session = make_session()
-    assert not any(isinstance(cb, SwitchCheckpointCallback) for cb in session.callbacks)
+    assert not any(isinstance(cb, SwitchCheckpointCallback) for cb in session.extensions.extensions)
     session.global_step = 16
     session.maybe_switch(FakeEnvs([]))
     assert _names(tmp_path) == []
@@ -164,8 +164,7 @@ def test_switch_remedies_perturb_as_the_reference_with_the_switch_count(make_ses
     model, optimizer = nn.Linear(3, 2), None
     optimizer = torch.optim.Adam(model.parameters())
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    install_switch_remedies(session, model, optimizer, lambda: nn.Linear(3, 2))
-    assert any(isinstance(cb, SwitchRemedies) for cb in session.callbacks)
+    session.add_extension(SwitchRemedies(model, optimizer, lambda: nn.Linear(3, 2)))
     session.global_step = 16
     session.maybe_switch(FakeEnvs([]))
     ref = nn.Linear(3, 2)
@@ -179,7 +178,3 @@ def test_switch_remedies_perturb_as_the_reference_with_the_switch_count(make_ses
     torch.testing.assert_close(model.weight.detach(), w)
 
 
-def test_no_remedy_callback_without_the_flags(make_session):
-    session = make_session()
-    install_switch_remedies(session, nn.Linear(1, 1), SimpleNamespace(), lambda: None)
-    assert not any(isinstance(cb, SwitchRemedies) for cb in session.callbacks)

@@ -204,7 +204,7 @@ def validate_plasticity_args(args: Args) -> None:
             raise UserError(f"{name}: must be >= 0, got {getattr(args, name)}")
     used = [f for f in ("redo", "l2", "l2_init", "parseval") if getattr(args, f)] + (
         ["reset_layers"] if args.reset_layers else [])
-    if used:  # install_plasticity is wired into these agents' loops (not PNC: its two columns are not one torso)
+    if used:  # PlasticityMethods reach these agents' loops (continual/methods.py) (not PNC: its two columns are not one torso)
         require(args, specs.PLASTICITY, used[0])
     network = [f for f, on in (("layer_norm", args.layer_norm), ("activation", args.activation != "default"),
                                ("nap", args.nap)) if on]

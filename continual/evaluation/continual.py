@@ -49,7 +49,7 @@ from continual.io import AppendFile, storage_cause
 from continual.modstrings import normalize_modification, parse_eval_modifs
 from continual.plasticity.injection import restore_injection
 from continual.processes import stop_processes
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 
 MAX_PENDING = 3  # background evaluations queued before training waits for the oldest one
 
@@ -258,8 +258,8 @@ class BackgroundEvaluation:
         return done
 
 
-class ContinualEvaluator(Callback):
-    """Evaluation as a run session's callback; see the module docstring."""
+class ContinualEvaluator(Extension):
+    """Evaluation as a run's extension (it adds itself to the session); see the module docstring."""
 
     def __init__(self, session, agent: torch.nn.Module, device: torch.device,
                  make_agent: Callable[..., torch.nn.Module]):
@@ -283,7 +283,7 @@ class ContinualEvaluator(Callback):
         self.background: Optional[BackgroundEvaluation] = None
         self.completed = False
         self._last_step = session.global_step
-        session.add_callback(self)
+        session.add_extension(self)
         if not self.enabled:
             return
         self._prepare_table(session.global_step if session.resume_state is not None else None)

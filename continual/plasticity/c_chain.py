@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from continual.training.callbacks import Callback
+from continual.training.extensions import Extension
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,19 @@ def schedule_for(preset: Schedule, target: Optional[float], coef: Optional[float
     """`preset` with `--c_chain_target_rel_loss_scale` / `--c_chain_coef` where given."""
     out = preset if target is None else dataclasses.replace(preset, target=float(target))
     return out if coef is None else dataclasses.replace(out, initial=float(coef))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChurnForm:
+    """An agent's C-CHAIN, declared in its file: the schedule, the outputs whose churn is reduced and the churn term;
+    `per_iteration`: PPO's form (a record per iteration; the reference minibatches a permutation of the batch drawn
+    each epoch), else DQN's (a record per update; the reference batch `batch["reference_obs"]()`)."""
+
+    schedule: Schedule
+    outputs: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    churn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    per_iteration: bool = False
+    refuse_box_actions: bool = False
 
 
 def q_churn(q: torch.Tensor, q_ref: torch.Tensor) -> torch.Tensor:
@@ -153,20 +166,22 @@ class AutoCoefficient:
         self.churn.load_state_dict(state["churn"])
 
 
-class CChain:
+class CChain(Extension):
     """One agent's C-CHAIN: the reference network (the weights before the previous update), the churn term and the
-    automatic coefficient. The agent's loop:
+    automatic coefficient. As the agent's extension:
 
-        if c_chain.has_reference():
-            loss = loss + c_chain.coef * churn(net(s_ref), c_chain.reference(s_ref))   # DQN: q_churn, PPO: policy_churn
-        loss.backward()
-        c_chain.before_step()          # the reference for the next update: the weights now, before this step
-        optimizer.step()
-        c_chain.record(main, churn)    # DQN: every update; PPO: `add` every minibatch, `end_iteration` once
+        loss_terms     once it has a reference: coef * churn(net(s_ref), reference(s_ref))  (the form's churn)
+        before_step    the reference for the next update: the weights now, before this step
+        after_step     the record (main, churn): DQN every update; PPO `add` every minibatch,
+        after_update   and `end_iteration` once
     """
 
-    def __init__(self, agent: nn.Module, schedule: Schedule):
-        self.agent, self.schedule = agent, schedule
+    state_key = "c_chain"
+
+    def __init__(self, agent: nn.Module, schedule: Schedule, form: Optional[ChurnForm] = None):
+        self.agent, self.schedule, self.form = agent, schedule, form
+        self._ref_inds: Optional[np.ndarray] = None  # PPO: this epoch's reference permutation
+        self._record: Optional[tuple] = None  # this update's (main loss, churn)
         self.ref = copy.deepcopy(agent).requires_grad_(False)
         self.coefficient = AutoCoefficient(schedule)
         self.updates = 0  # optimizer steps seen
@@ -213,6 +228,38 @@ class CChain:
         if self.schedule.restart_at_switch:
             self.coefficient.restart()
 
+    # --- the extension's hooks (the form's loop) ---------------------------------------------------------------------
+    def on_switch_end(self, event) -> None:
+        self.on_switch()
+
+    def loss_terms(self, agent, batch: dict) -> dict:
+        """batch: "main_loss"; PPO: "batch" (the iteration's, its "obs" and "size"), "start" and "size" of the
+        minibatch; DQN: "reference_obs" (draws a reference batch)."""
+        form = self.form
+        if form.per_iteration and batch["start"] == 0:  # a permutation of its own each epoch
+            self._ref_inds = self.session.np_rng.permutation(batch["batch"]["size"])
+        churn = None
+        if self.has_reference():
+            if form.per_iteration:
+                full, start = batch["batch"]["obs"], batch["start"]
+                ref_obs = full[torch.as_tensor(self._ref_inds[start:start + batch["size"]], device=full.device)]
+            else:
+                ref_obs = batch["reference_obs"]()
+            churn = form.churn(form.outputs(agent, ref_obs), self.reference(form.outputs, ref_obs))
+        self._record = (batch["main_loss"], churn)
+        return {} if churn is None else {"c_chain": self.coef * churn}
+
+    def after_step(self, optimizer) -> None:
+        main, churn = self._record
+        (self.add if self.form.per_iteration else self.record)(main.item(), None if churn is None else churn.item())
+
+    def after_update(self, batch: dict) -> None:
+        if self.form.per_iteration:
+            self.end_iteration()
+
+    def scalars(self) -> dict[str, float]:
+        return self.log()
+
     def state_dict(self) -> dict:
         return {"ref": {k: v.detach().cpu() for k, v in self.ref.state_dict().items()}, "updates": self.updates,
                 "coefficient": self.coefficient.state_dict()}
@@ -227,19 +274,3 @@ class CChain:
     def log(self) -> dict[str, float]:
         return {"plasticity/c_chain_coef": float(self.coef)}
 
-
-def install_c_chain(session, agent: nn.Module, preset: Schedule) -> Optional[CChain]:
-    """The run's CChain with --c_chain (None without), its state checkpointed as "c_chain" (loaded now when resuming)
-    and restarted at switches where its form does. Call after the agent's weights are loaded."""
-    args = session.args
-    if not args.c_chain:
-        return None
-    c_chain = CChain(agent, schedule_for(preset, args.c_chain_target_rel_loss_scale, args.c_chain_coef))
-
-    class AtSwitch(Callback):
-        def on_switch_end(self, event) -> None:
-            c_chain.on_switch()
-
-    session.add_callback(AtSwitch())
-    session.register("c_chain", c_chain.state_dict, c_chain.load_state_dict, optional=True)
-    return c_chain

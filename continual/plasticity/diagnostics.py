@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 
 from continual.plasticity.networks import CReLU, FourierFeatures
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 
 PROBE_SIZE = 256
 
@@ -114,10 +114,13 @@ def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
 
 
-class PlasticityMonitor(Callback):
+class PlasticityMonitor(Extension):
     """Plasticity diagnostics of `agent` (dormant units, effective rank, gradient norms), logged every
-    --diagnostics_every steps (`maybe_log`, called by the agent after each iteration) and right before every switch
-    (as a session callback: `session.add_callback(PlasticityMonitor(session, agent))`)."""
+    --diagnostics_every steps (once the iteration's checkpoints are written) and right before every switch. Its probe
+    batch comes from the first iteration's observations (`observe`), the gradient norms from every backward pass
+    (`before_step`)."""
+
+    state_key = "plasticity"
 
     def __init__(self, session, agent: nn.Module):
         self.session, self.agent = session, agent
@@ -135,12 +138,16 @@ class PlasticityMonitor(Callback):
         self.log()
         self.switch_weights = weight_snapshot(self.agent)
 
-    def observe(self, obs: torch.Tensor) -> None:
-        """Take the probe batch from the first rollout (obs: (steps, envs, ...))."""
+    def observe(self, batch: dict) -> None:
+        """Take the probe batch from the first rollout (batch["obs"]: (steps, envs, ...))."""
+        obs = batch["obs"]
         if self.probe is None:
             flat = obs.reshape((-1,) + obs.shape[2:])
             idx = self.session.np_rng.choice(len(flat), size=min(PROBE_SIZE, len(flat)), replace=False)
             self.probe = flat[torch.as_tensor(np.sort(idx), device=flat.device)].clone()
+
+    def before_step(self) -> None:
+        self.record_grads()
 
     def record_grads(self) -> None:
         # called every minibatch: the norms stay on the device (a float() per layer would wait for the GPU six times
@@ -155,6 +162,9 @@ class PlasticityMonitor(Callback):
         if self._grad_norms is None:
             return {}
         return dict(zip(self._grad_names, self._grad_norms.tolist()))
+
+    def on_iteration_saved(self) -> None:
+        self.maybe_log()
 
     def maybe_log(self) -> None:
         every = self.args.diagnostics_every

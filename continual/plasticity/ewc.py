@@ -65,7 +65,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 
 # policy_head(model, obs) -> logits [B, n] (discrete) or (mean [B, d], log_std [B, d]) (continuous)
 PolicyHead = Callable[[nn.Module, torch.Tensor], object]
@@ -144,10 +144,10 @@ def ewc_penalty(model: nn.Module, anchors: list[tuple[dict, dict]], lam: float, 
     return 0.5 * lam * total
 
 
-class EWC(Callback):
-    """`--ewc ewc|online`: consolidates at every switch; `penalty()` is the term an agent adds to its loss, and
-    `observe(obs, obs_shape, batch)` feeds the buffer of recent training data (call it with every batch the learner
-    trains on). fisher="cora" needs the agent's `batch_loss` and `row_steps` (agent steps per row of its batch: 1 for
+class EWC(Extension):
+    """`--ewc ewc|online`: consolidates at every switch; `penalty()` is the term it adds to the loss (`loss_terms`),
+    and `observe({"obs", "obs_shape", "rows"})` feeds the buffer of recent training data (every batch the learner
+    trains on; "rows": what the agent's batch_loss takes, for fisher="cora"). fisher="cora" needs the agent's `batch_loss` and `row_steps` (agent steps per row of its batch: 1 for
     per-step rows, T for unrolls); fisher="true" needs only the observations."""
 
     def __init__(self, model: nn.Module, policy_head: PolicyHead, continuous: bool, mode: str, lam: float,
@@ -173,11 +173,15 @@ class EWC(Callback):
         self.consolidated = 0  # switch count of the last consolidation (a resumed switch is not consolidated twice)
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._merged: tuple = (None, None)  # (which anchors, their merged quadratic), see `penalty`
+        self.last_penalty: Optional[torch.Tensor] = None  # the last minibatch's, logged with the iteration
 
     # --- what the agent calls ------------------------------------------------------------------------------------
+    state_key = "ewc"
+
     @torch.no_grad()
-    def observe(self, obs: torch.Tensor, obs_shape: tuple[int, ...], batch: Optional[dict] = None) -> None:
+    def observe(self, data: dict) -> None:
         """true: keeps the observations; cora: keeps the rows of `batch` (what the agent's batch_loss takes)."""
+        obs, obs_shape, batch = data["obs"], data["obs_shape"], data.get("rows")
         if self.fisher == "cora":
             if batch is None:
                 raise ValueError("ewc fisher 'cora' needs the agent's batch in observe()")
@@ -192,6 +196,13 @@ class EWC(Callback):
             self.buffer[k][(self.pos + torch.arange(n, device=v.device)) % self.capacity] = v
         self.pos = (self.pos + n) % self.capacity
         self.filled = min(self.capacity, self.filled + n)
+
+    def loss_terms(self, agent, batch: dict) -> dict:
+        self.last_penalty = self.penalty()  # EWC: lambda/2 * sum F (theta - theta*)^2
+        return {"ewc": self.last_penalty}
+
+    def scalars(self) -> dict[str, float]:
+        return {"losses/ewc_penalty": self.last_penalty.item()} if self.last_penalty is not None else {}
 
     def penalty(self) -> torch.Tensor:
         """`ewc_penalty` over the anchors in force, computed as one quadratic on the flattened parameters:
@@ -277,19 +288,3 @@ class EWC(Callback):
                         for k, th, f in state["anchors"]}
         self._merged = (None, None)
 
-
-def install_ewc(session, model: nn.Module, policy_head: PolicyHead, continuous: bool,
-                batch_loss: Optional[BatchLoss] = None, row_steps: int = 1) -> Optional[EWC]:
-    """Register `EWC` with a run session when `--ewc` asks for it, else None; either way its state is checkpointed
-    as "ewc" (None without EWC; restored now when resuming). `batch_loss` and `row_steps`: the agent's summed
-    pg + value loss for `--ewc_fisher cora` (see `EWC`)."""
-    args = session.args
-    if args.ewc == "none":
-        session.register("ewc", lambda: None)
-        return None
-    ewc = session.add_callback(EWC(model, policy_head, continuous, args.ewc, args.ewc_lambda, args.ewc_gamma,
-                                   args.ewc_samples, args.seed, args.ewc_normalize, args.ewc_scale_by_tasks,
-                                   args.ewc_omit_current, args.ewc_fisher, batch_loss, row_steps,
-                                   args.ewc_fisher_batch, args.ewc_fisher_batches))
-    session.register("ewc", ewc.state_dict, ewc.load_state_dict, optional=True)
-    return ewc

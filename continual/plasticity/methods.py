@@ -1,13 +1,11 @@
-"""The plasticity methods of a run, behind one object per agent (`install_plasticity`), so an agent's training loop
-calls them in a few places:
+"""The plasticity methods of a run, one extension per agent (`PlasticityMethods`, built by `continual.methods`):
 
     optimizer = plastic_optimizer(agent.make_optimizer(lr), args)   # --trac (where the optimizer is made)
-    plasticity = install_plasticity(session, agent, optimizer, make_fresh)  # checkpointed by the session
-    loss = ... + plasticity.penalty()        # every minibatch: L2, L2 Init, Parseval (regularizers.py)
-    plasticity.after_step()                  # after every optimizer step: NaP's projection (nap.py)
-    plasticity.after_update(obs)             # once per iteration, after the update, with its observations:
-                                             # ReDo (redo.py), layer resets (resets.py), injection, when due
-    **plasticity.take_log()                  # in the iteration's scalars (units recycled)
+    loss_terms                 every minibatch: L2, L2 Init, Parseval (regularizers.py)
+    after_step                 after every optimizer step: NaP's projection (nap.py)
+    after_update(batch)        once per iteration, after the update, with its observations (batch["obs"]):
+                               ReDo (redo.py), layer resets (resets.py), injection, when due
+    scalars                    in the iteration's scalars (units recycled)
 
 Methods that act "at switches" (ReDo, layer resetting with their `--*_every 0`) are due at every regime switch of
 the curriculum, never before the first regime: a layer reset happens when the envs run the new regime; ReDo at the
@@ -37,11 +35,13 @@ from continual.plasticity.injection import inject
 from continual.plasticity.redo import hidden_layers, recycle, seeded_fresh
 from continual.plasticity.resets import layer_groups, reset_last_layers
 from continual.plasticity.trac import TRAC
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 
 
-class PlasticityMethods(Callback):
+class PlasticityMethods(Extension):
     """The run's plasticity methods (per its flags) for `agent` trained by `optimizer`; does nothing without them."""
+
+    state_key = "plasticity_methods"
 
     def __init__(self, session, agent: nn.Module, optimizer: torch.optim.Optimizer,
                  make_fresh: Callable[[], nn.Module], followers: Sequence[nn.Module] = ()):
@@ -84,7 +84,11 @@ class PlasticityMethods(Callback):
             total = total + a.parseval_coef * regularizers.parseval(self.parseval_layers, a.parseval_scale)
         return total
 
-    def after_step(self) -> None:
+    def loss_terms(self, agent, batch: dict) -> dict:
+        penalty = self.penalty()
+        return {} if isinstance(penalty, float) else {"plasticity": penalty}
+
+    def after_step(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         """After every optimizer step: NaP's projection."""
         if self.nap_modules:
             nap.project(self.nap_modules, self.nap_norms)
@@ -118,8 +122,11 @@ class PlasticityMethods(Callback):
         fresh = seeded_fresh(self.make_fresh, self.args.seed * 1_000_003 + 2 * self.reset_count)
         reset_last_layers(self.agent, self.args.reset_layers, fresh, self.optimizer)
 
+    def after_update(self, batch: dict) -> None:
+        self.maintain(batch["obs"], batch.get("step"))
+
     @torch.no_grad()
-    def after_update(self, obs: torch.Tensor, step: Optional[int] = None) -> None:
+    def maintain(self, obs: torch.Tensor, step: Optional[int] = None) -> None:
         """Once per iteration after the update; `obs`: its observations (steps, envs, ...) or (batch, ...); `step`:
         the run's step count once this update is counted (default: the session's, already counted)."""
         a = self.args
@@ -138,6 +145,9 @@ class PlasticityMethods(Callback):
         if a.plasticity_injection == "step" and not self.inject_count and step >= self.injection_step:
             self._inject()
         self._last_step = step
+
+    def scalars(self) -> dict[str, float]:
+        return self.take_log()
 
     def take_log(self) -> dict[str, float]:
         """Scalars of what acted since the last call (units recycled; TRAC's scale S), for the iteration's log."""
@@ -171,14 +181,3 @@ def plastic_optimizer(optimizer: torch.optim.Optimizer, args):
     checkpoint's state into it)."""
     return TRAC(optimizer, s_init=args.trac_s_init, keep_base=args.trac_keep_base) if args.trac else optimizer
 
-
-def install_plasticity(session, agent: nn.Module, optimizer: torch.optim.Optimizer,
-                       make_fresh: Callable[[], nn.Module], followers: Sequence[nn.Module] = ()) -> PlasticityMethods:
-    """The run's `PlasticityMethods` (a session callback when a method acts at switches), its state registered with
-    the session as "plasticity_methods" (restored now when resuming). Call it after the agent's and the optimizer's
-    states are registered (loaded). `followers`: networks injected with the agent (DQN's target)."""
-    methods = PlasticityMethods(session, agent, optimizer, make_fresh, followers)
-    if methods.active:
-        session.add_callback(methods)
-    session.register("plasticity_methods", methods.state_dict, methods.load_state_dict, optional=True)
-    return methods

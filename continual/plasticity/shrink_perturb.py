@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
-from continual.training.callbacks import Callback, SwitchEvent
+from continual.training.extensions import Extension, SwitchEvent
 
 
 @torch.no_grad()
@@ -40,7 +40,7 @@ def reset_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     optimizer.state.clear()
 
 
-class SwitchRemedies(Callback):
+class SwitchRemedies(Extension):
     """Shrink & perturb and/or an optimizer reset once the envs run the new regime, per the run's flags. The noise
     comes from a generator seeded by (seed, switch count), so a resumed run perturbs identically."""
 
@@ -61,9 +61,3 @@ class SwitchRemedies(Callback):
         if args.reset_optimizer_on_switch:
             reset_optimizer_state(self.optimizer)
 
-
-def install_switch_remedies(session, model: nn.Module, optimizer: torch.optim.Optimizer,
-                            make_fresh: Callable[[], nn.Module]) -> None:
-    """Register `SwitchRemedies` with a run session when the run's flags ask for a remedy."""
-    if session.args.shrink_and_perturb or session.args.reset_optimizer_on_switch:
-        session.add_callback(SwitchRemedies(model, optimizer, make_fresh))

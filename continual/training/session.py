@@ -1,7 +1,8 @@
 """RunSession: what happens around an agent's loop once the run has started: the state a checkpoint holds and its
 restoration on resume, regime switches, episode and iteration logging, checkpoints (after a crash or a signal, and
-those its callbacks request: periodic, time-based, at switches), the end of the run. What else happens at these
-moments is a callback (`continual.training.callbacks`).
+those its extensions request: periodic, time-based, at switches), the end of the run. What else happens at these
+moments is an extension (`continual.training.extensions`): the run's own (`continual.training.callbacks`) and the
+continual methods (`continual.methods`).
 
 An agent file is its algorithm plus a few session calls (docs/extending.md):
 
@@ -38,17 +39,12 @@ from continual.envs.vector import regime_slug, switch_seed
 from continual.errors import StorageError, TrainingError, UserError
 from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
-from continual.training.callbacks import (
-    Callback,
-    CheckpointCallback,
-    SwitchCheckpointCallback,
-    SwitchEvent,
-    WandbCallback,
-)
+from continual.training.callbacks import CheckpointCallback, SwitchCheckpointCallback, WandbCallback
+from continual.training.extensions import Extension, Extensions, SwitchEvent
 from continual.training.remedies import idle_remedies
 from continual.training.tracking import RunLogger
 
-C = TypeVar("C", bound=Callback)
+E = TypeVar("E", bound=Extension)
 T = TypeVar("T")
 
 # what the session itself writes into every checkpoint (an agent registers the rest)
@@ -102,7 +98,7 @@ class StateRegistry:
 
 class RunSession:
     """What an agent's loop drives: the state it registers (checkpointed, restored on resume), the loop's iterations
-    and tail (`iterations`, `running`), the curriculum, logging, callbacks, checkpoints."""
+    and tail (`iterations`, `running`), the curriculum, logging, extensions, checkpoints."""
 
     def __init__(self, args: Args, curriculum: Curriculum, factory: ModificationFactory, total: int,
                  run_dir: str, logger: RunLogger, regimes: list[str], np_rng: np.random.Generator,
@@ -129,14 +125,14 @@ class RunSession:
         # the newest checkpoint on disk (path, step): what a storage fault's message points --resume at
         self.last_checkpoint: Optional[tuple[str, int]] = (
             (resume_state["path"], resume_state["global_step"]) if resume_state else None)
-        self.callbacks: list[Callback] = []
-        # stays last (add_callback inserts before it): its wall-time clock counts the iteration's other callbacks
+        self.extensions = Extensions()
+        # stays last (add_extension inserts before it): its wall-time clock counts the iteration's other extensions
         self._periodic = CheckpointCallback(args.checkpoint_every, args.checkpoint_minutes)
         if args.track:
-            self.add_callback(WandbCallback(videos=args.capture_video, checkpoints=args.save_agent_wandb))
+            self.add_extension(WandbCallback(videos=args.capture_video, checkpoints=args.save_agent_wandb))
         if args.save_agent_with_switch:
-            self.add_callback(SwitchCheckpointCallback())
-        self.add_callback(self._periodic)
+            self.add_extension(SwitchCheckpointCallback())
+        self.add_extension(self._periodic)
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
@@ -173,7 +169,7 @@ class RunSession:
 
     def closing(self, thing: T) -> T:
         """Close `thing` (`thing.close()`, or `thing()` for a function) when the run ends, whatever the reason, before
-        the callbacks' on_close; the newest first. Returns it."""
+        the extensions' on_close; the newest first. Returns it."""
         self._closers.append(getattr(thing, "close", thing))
         return thing
 
@@ -200,7 +196,7 @@ class RunSession:
         (`finish`). A TrainingError (a dead env worker, a NaN loss caught before the step, a full disk) saves the
         last completed iteration and is raised again as one line (`failure`); after a signal, an error of a type in
         `interrupted_by` is the interruption itself (IMPALA: the signal reached its actors too). Whatever happens:
-        what `closing` was given, then the callbacks' on_close and the logger; after SIGINT/SIGTERM the process
+        what `closing` was given, then the extensions' on_close and the logger; after SIGINT/SIGTERM the process
         exits with 128 + the signal number."""
         try:
             try:
@@ -220,12 +216,15 @@ class RunSession:
             if self.stop_signal is not None:
                 raise SystemExit(128 + self.stop_signal)
 
-    def add_callback(self, callback: C) -> C:
-        """Register a callback (called in the order registered, the periodic checkpoints last); returns it."""
-        callback.init_callback(self)
-        at = self.callbacks.index(self._periodic) if self._periodic in self.callbacks else len(self.callbacks)
-        self.callbacks.insert(at, callback)
-        return callback
+    def add_extension(self, extension: E) -> E:
+        """Add an extension (called in the order added, the periodic checkpoints last); its state, when it has a
+        `state_key`, joins every checkpoint (a resumed run loads it now). Returns it."""
+        extension.attach(self)
+        self.extensions.add(extension, before=self._periodic)
+        if extension.state_key is not None:
+            self.register(extension.state_key, extension.state_dict, extension.load_state_dict,
+                          optional=extension.state_optional)
+        return extension
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # finish the iteration in progress, then checkpoint and exit (a second signal stops at once)
@@ -261,8 +260,7 @@ class RunSession:
     def finish(self) -> str:
         """Final checkpoint: `final__step<N>` after a complete run, `interrupted__step<N>` after SIGINT/SIGTERM
         (then the process exits with 128 + signal number, as a shell would report it)."""
-        for cb in self.callbacks:
-            cb.on_training_end()
+        self.extensions.on_training_end()
         kind = "final" if self.stop_signal is None else "interrupted"
         path = self.save(f"{kind}__step{self.global_step}")
         print(f"{kind} checkpoint: {path}")
@@ -284,8 +282,8 @@ class RunSession:
         return self.factory.get_modification(self.global_step)
 
     def maybe_switch(self, envs):
-        """Ask the curriculum; on a new string tell the callbacks (on_switch_start), switch the envs in place, tell them
-        again (on_switch_end).
+        """Ask the curriculum; on a new string tell the extensions (on_switch_start), switch the envs in place, tell
+        them again (on_switch_end).
 
         Returns the envs' new first observations after a switch, else None.
         """
@@ -293,8 +291,7 @@ class RunSession:
         if new == self.modification:
             return None
         event = SwitchEvent(self.modification, new, self.global_step, self.switches + 1)
-        for cb in self.callbacks:
-            cb.on_switch_start(event)
+        self.extensions.on_switch_start(event)
         self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
         self.switches += 1
         inject("switch")
@@ -303,8 +300,7 @@ class RunSession:
         self.logger.record("switch", self.global_step, modification=new, previous=event.old,
                            regime=self.regime_index(new), switches=self.switches)
         self.logger.text("charts/modification", new or "(none)", self.global_step)
-        for cb in self.callbacks:
-            cb.on_switch_end(event)
+        self.extensions.on_switch_end(event)
         return obs
 
     # --- statistics ----------------------------------------------------------------------------------------------
@@ -328,9 +324,9 @@ class RunSession:
         self.logger.scalars(scalars, self.global_step)
         self.logger.record("iteration", self.global_step, iteration=iteration, modification=self.modification,
                            **scalars)
-        for cb in self.callbacks:
-            cb.on_iteration_end()
+        self.extensions.on_iteration_end()
         self.flush_checkpoints()
+        self.extensions.on_iteration_saved()
         self._last_iteration_step = self.global_step
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
@@ -370,13 +366,11 @@ class RunSession:
         self._last_payload = payload
         if name.startswith("periodic__"):
             ckpt_lib.prune_periodic(self.checkpoint_dir, self.args.keep_checkpoints)
-        for cb in self.callbacks:
-            cb.on_checkpoint(path, name)
+        self.extensions.on_checkpoint(path, name)
         return path
 
     def close(self) -> None:
         try:
-            for cb in self.callbacks:
-                cb.on_close()
+            self.extensions.on_close()
         finally:
             self.logger.close()

@@ -1,0 +1,98 @@
+"""Every continual component of a run, built in one call from the flags and the agent's form.
+
+An agent declares once, in its file, how its network meets the continual methods (`AgentForm`: EWC's policy head and
+batch loss, C-CHAIN's churn, whether it runs the plasticity methods), and calls `add_continual` once its model and
+optimizer are registered with the session. The run's extensions are then, in this order (the order every hook is
+called in, `continual.training.extensions`):
+
+    first              the agent variant's own (HER, then PPO_CBP's units)
+    PlasticityMonitor  diagnostics (continual/plasticity/diagnostics.py); every agent
+    SwitchRemedies     --shrink_and_perturb, --reset_optimizer_on_switch (continual/plasticity/shrink_perturb.py)
+    EWC                --ewc (continual/plasticity/ewc.py); agents with an EWC form
+    PlasticityMethods  --redo, --l2, --l2_init, --parseval, --reset_layers, --nap, --plasticity_injection
+                       (continual/plasticity/methods.py); agents whose form has them
+    CChain             --c_chain (continual/plasticity/c_chain.py); agents with a churn form
+    last               the learner variant's own (CLEAR's replay, Progress & Compress)
+    ContinualEvaluator --eval_every, --eval_at_switches (continual/evaluation/continual.py); it evaluates step 0 of
+                       a new run at once
+
+A new method is one extension here and in its own module; no agent changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from continual.errors import UserError
+from continual.evaluation.continual import attach as attach_evaluator
+from continual.plasticity.c_chain import CChain, ChurnForm, schedule_for
+from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.plasticity.ewc import EWC, BatchLoss, PolicyHead
+from continual.plasticity.methods import PlasticityMethods
+from continual.plasticity.shrink_perturb import SwitchRemedies
+from continual.training.extensions import Extension, Extensions
+
+
+@dataclasses.dataclass(frozen=True)
+class EWCForm:
+    """EWC on an agent: the policy's head (the true Fisher), its summed pg + value loss for `--ewc_fisher cora`
+    (`batch_loss(args)`) and the agent steps per row of the batches it observes (`row_steps(args)`)."""
+
+    policy_head: PolicyHead
+    batch_loss: Callable[[Any], BatchLoss]
+    row_steps: Callable[[Any], int] = lambda args: 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentForm:
+    """How an agent meets the continual methods (declared once in its file, `CONTINUAL = AgentForm(...)`)."""
+
+    ewc: Optional[EWCForm] = None
+    """EWC's form; None: the agent has no EWC (its checkpoints no "ewc")"""
+    plasticity: bool = False
+    """it runs the plasticity methods (its checkpoints hold "plasticity_methods")"""
+    c_chain: Optional[ChurnForm] = None
+    """C-CHAIN's form; None: the agent has no C-CHAIN"""
+
+
+def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, form: AgentForm, *,
+                  device: torch.device, make_agent: Callable[..., nn.Module], make_fresh: Callable[[], nn.Module],
+                  continuous: bool = False, followers: Sequence[nn.Module] = (), first: Sequence[Extension] = (),
+                  last: Sequence[Extension] = ()) -> Extensions:
+    """Add the run's continual extensions to `session` (module docstring); returns the session's `Extensions`, what
+    the agent's loop calls. Call it once the model's and the optimizer's states are registered (a resumed run has
+    loaded them): each extension's state is loaded as it is added. `make_fresh()`: a newly initialised network
+    (ReDo, resets, shrink & perturb's fresh_init); `make_agent(obs_space, action_space, args)`: the agent file's
+    builder (the background evaluation's); `followers`: networks injected with the agent (DQN's target)."""
+    args = session.args
+    for e in first:
+        session.add_extension(e)
+    session.add_extension(PlasticityMonitor(session, agent))  # logs before every switch too
+    if args.shrink_and_perturb or args.reset_optimizer_on_switch:
+        session.add_extension(SwitchRemedies(agent, optimizer, make_fresh))
+    if form.ewc is not None:
+        if args.ewc == "none":
+            session.register("ewc", lambda: None)
+        else:
+            session.add_extension(EWC(
+                agent, form.ewc.policy_head, continuous, args.ewc, args.ewc_lambda, args.ewc_gamma,
+                args.ewc_samples, args.seed, args.ewc_normalize, args.ewc_scale_by_tasks, args.ewc_omit_current,
+                args.ewc_fisher, form.ewc.batch_loss(args), form.ewc.row_steps(args), args.ewc_fisher_batch,
+                args.ewc_fisher_batches))
+    if form.plasticity:
+        session.add_extension(PlasticityMethods(session, agent, optimizer, make_fresh, followers))
+    if args.c_chain and form.c_chain is not None:
+        if continuous and form.c_chain.refuse_box_actions:
+            raise UserError(f"c_chain: {args.architecture}'s C-CHAIN is the paper's form for discrete actions (a "
+                            f"cross-entropy between policies); its form for Box actions is not ported")
+        session.add_extension(CChain(agent, schedule_for(form.c_chain.schedule, args.c_chain_target_rel_loss_scale,
+                                                         args.c_chain_coef), form.c_chain))
+    for e in last:
+        session.add_extension(e)
+    attach_evaluator(session, agent, device, make_agent)  # continual evaluation: step 0 now
+    session.extensions.device = device
+    return session.extensions
