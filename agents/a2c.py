@@ -20,6 +20,11 @@ bootstrapped from the value of the final observation; RMSprop's state carries ac
 `--reset_optimizer_on_switch`). Actions are sampled with the global torch generator, which the checkpoint restores
 after the network is built: on CPU a resumed run continues exactly as the uninterrupted one from a switch checkpoint
 (the envs restart their episodes at a resume).
+
+Spec (continual/specs.py):
+- its own defaults: --learning_rate 0.0007 --num_envs 16 --num_steps 5 --gae_lambda 1.0 --no-norm_adv --vf_coef 0.25 --rmsprop_eps 1e-05
+- supports: mlp_network, norm_obs, shrink_and_perturb
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ random keys (the same distribution: a uniform sample); the cloning losses use ex
 trained on (CORA passed it through a queue with a timeout, and could pair it with another batch or skip it); the
 cloning targets are the replayed step's own behaviour logits and value (CORA compares the current output at step t
 with the stored output of step t-1: TorchBeast stores the agent's output one index after its input).
+
+Spec (continual/specs.py):
+- its own defaults: --learning_rate 0.0006 --max_grad_norm 40.0
+- supports: actors, clear_replay, mlp_network, network_options, plasticity, shrink_and_perturb
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

@@ -35,6 +35,11 @@ Continual specifics:
 Continual evaluation and eval.py: `actor(features)` returns the log-probabilities of the epsilon-greedy policy with
 epsilon EVAL_EPSILON = 0.05 (CleanRL's `evaluate`): the greedy flag takes the argmax Q action, sampling plays
 0.05-greedy.
+
+Spec (continual/specs.py):
+- its own defaults: --learning_rate 0.0001 --no-anneal_lr --num_envs 1
+- supports: c_chain, dqn_flags, network_options, plasticity, shrink_and_perturb
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

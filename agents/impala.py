@@ -45,6 +45,11 @@ Continual specifics (as agents/ppo.py): time-limit truncations are bootstrapped 
 final observation (its copy of the weights); at a switch the envs reset and the cut episode is bootstrapped from the
 last observation of the unroll, never treated as a termination; the learning rate anneals over the whole run and the
 RMSprop state carries across switches (unless `--reset_optimizer_on_switch`).
+
+Spec (continual/specs.py):
+- its own defaults: --learning_rate 0.0006 --max_grad_norm 40.0
+- supports: actors, ewc, mlp_network, network_options, plasticity, shrink_and_perturb
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

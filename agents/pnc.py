@@ -37,6 +37,11 @@ file plugs into through `impala.train(..., make_agent_fn=make_agent, make_extens
 
 Checkpoints hold both columns and the adaptors (`model`), one RMSprop state, and the KB's EWC state (anchor, running
 Fisher, observation buffer, the last consolidated switch) under `pnc`; the phase follows from the step.
+
+Spec (continual/specs.py):
+- its own defaults: --learning_rate 0.0006 --max_grad_norm 40.0
+- supports: actors, needs_switches
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ head and whose log-std is a state-independent parameter; log-probs and entropies
 the envs clip the sampled actions to the space's bounds (gymnasium ClipAction, `continual.envs.vector`) while the rollout
 keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are that script's normalisations
 (`configs/pendulum_gravity.json`: a Pendulum curriculum).
+
+Spec (continual/specs.py):
+- its defaults are Args' (CleanRL's ppo_atari)
+- supports: adam_betas, bf16, box_actions, c_chain, ewc, her, mlp_network, network_options, norm_obs, plasticity,
+  shrink_and_perturb, trac
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ goal; a replaced unit gets both rows re-initialised.
 
 Presets: the seed project's values are the defaults (--replacement_rate 1e-5 --maturity_threshold 100
 --decay_rate 0.99); the paper's RL values are --replacement_rate 1e-4 --maturity_threshold 10000 --decay_rate 0.99.
+
+Spec (continual/specs.py):
+- its defaults are Args' (CleanRL's ppo_atari)
+- supports: adam_betas, bf16, box_actions, c_chain, ewc, her, norm_obs, plasticity, shrink_and_perturb
+(generated: python -m continual.specs --update-docs)
 """
 
 from __future__ import annotations

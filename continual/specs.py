@@ -13,6 +13,7 @@ arguments): a spec default applies only where neither the config nor the command
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import Any, Callable, Mapping
 
 from continual.io import between_markers, update_between_markers
@@ -115,12 +116,37 @@ def names_of(architectures: list[str]) -> str:
     return architectures[0] if len(architectures) == 1 else f"{', '.join(architectures[:-1])} and {architectures[-1]}"
 
 
+def _flag(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
+
+
+def defaults_line(architecture: str) -> str:
+    """The architecture's own defaults as flags, on one line (its --help and its file's docstring)."""
+    own = " ".join(_flag(k, v) for k, v in SPECS[architecture].defaults.items())
+    return f"its own defaults: {own}" if own else "its defaults are Args' (CleanRL's ppo_atari)"
+
+
+# an agent file's docstring ends with its spec, between these lines (`python -m continual.specs --update-docs`)
+AGENT_START, AGENT_END = "Spec (continual/specs.py):", "(generated: python -m continual.specs --update-docs)"
+
+
+def agent_file(architecture: str) -> str:
+    return SPECS[architecture].module.replace(".", "/") + ".py"
+
+
+def agent_block(architecture: str) -> str:
+    s = SPECS[architecture]
+    supports = textwrap.fill(", ".join(sorted(s.features)) or "(no optional feature)", 116,
+                             initial_indent="- supports: ", subsequent_indent="  ")
+    return f"- {defaults_line(architecture)}\n{supports}\n"
+
+
 def defaults_markdown() -> str:
     """The docs' table of each architecture's own defaults (generated, like the flag reference)."""
     def flag(name: str, value: Any) -> str:
-        if isinstance(value, bool):
-            return f"`--{name}`" if value else f"`--no-{name}`"
-        return f"`--{name} {value}`"
+        return f"`{_flag(name, value)}`"
 
     rows = ["| architecture | what | defaults that differ from the flag reference | steps per iteration |",
             "|---|---|---|---|"]
@@ -143,5 +169,7 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["--update-docs"]:  # python -m continual.specs --update-docs
         update_between_markers("docs/extending.md", DOCS_START, DOCS_END, defaults_markdown())
+        for name in SPECS:
+            update_between_markers(agent_file(name), AGENT_START, AGENT_END, agent_block(name))
     else:
         print(defaults_markdown(), end="")

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, write_config
 from continual.config.args import Args, default_args
 from continual.config.loading import parse_args
-from continual.specs import FEATURES, SPECS, docs_with_defaults
+from continual.specs import AGENT_END, AGENT_START, FEATURES, SPECS, agent_block, agent_file, docs_with_defaults
 from continual.training.startup import granularity_of, parse_train_args
 
 CARTPOLE = ["--env_id", "CartPole-v1", "--backend", "Gymnasium"]
@@ -125,3 +125,16 @@ def test_no_architecture_is_named_outside_its_spec():
     found = {str(p.relative_to(root)): lines for d in ("continual", "agents") for p in sorted((root / d).rglob("*.py"))
              if (lines := _architecture_comparisons(p))}
     assert found == {}
+
+
+def test_each_agent_file_shows_its_own_defaults_and_features():
+    """A reader of agents/dqn.py sees its learning rate (1e-4) there, and `--help` says it: both generated from
+    SPECS (`python -m continual.specs --update-docs`)."""
+    from continual.io import between_markers
+
+    for name in SPECS:
+        with open(os.path.join(ROOT, agent_file(name))) as f:
+            text = f.read()
+        assert between_markers(text, AGENT_START, AGENT_END, agent_block(name)) == text, (
+            f"{agent_file(name)}: run python -m continual.specs --update-docs")
+    assert "--learning_rate 0.0001" in agent_block("DQN")

@@ -33,7 +33,7 @@ from continual.envs.backends import (
 from continual.envs.vector import EnvSettings, make_env
 from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, exit_on_user_error
 from continual.modstrings import parse_eval_modifs
-from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS
+from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS, defaults_line
 from continual.training import checkpoint as ckpt_lib
 from continual.training.provenance import code_revision
 from continual.training.session import RunSession
@@ -492,6 +492,7 @@ def agent_main(train: Callable[[Args, Curriculum, Optional[dict]], str], archite
                argv: Optional[Sequence[str]] = None) -> str:
     """`python agents/<name>.py`: flags (or --resume of the agent's own checkpoint), everything validated and the
     configuration printed, then `train`; bad input is one line and exit 2, a training failure exit 1."""
-    args, curriculum, resume_state = parse_train_args(argv, description=doc.splitlines()[0], architecture=architecture)
+    description = f"{doc.splitlines()[0]} ({defaults_line(architecture)})"  # its own defaults (continual/specs.py)
+    args, curriculum, resume_state = parse_train_args(argv, description=description, architecture=architecture)
     print_config(args, curriculum, resume_state)  # validates everything first
     return train(args, curriculum, resume_state)
