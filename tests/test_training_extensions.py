@@ -10,9 +10,9 @@ import json
 import os
 
 import pytest
-from helpers.extension_reference import CASES, DATA, FAST, ROOT, run_case
 
 from continual.training.extensions import Extension, Extensions
+from helpers.extension_reference import CASES, DATA, FAST, ROOT, run_case
 
 with open(DATA) as f:
     RECORDED = json.load(f)
