@@ -60,6 +60,20 @@ def time_major(batch: dict) -> list[torch.Tensor]:
     return [tm(batch[k]) for k in ("obs", "action", "logits", "reward", "done")]
 
 
+KEYS = ("obs", "action", "logits", "reward", "done")
+
+
+def extend(ext: clear.Clear, batch: dict) -> list[torch.Tensor]:
+    """impala.train's call: the time-major tensors by name, and the fleet's batch."""
+    out = ext.extend_batch(None, dict(zip(KEYS, time_major(batch))), batch)
+    return [out[k] for k in KEYS]
+
+
+def cloning(ext: clear.Clear, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """impala.train's loss call (IMPALA's own loss 0 here) and the scalars it logs."""
+    return ext.loss(torch.zeros(()), None, {"logits": logits, "values": values}), ext.scalars()
+
+
 def make_clear(tmp_path, **overrides) -> clear.Clear:
     args = Args(architecture="CLEAR", backend="Gymnasium", env_id="CartPole-v1", **{
         "num_envs": 4, "num_actors": 2, "unroll_length": 5, "batch_size": 2, "clear_buffer_frames": 200, **overrides})
@@ -131,7 +145,7 @@ def test_replay_share_in_a_learner_batch_equals_the_mix(tmp_path, fraction, batc
     for update in range(6):
         batch = fake_batch(rng, batch_size, T, n)
         new = time_major(batch)
-        out = ext.extend_batch(batch, *new)
+        out = extend(ext, batch)
         R = out[0].shape[1] - B
         assert Fraction(R, B + R) == Fraction(fraction).limit_denominator(100)
         for x, y in zip(new, out):
@@ -139,10 +153,10 @@ def test_replay_share_in_a_learner_batch_equals_the_mix(tmp_path, fraction, batc
         pool = stored if update else [new[0][:, j].numpy() for j in range(B)]
         for j in range(B, B + R):  # a replayed column is one of the unrolls stored (or, first, of this batch)
             assert any(np.array_equal(out[0][:, j].numpy(), s) for s in pool)
-        loss, logs = ext.loss(torch.zeros(()), None, torch.zeros(T, B + R, 4), torch.zeros(T + 1, B + R))
+        loss, logs = cloning(ext, torch.zeros(T, B + R, 4), torch.zeros(T + 1, B + R))
         if R:
             assert logs["charts/replay_fraction"] == pytest.approx(fraction)
-        ext.commit()
+        ext.after_update({})
         stored += [new[0][:, j].numpy() for j in range(B)]
     assert ext.buffer.seen == 6 * B
 
@@ -155,13 +169,13 @@ def test_cloning_losses_match_a_float64_hand_computation(tmp_path):
     T, B = 5, 4
     for _ in range(2):  # one committed update, so the second one replays from the buffer
         batch = fake_batch(rng, 2, T, 2)
-        out = ext.extend_batch(batch, *time_major(batch))
-        ext.commit()
+        out = extend(ext, batch)
+        ext.after_update({})
     R = out[0].shape[1] - B
     assert R == 4
     current_logits = torch.as_tensor(rng.normal(scale=2.0, size=(T, B + R, 4)), dtype=torch.float32)
     current_values = torch.as_tensor(rng.normal(size=(T + 1, B + R)), dtype=torch.float32)
-    loss, logs = ext.loss(torch.zeros(()), None, current_logits, current_values)
+    loss, logs = cloning(ext, current_logits, current_values)
 
     stored_logits = out[2][:, B:].double().numpy()  # the behaviour logits of the replayed columns
     stored_values = ext.replayed["value"].double().numpy()
@@ -185,7 +199,7 @@ def test_cloning_losses_match_a_float64_hand_computation(tmp_path):
         assert k and np.allclose(stored["value"][k[0]], stored_values[:, r])
     # no gradient reaches the stored targets, only the current outputs
     a = current_logits.clone().requires_grad_()
-    ext.loss(torch.zeros(()), None, a, current_values)[0].backward()
+    cloning(ext, a, current_values)[0].backward()
     assert a.grad[:, :B].abs().sum() == 0 and a.grad[:, B:].abs().sum() > 0
 
 
@@ -198,8 +212,8 @@ def test_vtrace_on_a_replayed_unroll_equals_the_definition(tmp_path):
     T, B, A, gamma = 5, 4, 4, 0.97
     for i in range(3):
         batch = fake_batch(rng, 2, T, 2, regime=i)
-        obs, actions, behaviour_logits, rewards, dones = ext.extend_batch(batch, *time_major(batch))
-        ext.commit()
+        obs, actions, behaviour_logits, rewards, dones = extend(ext, batch)
+        ext.after_update({})
     R = obs.shape[1] - B
     logits = torch.as_tensor(rng.normal(size=(T, B + R, A)), dtype=torch.float32)
     values = torch.as_tensor(rng.normal(size=(T + 1, B + R)), dtype=torch.float32)
@@ -239,20 +253,20 @@ def test_buffer_round_trips_a_checkpoint_exactly(tmp_path):
     a = make_clear(tmp_path / "a", clear_buffer_frames=60)  # 12 unrolls
     for _ in range(5):
         batch = fake_batch(rng, 2, 5, 2)
-        a.extend_batch(batch, *time_major(batch))
-        a.commit()
+        extend(a, batch)
+        a.after_update({})
     assert a.buffer.seen == 20 > a.buffer.capacity == 12
     path = save_checkpoint(str(tmp_path / "ck" / "x.cleanrl_model"), {
-        "architecture": "CLEAR", "args": {}, "model": {}, "global_step": 0, **a.session.registry.state_dicts()})
+        "architecture": "CLEAR", "args": {}, "model": {}, "global_step": 0, a.state_key: a.state_dict()})
     b = make_clear(tmp_path / "b", clear_buffer_frames=60)
     b.buffer.load_state_dict(load_checkpoint(path)["clear"])
     for _ in range(4):
         batch = fake_batch(rng, 2, 5, 2)
-        outs = [ext.extend_batch(batch, *time_major(batch)) for ext in (a, b)]
+        outs = [extend(ext, batch) for ext in (a, b)]
         for x, y in zip(*outs):
             assert torch.equal(x, y)
-        a.commit()
-        b.commit()
+        a.after_update({})
+        b.after_update({})
     for k in a.buffer.data:
         assert np.array_equal(a.buffer.data[k], b.buffer.data[k]), k
     assert a.buffer.rng.bit_generator.state == b.buffer.rng.bit_generator.state
