@@ -3,6 +3,7 @@ metrics (they had three copies; the env-side one refused lists, the curriculum o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from typing import Any
@@ -16,8 +17,16 @@ import continual.envs.backends as backends
 import continual.envs.vector as vector
 import continual.evaluation.continual as ceval
 import continual.evaluation.metrics as metrics
+import continual.modstrings as modstrings
 from continual.errors import UserError
-from continual.modstrings import modification_tokens, normalize_modification
+from continual.modstrings import (
+    game_name,
+    modification_tokens,
+    normalize_modification,
+    parse_task,
+    parse_tasks,
+    task_env_ids,
+)
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -36,9 +45,32 @@ def test_bad_types_are_refused(bad):
 
 def test_one_definition_everywhere():
     assert curricula.normalize_modification is normalize_modification
-    for module in (backends, vector, ceval, metrics):
+    for module in (vector, ceval, metrics):
         assert module.normalize_modification is normalize_modification
         assert not hasattr(module, "normalize")
+    assert backends.game_name is game_name
+    for module in (backends, vector, ceval, metrics):  # the old per-caller parsers are gone
+        assert not any(hasattr(module, name) for name in ("split_task", "task_env_id", "parse_minatar_tokens",
+                                                          "parse_parameter_tokens"))
+
+
+def test_a_task_is_parsed_once_per_string():
+    task = parse_task("  permute_obs=3 env=MinAtar/Freeway  b", "MinAtar", "MinAtar/Breakout")
+    assert (task.text, task.env, task.env_id, task.backend) == (
+        "b env=MinAtar/Freeway permute_obs=3", "MinAtar/Freeway", "MinAtar/Freeway", "MinAtar")
+    assert task.tokens == ("b", "permute_obs=3") and task.parameters == (("b", None), ("permute_obs", "3"))
+    assert task.modification == "b permute_obs=3" and task.game == "Freeway"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.text = "x"  # type: ignore[misc]
+    assert parse_task("b a", "MinAtar", "MinAtar/Breakout").env_id == "MinAtar/Breakout"
+    text = "  a_string_nobody_parsed b b"
+    assert text not in modstrings._PARSED and "a_string_nobody_parsed b" not in modstrings._PARSED
+    tasks = [parse_task(text, backend, env_id) for backend, env_id in (("HackAtari", "ALE/Freeway-v5"),
+                                                                       ("OCAtari", "ALE/Pong-v5"))]
+    canonical = parse_task(normalize_modification(text), "HackAtari", "ALE/Freeway-v5")
+    # one tokenisation: every parse shares its tokens, the canonical form included
+    assert tasks[0].tokens is tasks[1].tokens is canonical.tokens
+    assert modstrings._parse(" ".join(["b", "a_string_nobody_parsed"])).tokens == tasks[0].tokens
 
 
 def test_the_places_that_normalise_agree():
@@ -79,9 +111,12 @@ def run_case(kind: str, args: tuple) -> tuple:
 
     calls = {
         "canon": normalize_modification, "tokens": modification_tokens,
-        "split": backends.split_task, "env_ids": backends.task_env_ids, "game": backends.game_name,
-        "eval": ceval.parse_eval_modifs, "env": backends.validate_env_id, "valid": backends.validate_modification,
-        "minatar": backends.parse_minatar_tokens, "gym": backends.parse_parameter_tokens,
+        "split": lambda s: (parse_task(s).env, parse_task(s).modification),
+        "env_ids": lambda env_id, strings: task_env_ids(parse_tasks(strings, env_id=env_id)),
+        "game": game_name, "eval": ceval.parse_eval_modifs, "env": backends.validate_env_id,
+        "valid": lambda backend, env_id, s: backends.validate_task(parse_task(s, backend, env_id)),
+        "minatar": lambda env_id, s: backends.minatar_parameters(parse_task(s, "MinAtar", env_id)),
+        "gym": lambda env_id, s: backends.gym_parameter_values(parse_task(s, "Gymnasium", env_id)),
         "avail": lambda *a: list(backends.available_modifications(*a)), "task_string": task_string,
         "taskseq": lambda tasks: TaskSequenceModificationFactory(tasks=tasks).possible_modifications(),
     }
@@ -130,9 +165,12 @@ def test_random_strings_parse_as_the_old_tokenizer() -> None:
     for s in strings:
         assert normalize_modification(s) == reference.normalize_modification(s)
         assert modification_tokens(s) == reference.modification_tokens(s)
-        assert _outcome(backends.split_task, s) == _outcome(reference.split_task, s)
-        assert _outcome(backends.task_env_ids, "MinAtar/Asterix", [s, "a"]) == _outcome(
+        assert _outcome(lambda: (parse_task(s).env, parse_task(s).modification)) == _outcome(reference.split_task, s)
+        assert _outcome(lambda: task_env_ids(parse_tasks([s, "a"], env_id="MinAtar/Asterix"))) == _outcome(
             reference.task_env_ids, "MinAtar/Asterix", [s, "a"])
+        if _outcome(reference.split_task, s)[0] == "ok":  # the parameters the MinAtar and Gymnasium parsers read
+            assert [(n, v if sep else None) for n, sep, v in reference.parameters(reference.split_task(s)[1])] == list(
+                parse_task(s).parameters)
     for i in range(0, len(strings), 7):
         text = ";".join(strings[i:i + 7])
         assert ceval.parse_eval_modifs(text) == reference.parse_eval_modifs(text)
@@ -142,6 +180,6 @@ def test_random_strings_validate_as_before() -> None:
     digest = hashlib.sha256()
     for s in random_strings():
         for backend, env_id in RANDOM_GAMES:
-            outcome = _outcome(backends.validate_modification, backend, env_id, s)
+            outcome = _outcome(lambda: backends.validate_task(parse_task(s, backend, env_id)))
             digest.update(repr((s, backend, outcome)).encode())
     assert digest.hexdigest() == RANDOM_VALIDATION_DIGEST

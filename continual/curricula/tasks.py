@@ -1,7 +1,7 @@
 """Task sequences (CORA's experiments): a list of tasks, each (environment, modifications, steps), run in order
 `cycles` times. One run, one agent, one optimizer across all tasks.
 
-A task's regime is the modification string ``env=<env_id> <modifications>`` (`continual.envs.backends.split_task`):
+A task's regime is the modification string ``env=<env_id> <modifications>`` (`continual.modstrings.Task`):
 the env token makes the workers rebuild their env in place when the game changes, and everything keyed by the
 modification string (checkpoints, continual evaluation, metrics, plots, eval.py) treats each task as a regime.
 A task without ``env_id`` runs the run's ``--env_id`` (only its modifications change).
@@ -26,12 +26,11 @@ from continual.curricula.base import (
     _check_steps,
     _first_point,
     _fmt_typed,
-    normalize_modification,
 )
 from continual.curricula.builtin import _BuiltinFactory
 from continual.curricula.registry import register_factory
+from continual.modstrings import ENV_TOKEN, names_a_game, normalize_modification
 
-ENV_TOKEN = "env="  # as continual.envs.backends.ENV_TOKEN (curricula never import the env stack)
 TASK_KEYS = ("env_id", "modifications", "steps")
 
 
@@ -72,7 +71,7 @@ class TaskSequenceModificationFactory(_BuiltinFactory):
             if not isinstance(mods, (str, list)) or (isinstance(mods, list) and not all(isinstance(m, str) for m in mods)):
                 raise FactoryConfigError(f"must be a string or a list of strings, got {_fmt_typed(mods)}",
                                          path=f"{path}.modifications")
-            if any(t.startswith(ENV_TOKEN) for t in normalize_modification(mods).split()):
+            if names_a_game(mods):
                 raise FactoryConfigError("name the game with env_id, not an env= token", path=f"{path}.modifications")
             steps = _check_steps(task["steps"], f"{path}.steps")
             self._tasks.append({"env_id": env_id, "modifications": normalize_modification(mods), "steps": steps})

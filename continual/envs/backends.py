@@ -1,8 +1,9 @@
 """Backends: single environments whose modifications can be switched in place.
 
-Every backend env has `set_modifications(modification: str)`; the change takes effect at the next `reset()`, which the
-vector env does right away (see `continual.envs.vector`). Modification strings are validated with
-`validate_modification(backend, env_id, s)` before any env is built.
+Every backend env has `set_modifications(modification: str | Task)`; the change takes effect at the next `reset()`,
+which the vector env does right away (see `continual.envs.vector`). Each curriculum entry is parsed once into a
+`continual.modstrings.Task` and validated with `validate_task(task)` (`validate_modification(backend, env_id, s)` for
+one string) before any env is built.
 
 - HackAtari (hackatari 0.0.6 on ocatari 2.2.1), fixed here: terminated/truncated come back in the right order, the
   observation space is the real dtype, hooks run in sorted name order, modification randomness is seeded per env,
@@ -20,7 +21,7 @@ vector env does right away (see `continual.envs.vector`). Modification strings a
 
 Task sequences across games: a modification string may carry one `env=<env id>` token (`env=MinAtar/Breakout
 sticky_action_prob=0.2`); it names the game of that regime (same backend), the other tokens are its modifications
-(`split_task`). When a run's regimes name several games, their spaces are made one (`task_compat`): ALE games use
+(`Task.env`). When a run's regimes name several games, their spaces are made one (`task_compat`): ALE games use
 the full 18-action set (as CORA) and keep their 4x84x84 frames; MinAtar grids are zero-padded to the largest
 channel count; MiniHack tasks get the union of their action sets; other Box observations are zero-padded to the largest shape and Discrete action sets grow to the
 largest (an index a task lacks acts as its last action). Anything else is refused before any env is built.
@@ -45,37 +46,10 @@ import numpy as np
 from continual.envs import minihack
 from continual.envs.modifications import registered as registered_modifications
 from continual.errors import UserError
-from continual.modstrings import modification_tokens, normalize_modification
+from continual.modstrings import Task, as_task, game_name, own_task, parse_task
 from continual.specs import BOX_ACTIONS, SPECS, names_of, supporting
 
 BACKENDS = ("HackAtari", "OCAtari", "Gymnasium", "MinAtar", "MiniHack")
-ENV_TOKEN = "env="
-
-
-def split_task(modification: str) -> tuple[Optional[str], str]:
-    """'env=MinAtar/Breakout sticky_action_prob=0.2' -> ('MinAtar/Breakout', 'sticky_action_prob=0.2');
-    a string without an env token -> (None, the string normalised)."""
-    envs = [t[len(ENV_TOKEN):] for t in modification_tokens(modification) if t.startswith(ENV_TOKEN)]
-    if len(envs) > 1:
-        raise UserError(f"modification {modification!r} names {len(envs)} environments ({', '.join(envs)}); "
-                        f"a task has one")
-    if envs and not envs[0]:
-        raise UserError(f"modification {modification!r}: 'env=' needs an env id, e.g. env=MinAtar/Breakout")
-    rest = " ".join(t for t in modification_tokens(modification) if not t.startswith(ENV_TOKEN))
-    return (envs[0] if envs else None), rest
-
-
-def task_env_id(default_env_id: str, modification: str) -> str:
-    """The env id a regime runs: its env token, else the run's --env_id."""
-    return split_task(modification)[0] or default_env_id
-
-
-def game_name(env_id: str) -> str:
-    """'ALE/Freeway-v5' -> 'Freeway'."""
-    name = env_id.split("/")[-1].split("-")[0]
-    for suffix in ("NoFrameskip", "Deterministic"):
-        name = name.replace(suffix, "")
-    return name
 
 
 def is_atari(env_id: str) -> bool:
@@ -263,13 +237,14 @@ def validate_action_space(architecture: str, backend: str, env_id: str, her: boo
                         f"policies); {env_id} has continuous (Box) actions")
 
 
-def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> dict[str, float]:
-    """Parse `name=value` tokens; `ale` (a live ALE interface) avoids building an env to check modes."""
+def gym_parameter_values(task: Task, ale: Any = None) -> dict[str, float]:
+    """A Gymnasium-backend task's `name=value` parameters as numbers; `ale` (a live ALE interface) avoids building an
+    env to check modes."""
+    env_id = task.env_id
     params = gym_parameters(env_id)
     out: dict[str, float] = {}
-    for tok in modification_tokens(modification):
-        name, sep, value = tok.partition("=")
-        if not sep or name not in params:
+    for tok, (name, value) in zip(task.tokens, task.parameters):
+        if value is None or name not in params:
             valid = ", ".join(f"{k}=" for k in params) or "(none)"
             raise UserError(f"modification {tok!r} is not valid for {env_id} (Gymnasium backend); valid: {valid}")
         try:
@@ -279,7 +254,7 @@ def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> d
         if not math.isfinite(v):
             raise UserError(f"modification {tok!r}: value must be finite")
         if name in out:
-            raise UserError(f"modification {modification!r} sets {name} twice")
+            raise UserError(f"modification {task.quoted!r} sets {name} twice")
         out[name] = v
     if is_atari(env_id) and ("mode" in out or "difficulty" in out):
         env = None
@@ -298,31 +273,35 @@ def parse_parameter_tokens(env_id: str, modification: str, ale: Any = None) -> d
     return out
 
 
-def validate_modification(backend: str, env_id: str, modification: str) -> None:
+def validate_task(task: Task) -> None:
     """Raise a one-line UserError naming the bad token and listing the valid names. An `env=` token (a task of
-    another game) is checked as an env id of `backend`, the other tokens against that game."""
-    task_env, rest = split_task(modification)
-    if task_env is not None:
-        validate_env_id(backend, task_env)
-        env_id, modification = task_env, rest
+    another game) is checked as an env id of the task's backend, the other tokens against that game."""
+    backend = task.backend
+    if task.env is not None:
+        validate_env_id(backend, task.env)
     if backend == "MinAtar":
-        parse_minatar_tokens(env_id, modification)
+        minatar_parameters(task)
         return
     if backend == "MiniHack":
-        minihack.validate_modification(env_id, modification)
+        minihack.validate_task(task)
         return
     if backend == "Gymnasium":
-        parse_parameter_tokens(env_id, modification)
+        gym_parameter_values(task)
         return
     if backend == "OCAtari":
-        if modification_tokens(modification):
-            raise UserError(f"modification {modification!r}: the OCAtari backend runs unmodified games; "
+        if task.tokens:
+            raise UserError(f"modification {task.quoted!r}: the OCAtari backend runs unmodified games; "
                             f"use --backend HackAtari for modifications")
         return
-    valid = available_modifications(backend, env_id)
-    for tok in modification_tokens(modification):
+    valid = available_modifications(backend, task.env_id)
+    for tok in task.tokens:
         if tok not in valid:
-            raise UserError(f"unknown modification {tok!r} for {game_name(env_id)}; valid: {', '.join(valid)}")
+            raise UserError(f"unknown modification {tok!r} for {task.game}; valid: {', '.join(valid)}")
+
+
+def validate_modification(backend: str, env_id: str, modification: str) -> None:
+    """`validate_task` of one string, for a run of `backend` on `env_id`."""
+    validate_task(parse_task(modification, backend, env_id))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -404,14 +383,14 @@ def minatar_actions(env_id: str) -> tuple[int, ...]:
     return tuple(int(a) for a in env.minimal_action_set())
 
 
-def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
-    """MinAtar `name=value` tokens over MINATAR_DEFAULTS (names not given keep their defaults)."""
+def minatar_parameters(task: Task) -> dict[str, float]:
+    """A MinAtar task's `name=value` parameters over MINATAR_DEFAULTS (names not given keep their defaults)."""
+    env_id = task.env_id
     minatar_module(env_id)
     out = dict(MINATAR_DEFAULTS)
     seen: set[str] = set()
-    for tok in modification_tokens(modification):
-        name, sep, value = tok.partition("=")
-        if not sep or name not in MINATAR_PARAMETERS:
+    for tok, (name, value) in zip(task.tokens, task.parameters):
+        if value is None or name not in MINATAR_PARAMETERS:
             raise UserError(f"modification {tok!r} is not valid for {env_id} (MinAtar backend); valid: "
                             f"{', '.join(f'{k}=' for k in MINATAR_PARAMETERS)}")
         try:
@@ -419,7 +398,7 @@ def parse_minatar_tokens(env_id: str, modification: str) -> dict[str, float]:
         except ValueError:
             raise UserError(f"modification {tok!r}: {value!r} is not a number") from None
         if name in seen:
-            raise UserError(f"modification {modification!r} sets {name} twice")
+            raise UserError(f"modification {task.quoted!r} sets {name} twice")
         if name == "sticky_action_prob" and not 0.0 <= v <= 1.0:
             raise UserError(f"modification {tok!r}: a probability in [0, 1]")
         if name == "difficulty_ramping" and v not in (0.0, 1.0):
@@ -459,27 +438,29 @@ class MinAtarEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
 
-    def __init__(self, env_id: str, modification: str = "", render_mode: Optional[str] = None):
+    def __init__(self, env_id: str, modification: str | Task = "", render_mode: Optional[str] = None):
         Environment = import_minatar().Environment
 
         self.env_id = env_id
         self.render_mode = render_mode
         self._module = minatar_module(env_id)
-        self._params = parse_minatar_tokens(env_id, modification)
+        task = own_task(modification, "MinAtar", env_id)
+        self._params = minatar_parameters(task)
         self.game = Environment(self._module, sticky_action_prob=self._params["sticky_action_prob"],
                                 difficulty_ramping=bool(self._params["difficulty_ramping"]))
         h, w, c = self.game.state_shape()
         self.observation_space = gym.spaces.Box(0.0, 1.0, (c, h, w), np.float32)
         self.actions = minatar_actions(env_id)
         self.action_space = gym.spaces.Discrete(len(self.actions))
-        self.modification = normalize_modification(modification)
+        self.modification = task.modification
         self._pending: Optional[dict[str, float]] = None
         self._set_permutations(self._params)
         self._length, self._return = 0, 0.0
 
-    def set_modifications(self, modification: str) -> None:
-        self._pending = parse_minatar_tokens(self.env_id, modification)
-        self.modification = normalize_modification(modification)
+    def set_modifications(self, modification: str | Task) -> None:
+        task = own_task(modification, "MinAtar", self.env_id)
+        self._pending = minatar_parameters(task)
+        self.modification = task.modification
 
     def _apply_pending(self) -> None:
         if self._pending is None:
@@ -566,11 +547,6 @@ class TaskCompat:
     num_actions: Optional[int] = None
     full_action_space: bool = False
     actions: tuple[int, ...] = ()  # MiniHack: the union of the tasks' action sets (NetHack command codes)
-
-
-def task_env_ids(default_env_id: str, modifications: Sequence[str]) -> tuple[str, ...]:
-    """The sorted distinct env ids a run's regimes run (`default_env_id` for strings without an env token)."""
-    return tuple(sorted({task_env_id(default_env_id, m) for m in modifications}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -665,7 +641,7 @@ def _make_hackatari_class():
     class ContinualHackAtari(HackAtari):
         """HackAtari with switchable modifications and the 0.0.6 bugs fixed (see module docstring)."""
 
-        def __init__(self, env_id: str, modification: str = "", obs_mode: str = "dqn", frameskip: int = 4,
+        def __init__(self, env_id: str, modification: str | Task = "", obs_mode: str = "dqn", frameskip: int = 4,
                      buffer_window_size: int = 4, render_mode: Optional[str] = None, need_objects: bool = False,
                      **make_kwargs: Any):
             stacks = ["ori"] if obs_mode == "ori" else []  # a fresh list: ocatari's default list is shared
@@ -678,14 +654,15 @@ def _make_hackatari_class():
             self.observation_space = _observation_space(obs_mode, self._env.observation_space, buffer_window_size)
             self.modif_rng = np.random.default_rng()
             self._start_state = self._start_screen = self._screen = None
+            self.env_id = env_id
             self.modification = ""
-            self._pending: Optional[str] = None
+            self._task = self._pending = None
             self.skip_observations = 0  # coming steps whose observation nobody reads (see upcoming_noops)
             self.set_modifications(modification)
             self._apply_pending()
 
-        def set_modifications(self, modification: str) -> None:
-            self._pending = normalize_modification(modification)
+        def set_modifications(self, modification: str | Task) -> None:
+            self._pending = own_task(modification, "HackAtari", self.env_id)
 
         def _apply_pending(self) -> None:
             if self._pending is None:
@@ -694,7 +671,7 @@ def _make_hackatari_class():
             ours = registered_modifications(game)
             step, reset, post = [], [], []
             module = None
-            for name in modification_tokens(self._pending):  # sorted: a deterministic hook order
+            for name in self._pending.tokens:  # sorted: a deterministic hook order
                 if name in ours:
                     hooks = ours[name](self, self.modif_rng)
                     step += [hooks.step] if hooks.step else []
@@ -707,7 +684,8 @@ def _make_hackatari_class():
                     reset += list(r)
                     post += list(p)
             self.step_modifs, self.reset_modifs, self.post_detection_modifs = step, reset, post
-            self.modification, self._pending = self._pending, None
+            self._task, self._pending = self._pending, None
+            self.modification = self._task.modification
 
         def upcoming_noops(self, n: int) -> None:
             """The next n steps are reset no-ops (envs.NoopReset): only the last buffer_window_size of them
@@ -721,7 +699,7 @@ def _make_hackatari_class():
                 gym.Env.reset(self, seed=seed)
                 self.modif_rng = np.random.default_rng(seed)
                 _seed_worker_rngs(seed)
-                self._pending = self.modification if self._pending is None else self._pending
+                self._pending = self._task if self._pending is None else self._pending
             self._apply_pending()
             if seed is not None or self._start_state is None:
                 self._env.reset(seed=seed, options=options)
@@ -794,10 +772,11 @@ def _make_ocatari_class():
                              frameskip=frameskip, **make_kwargs)
             self.ale = self._ale
             self.observation_space = _observation_space(obs_mode, self._env.observation_space, buffer_window_size)
+            self.env_id = env_id
             self.modification = ""
 
-        def set_modifications(self, modification: str) -> None:
-            if modification_tokens(modification):
+        def set_modifications(self, modification: str | Task) -> None:
+            if own_task(modification, "OCAtari", self.env_id).tokens:
                 raise ValueError("the OCAtari backend has no modifications")
 
         def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -830,7 +809,7 @@ class ParameterModifier(gym.Wrapper):
     Parameters not named in the string go back to their defaults, so each regime is fully described by its string.
     """
 
-    def __init__(self, env: gym.Env, env_id: str, modification: str = ""):
+    def __init__(self, env: gym.Env, env_id: str, modification: str | Task = ""):
         super().__init__(env)
         self.env_id = env_id
         self.modification = ""
@@ -838,10 +817,11 @@ class ParameterModifier(gym.Wrapper):
         self._pending: Optional[dict[str, float]] = None
         self.set_modifications(modification)
 
-    def set_modifications(self, modification: str) -> None:
+    def set_modifications(self, modification: str | Task) -> None:
         ale = self.env.unwrapped.ale if is_atari(self.env_id) else None
-        self._pending = parse_parameter_tokens(self.env_id, modification, ale=ale)
-        self.modification = normalize_modification(modification)
+        task = own_task(modification, "Gymnasium", self.env_id)
+        self._pending = gym_parameter_values(task, ale=ale)
+        self.modification = task.modification
 
     def reset(self, **kwargs):
         if self._pending is not None:
@@ -881,7 +861,8 @@ def rederive(u: Any) -> None:
         u.observation_space = gym.spaces.Box(u.low, u.high, dtype=np.float32)
 
 
-def make_backend_env(backend: str, env_id: str, modification: str, *, obs_mode: str = "dqn", frameskip: int = 4,
+def make_backend_env(backend: str, env_id: str, modification: str | Task, *, obs_mode: str = "dqn",
+                     frameskip: int = 4,
                      buffer_window_size: int = 4, repeat_action_probability: float = 0.25,
                      max_episode_steps: Optional[int] = None, render_mode: Optional[str] = None,
                      need_objects: bool = False, full_action_space: bool = False,
@@ -889,8 +870,8 @@ def make_backend_env(backend: str, env_id: str, modification: str, *, obs_mode: 
     """One unwrapped-ish backend env (no preprocessing wrappers) with `set_modifications`. An `env=` token in
     `modification` replaces `env_id`; `full_action_space`: ALE's 18 actions (a sequence of several games);
     `actions`: MiniHack's action set of a sequence (`TaskCompat.actions`)."""
-    task_env, modification = split_task(modification)
-    env_id = task_env or env_id
+    modification = as_task(modification, backend, env_id)
+    env_id = modification.env_id
     if backend == "MiniHack":
         env = minihack.MiniHackEnv(env_id, modification, obs_mode=obs_mode, actions=actions or None,
                                    render_mode=render_mode)

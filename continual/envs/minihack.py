@@ -19,7 +19,7 @@ Actions: each task's own MiniHack action set; when a run's tasks name several en
 evaluation tasks), every env is made with the union of their action sets (`union_actions`, in NLE's order of
 all actions; held-out `--eval_modifs` tasks included), so the same index is the same NetHack command in every task.
 
-Modifications: none besides the `env=<id>` token of task sequences (`continual.envs.backends.split_task`); a task
+Modifications: none besides the `env=<id>` token of task sequences (`continual.modstrings.Task`); a task
 switch swaps the worker's env stack for the other id's, in the same process, as for MinAtar games.
 
 nle/minihack are installed by `.ci/run` (`pip install --no-deps nle==1.3.0 minihack==1.0.2`: nle pins gymnasium
@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from continual.errors import UserError
-from continual.modstrings import modification_tokens, normalize_modification
+from continual.modstrings import Task, own_task
 
 OBS_MODES = ("pixel_crop", "glyphs_crop")
 # CORA's env kwargs (make_minihack_task.py); savedir=None: no ttyrecs, no nle_data folder
@@ -97,12 +97,11 @@ def validate_env_id(env_id: str) -> None:
         raise UserError(f"env_id: unknown environment {env_id!r} ({str(e).splitlines()[0]})") from None
 
 
-def validate_modification(env_id: str, modification: str) -> None:
-    validate_env_id(env_id)
-    tokens = modification_tokens(modification)
-    if tokens:
-        raise UserError(f"modification {tokens[0]!r} is not valid for {env_id} (MiniHack backend): its tasks are "
-                        f"env ids (env=MiniHack-...), it has no name=value modifications")
+def validate_task(task: Task) -> None:
+    validate_env_id(task.env_id)
+    if task.tokens:
+        raise UserError(f"modification {task.tokens[0]!r} is not valid for {task.env_id} (MiniHack backend): its tasks "
+                        f"are env ids (env=MiniHack-...), it has no name=value modifications")
 
 
 def validate_obs_mode(backend: str, obs_mode: str) -> None:
@@ -180,9 +179,10 @@ class MiniHackEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, env_id: str, modification: str = "", obs_mode: str = "pixel_crop",
+    def __init__(self, env_id: str, modification: str | Task = "", obs_mode: str = "pixel_crop",
                  actions: Optional[Sequence[int]] = None, render_mode: Optional[str] = None):
-        validate_modification(env_id, modification)
+        task = own_task(modification, "MiniHack", env_id)
+        validate_task(task)
         self.env_id, self.render_mode = env_id, render_mode
         self.obs_mode = "pixel_crop" if obs_mode == "dqn" else obs_mode
         if self.obs_mode not in OBS_MODES:
@@ -199,12 +199,13 @@ class MiniHackEnv(gym.Env):
             h, w = self.env.observation_space["glyphs_crop"].shape
             self.observation_space = gym.spaces.Box(0.0, 1.0, (len(names), h, w), np.float32)
             self._eye = np.eye(len(names), dtype=np.float32)
-        self.modification = normalize_modification(modification)
+        self.modification = task.modification
         self._last: dict = {}
 
-    def set_modifications(self, modification: str) -> None:
-        validate_modification(self.env_id, modification)
-        self.modification = normalize_modification(modification)
+    def set_modifications(self, modification: str | Task) -> None:
+        task = own_task(modification, "MiniHack", self.env_id)
+        validate_task(task)
+        self.modification = task.modification
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)

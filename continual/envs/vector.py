@@ -5,7 +5,7 @@ processes). `switch()` sends
 the new modification string to every worker, which swaps its hooks, then resets the envs: no process is created or
 left behind. Each env is seeded once (`seed + i`) at the first reset.
 
-A switch to a string with another `env=<id>` token (a task of another game, `continual.envs.backends.split_task`)
+A switch to a string with another `env=<id>` token (a task of another game, `continual.modstrings.Task`)
 swaps the worker's wrapper stack for that game's, in the same process: each worker builds the stack of every game
 in `EnvSettings.games` when it starts (a game not listed is built at its first switch and seeded from the first
 reset's seed and the switch step) and keeps them, so a game switch costs what a modification switch does.
@@ -41,16 +41,13 @@ from continual.envs.backends import (
     TaskCompat,
     is_atari,
     make_backend_env,
-    split_task,
     task_compat,
-    task_env_id,
-    task_env_ids,
 )
 from continual.envs.batched import MinAtarVectorEnv
 from continual.envs.goals import needs_objects, wrap_env
 from continual.envs.grouped import GroupedVectorEnv
 from continual.errors import EnvWorkerError
-from continual.modstrings import normalize_modification, parse_eval_modifs
+from continual.modstrings import normalize_modification, parse_eval_modifs, parse_task, parse_tasks, task_env_ids
 from continual.processes import dead_workers, describe_worker_failure, mp_context, stop_processes
 from continual.testing.faults import inject
 
@@ -99,10 +96,10 @@ class EnvSettings:
             video_every=args.video_every,
             her=getattr(args, "her", False), game_specific_goals=getattr(args, "game_specific_goals", False),
             her_tolerance=getattr(args, "her_tolerance", 0.05), envs_per_worker=getattr(args, "envs_per_worker", 0),
-            compat=task_compat(args.backend, task_env_ids(args.env_id, [*regimes, args.modifs, *held_out]),
-                               args.obs_mode),
+            compat=task_compat(args.backend, task_env_ids(parse_tasks([*regimes, args.modifs, *held_out],
+                                                                      args.backend, args.env_id)), args.obs_mode),
         )
-        games = task_env_ids(args.env_id, [*regimes, args.modifs])
+        games = task_env_ids(parse_tasks([*regimes, args.modifs], args.backend, args.env_id))
         values["games"] = games if len(games) > 1 else ()
         if getattr(args, "task_id_input", False):
             values["task_ids"] = task_ids(regimes if curriculum is None else curriculum)
@@ -248,7 +245,8 @@ class SwitchHandle(gym.Wrapper):
 
     def set_modifications(self, modification: str, step: int = 0) -> None:
         inject("env_switch", self.index)  # TEST HOOK: the worker dies during a switch
-        env_id = task_env_id(self._default_env_id, modification)
+        task = parse_task(modification, env_id=self._default_env_id)
+        env_id = task.env_id
         if self._build is not None and env_id != self.env_id:
             if env_id not in self._stacks:  # a game not built at the start
                 self._stacks[env_id] = self._build(modification, step)
@@ -266,7 +264,7 @@ class SwitchHandle(gym.Wrapper):
             if isinstance(env, RegimeVideo):
                 env.start_regime(modification, step)
             env = env.env
-        self.env.get_wrapper_attr("set_modifications")(split_task(modification)[1])
+        self.env.get_wrapper_attr("set_modifications")(task)
 
     def get_ram(self) -> np.ndarray:
         return self.env.unwrapped.ale.getRAM()
@@ -317,7 +315,7 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
         def build(mod: str, step: int) -> gym.Env:
             return _build_stack(dataclasses.replace(settings, start_step=step), idx, mod)
 
-        env_id = task_env_id(settings.env_id, modification)
+        env_id = parse_task(modification, settings.backend, settings.env_id).env_id
         # the other games of the sequence, built now: a game switch then swaps stacks (their first string: "")
         prebuilt = {g: build(f"env={g}", settings.start_step) for g in settings.games if g != env_id}
         return SwitchHandle(build(modification, settings.start_step), idx, env_id, build, prebuilt, settings.env_id)
@@ -327,10 +325,11 @@ def make_env(settings: EnvSettings, idx: int, modification: str) -> Callable[[],
 
 def _build_stack(settings: EnvSettings, idx: int, modification: str) -> gym.Env:
     """Everything below the SwitchHandle, for the game `modification` names (its env token, else settings.env_id)."""
-    settings = dataclasses.replace(settings, env_id=task_env_id(settings.env_id, modification))
+    task = parse_task(modification, settings.backend, settings.env_id)
+    settings = dataclasses.replace(settings, env_id=task.env_id)
     record = settings.video_dir is not None and idx == 0
     env = make_backend_env(
-        settings.backend, settings.env_id, modification, obs_mode=settings.obs_mode,
+        settings.backend, settings.env_id, task, obs_mode=settings.obs_mode,
         frameskip=settings.frameskip, buffer_window_size=settings.buffer_window_size,
         repeat_action_probability=settings.repeat_action_probability,
         max_episode_steps=settings.max_episode_steps, render_mode="rgb_array" if record else None,

@@ -20,12 +20,13 @@ from tqdm import tqdm
 
 from continual import console
 from continual.config.loading import args_from_dict
-from continual.envs.backends import task_compat, task_env_ids, validate_env_id, validate_modification
+from continual.envs.backends import task_compat, validate_env_id, validate_task
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.evaluation.continual import single_torch_thread
 from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
 from continual.io import atomic_write_csv, atomic_write_json, storage_errors
+from continual.modstrings import normalize_modification, parse_task, parse_tasks, task_env_ids
 from continual.plasticity.injection import restore_injection
 from continual.training.checkpoint import load_policy_file
 from continual.training.tracking import check_writable
@@ -147,7 +148,7 @@ def regimes_to_evaluate(args: EvalArgs, states: Sequence[dict]) -> list[str]:
     if args.all_regimes:
         for st in states:
             modifs += list(st.get("regimes") or [args_from_dict(st["args"]).modifs])
-    return list(dict.fromkeys(" ".join(sorted(set(m.split()))) for m in modifs))
+    return list(dict.fromkeys(normalize_modification(m) for m in modifs))
 
 
 def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]:
@@ -167,13 +168,16 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     backend = args.backend or train_args.backend
     validate_env_id(backend, env_id)
     modifs = regimes_to_evaluate(args, [state])
+    tasks = []
     for m in modifs:
-        validate_modification(backend, env_id, m)
+        tasks.append(parse_task(m, backend, env_id))
+        validate_task(tasks[-1])
     # a task sequence across games: the spaces the agent was trained with must hold every game asked for
-    trained_games = task_env_ids(env_id, state.get("regimes") or [train_args.modifs])
-    compat = task_compat(backend, tuple(sorted({*trained_games, *task_env_ids(env_id, modifs)})), train_args.obs_mode)
+    trained_games = task_env_ids(parse_tasks(state.get("regimes") or [train_args.modifs], backend, env_id))
+    asked_games = task_env_ids(tasks)
+    compat = task_compat(backend, tuple(sorted({*trained_games, *asked_games})), train_args.obs_mode)
     if len(trained_games) > 1 and compat != task_compat(backend, trained_games, train_args.obs_mode):
-        new = sorted(set(task_env_ids(env_id, modifs)) - set(trained_games))
+        new = sorted(set(asked_games) - set(trained_games))
         raise UserError(f"modifs: {', '.join(new)} does not fit the observation/action spaces of the games the agent "
                         f"was trained on ({', '.join(trained_games)})")
 

@@ -29,12 +29,11 @@ import numpy as np
 import tyro
 
 from continual.config.loading import cli
-from continual.envs.backends import task_env_ids
 from continual.errors import UserError
 from continual.evaluation import metrics as M
 from continual.evaluation.table import read_eval_table
 from continual.io import atomic_open
-from continual.modstrings import normalize_modification
+from continual.modstrings import normalize_modification, parse_tasks, task_env_ids
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -142,7 +141,7 @@ def _eval_std(run_dir: str) -> tuple[dict[tuple[str, int], float], set[int]]:
 
 def _title(run: M.RunData) -> str:
     env = run.config.get("env_id", "")
-    games = task_env_ids(env, run.config.get("possible_modifications") or [])
+    games = task_env_ids(parse_tasks(run.config.get("possible_modifications") or [], env_id=env))
     if len(games) > 1:  # a task sequence across games
         env = f"{len(games)} games: {', '.join(games)}"
     return f"{run.name}  ({M.method_label(run.config)}{', ' + env if env else ''})"

@@ -22,17 +22,10 @@ from continual.config.args import Args, default_args
 from continual.config.loading import DEFAULT_TOTAL_TIMESTEPS, Curriculum, args_from_dict, args_to_dict, cli, parse_args
 from continual.config.validation import validate_args
 from continual.curricula import FactoryConfigError, ModificationFactory, make_factory, make_run_factory
-from continual.envs.backends import (
-    game_name,
-    task_compat,
-    task_env_ids,
-    validate_action_space,
-    validate_env_id,
-    validate_modification,
-)
+from continual.envs.backends import game_name, task_compat, validate_action_space, validate_env_id, validate_task
 from continual.envs.vector import EnvSettings, make_env
 from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, exit_on_user_error
-from continual.modstrings import parse_eval_modifs
+from continual.modstrings import parse_eval_modifs, parse_task, task_env_ids
 from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS, defaults_line
 from continual.training import checkpoint as ckpt_lib
 from continual.training.provenance import code_revision
@@ -142,14 +135,15 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
         regimes = factory.possible_modifications()
     except FactoryConfigError as e:  # a seed-style factory's get_modification failed or returned a non-string
         raise UserError(str(e)) from None
-    for s in list(regimes) + list(extra):
-        validate_modification(args.backend, args.env_id, s)
+    tasks = [parse_task(s, args.backend, args.env_id) for s in [*regimes, *extra]]
+    for task in tasks:
+        validate_task(task)
     if args.task_id_input and args.her:
         raise UserError("task_id_input: HER observations carry goals; use one or the other")
     if args.task_id_input and args.backend in ("HackAtari", "OCAtari") and args.obs_mode != "dqn":
         raise UserError(f"task_id_input: needs frames (obs_mode dqn), MinAtar grids or vector observations, "
                         f"not obs_mode {args.obs_mode}")
-    games = task_env_ids(args.env_id, [*regimes, *extra])
+    games = task_env_ids(tasks)
     if len(games) > 1:  # a task sequence across games: one agent needs one observation and action space
         if args.her:
             raise UserError(f"her: goal spaces are per game; a sequence of several games ({', '.join(games)}) "
