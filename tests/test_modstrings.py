@@ -8,9 +8,7 @@ import hashlib
 import random
 from typing import Any
 
-import modstrings_reference as reference
 import pytest
-from modstrings_cases import CASES
 
 import continual.curricula as curricula
 import continual.envs.backends as backends
@@ -18,6 +16,7 @@ import continual.envs.vector as vector
 import continual.evaluation.continual as ceval
 import continual.evaluation.metrics as metrics
 import continual.modstrings as modstrings
+import helpers.modstrings_reference as reference
 from continual.errors import UserError
 from continual.modstrings import (
     game_name,
@@ -27,6 +26,7 @@ from continual.modstrings import (
     parse_tasks,
     task_env_ids,
 )
+from helpers.modstrings_cases import CASES
 
 
 @pytest.mark.parametrize("raw, expected", [
