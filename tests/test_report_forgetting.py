@@ -118,6 +118,22 @@ def test_primary_metric_pairs_and_normalisation(folder, tmp_path):
     assert os.path.getsize(tmp_path / "out" / "curves.png") > 1000
 
 
+def test_learned_check_gives_game_scores_before_any_reference_run(folder, tmp_path):
+    path, runs = folder
+    for name in os.listdir(os.path.join(path, "runs")):
+        if name.endswith("_reference"):
+            os.rename(os.path.join(path, "runs", name), os.path.join(str(tmp_path), name))  # no reference finished
+    res = F.report(path, str(tmp_path / "out"))
+    # the end of SI's first visit (0, 100]: the last 5 evaluations (steps 60..100), in game score, per CLEAR run
+    expected = [float(np.mean(c[SI][6:11])) for (lab, _), c in sorted(runs.items()) if lab == "CLEAR"]
+    assert res["per_method"]["CLEAR"]["first_visit_end_raw"][SI] == pytest.approx(expected, rel=1e-12)
+    br = [float(np.mean(c[BR][16:21])) for (lab, _), c in sorted(runs.items()) if lab == "CLEAR"]  # (100, 200]
+    md = open(tmp_path / "out" / "report.md").read()
+    assert (f"| CLEAR | no reference run yet ({np.mean(br):.1f}) | no reference run yet ({np.mean(expected):.1f}) |"
+            in md)
+    assert "nan" not in md.split("Learned check")[1]
+
+
 def test_mixed_protocol_is_printed_as_mixed(folder, tmp_path):
     path, runs = folder
     write_run(path, "050_PPO_sampled", "PPO", "PPO", 1099, runs[("PPO", 6)], greedy=False)

@@ -206,17 +206,22 @@ def method_metrics(runs: Sequence[RunData], references: Sequence[RunData], decl:
     out["switches"] = switch_effects(runs, norm)
     # the learned check: the end of each task's first visit against the references' final performance (= 1)
     first: dict[str, list[float]] = {}
+    first_raw: dict[str, list[float]] = {}  # the same in game score, readable before any reference run finished
     for r in runs:
         seen = set()
         for v in r.visits:
             if v.regime in seen:
                 continue
             seen.add(v.regime)
-            value = cw.tail_mean([(s, norm(v.regime, y)) for s, y in r.evals.get(v.regime, [])],
-                                 cw.CW_LAST_EVALUATIONS, v.start, v.end)
+            points = r.evals.get(v.regime, [])
+            value = cw.tail_mean([(s, norm(v.regime, y)) for s, y in points], cw.CW_LAST_EVALUATIONS, v.start, v.end)
+            raw = cw.tail_mean(points, cw.CW_LAST_EVALUATIONS, v.start, v.end)
             if value is not None:
                 first.setdefault(v.regime, []).append(value)
+            if raw is not None:
+                first_raw.setdefault(v.regime, []).append(raw)
     out["first_visit_end"] = first
+    out["first_visit_end_raw"] = first_raw
     return out
 
 
@@ -404,16 +409,18 @@ def markdown(result: dict) -> list[str]:
     unit = ("1.0 = the top of the declared range" if result["normalisation"]["kind"] == "fixed" else
             "1.0 = the references' final return")
     lines += ["", "Learned check: the end of each task's first visit (mean of its last 5 evaluations, normalised), mean "
-              f"over runs; {unit}; a task counts as learned at >= 0.5.", "",
-              "| method | " + " | ".join(t or "unmodified" for t in sorted({t for v in result["per_method"].values()
-                                                                          for t in v["first_visit_end"]})) + " |"]
-    tasks = sorted({t for v in result["per_method"].values() for t in v["first_visit_end"]})
-    lines.append("|---|" + "---|" * len(tasks))
+              f"over runs; {unit}; a task counts as learned at >= 0.5. In brackets: the same in game score.", ""]
+    tasks = sorted({t for v in result["per_method"].values()
+                    for t in list(v["first_visit_end"]) + list(v.get("first_visit_end_raw", {}))})
+    lines += ["| method | " + " | ".join(t or "unmodified" for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     for m, v in result["per_method"].items():
         cells = []
         for t in tasks:
-            xs = v["first_visit_end"].get(t, [])
-            cells.append(f"{np.mean(xs):.2f}" + ("" if np.mean(xs) >= 0.5 else " (not learned)") if xs else "")
+            xs = [x for x in v["first_visit_end"].get(t, []) if not math.isnan(x)]
+            raw = v.get("first_visit_end_raw", {}).get(t, [])
+            cell = (f"{np.mean(xs):.2f}" + ("" if np.mean(xs) >= 0.5 else " (not learned)") if xs
+                    else "no reference run yet" if raw else "")
+            cells.append(cell + (f" ({np.mean(raw):.1f})" if raw else ""))
         lines.append(f"| {mark(m)} | " + " | ".join(cells) + " |")
     return lines
 
