@@ -4,7 +4,6 @@ normalisation, the exact pair tests, the protocol read from the runs, post-hoc m
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 
@@ -14,6 +13,7 @@ import pytest
 
 from continual.report import forgetting as F
 from continual.report.__main__ import main as report_main
+from helpers.experiment_folders import write_run as helper_write_run
 
 SI, BR = "env=MinAtar/SpaceInvaders", "env=MinAtar/Breakout"
 STEPS = list(range(0, 401, 10))  # SI (0,100], BR (100,200], SI (200,300], BR (300,400]
@@ -22,24 +22,9 @@ WINDOW = 2
 
 
 def write_run(folder, name, label, arch, seed, curves, steps=STEPS, switches=SWITCHES, greedy=True):
-    d = os.path.join(folder, "runs", name)
-    os.makedirs(d)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"exp_name": label, "seed": seed, "architecture": arch, "eval_greedy": greedy, "eval_episodes": 10,
-                   "eval_every": 10, "eval_at_switches": True}, f)
-    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
-        for step, prev, new in switches:
-            f.write(json.dumps({"kind": "switch", "global_step": step, "previous": prev, "modification": new}) + "\n")
-        f.write(json.dumps({"kind": "iteration", "global_step": steps[-1], "modification": next(iter(curves))}) + "\n")
-    with open(os.path.join(d, "eval_table.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "modification", "slug", "split", "episodes", "mean", "greedy"])
-        for task, ys in curves.items():
-            for s, y in zip(steps, ys):
-                w.writerow([s, task, "x", "curriculum", 10, y, greedy])
-    os.makedirs(os.path.join(folder, "queue"), exist_ok=True)
-    with open(os.path.join(folder, "queue", f"{name}.status.json"), "w") as f:
-        json.dump({"state": "done"}, f)
+    config = {"exp_name": label, "seed": seed, "architecture": arch, "eval_greedy": greedy, "eval_episodes": 10,
+              "eval_every": 10, "eval_at_switches": True}
+    helper_write_run(folder, name, config, curves, steps, switches, greedy=greedy)
 
 
 def curve(rng, learn_si, drop):
