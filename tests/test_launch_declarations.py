@@ -29,6 +29,7 @@ DECLARED = {"primary_metric": "cora_forgetting", "pairs": [["PPO_CBP", "PPO"], [
             "normalisation": {"kind": "fixed", "ranges": {"CartPole-v1": [0, 500]}},
             "evaluation": {"greedy": False, "episodes": 8}}
 TUNING = {"seeds": [101, 102], "criterion": "highest mean return", "sweeps": {"PPO lr=": "learning_rate"}}
+RULE = {"metric": "cw_average_performance", "normalise": "references", "aggregate": "mean", "ties": "larger"}
 
 
 def tuning_file(tmp_path) -> dict:
@@ -66,6 +67,10 @@ def test_declarations_are_accepted_and_kept_verbatim(tmp_path):
     both = load_experiment(write(tmp_path / "both.json", {"flags": CARTPOLE, "runs": runs, "tuning": TUNING,
                                                           "reporting_seeds": [1]}))
     assert both.declarations.chosen == {"PPO lr=0.001": "both.json"} and len(both.entries) == 9
+    # the rule in the tuning file (the reporting file need not repeat it: seeds and sweeps must agree)
+    write(tmp_path / "tune.json", {**tuning_file(tmp_path), "tuning": {**TUNING, "rule": RULE}})
+    assert load_experiment(str(tmp_path / "tune.json")).declarations.tuning["rule"] == RULE
+    assert load_experiment(str(tmp_path / "report.json")).declarations.chosen == {"PPO lr=0.01": "tune.json"}
     # files without declarations are as before
     assert load_experiment(write(tmp_path / "plain.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})).declarations \
         == D.Declarations()
@@ -114,6 +119,16 @@ BAD = [
     (dict(tuning={**TUNING, "sweeps": {**TUNING["sweeps"], "SAC tau=": "tau"}}),
      "tuning.sweeps['SAC tau=']: no entry's label starts with it"),
     (dict(tuning={"sweeps": TUNING["sweeps"]}), "tuning needs seeds"),
+    # the criterion, machine-readable (what python -m continual.report tuning computes)
+    (dict(tuning={**TUNING, "rule": "highest mean P(T)"}), "tuning.rule must be an object (metric: "
+                                                           "'cw_average_performance'"),
+    (dict(tuning={**TUNING, "rule": {**RULE, "metric": "cw_average_performanc"}}),
+     "tuning.rule.metric: unknown value 'cw_average_performanc'; did you mean 'cw_average_performance'"),
+    (dict(tuning={**TUNING, "rule": {k: v for k, v in RULE.items() if k != "ties"}}),
+     "tuning.rule needs ties (one of larger, smaller)"),
+    (dict(tuning={**TUNING, "rule": {**RULE, "tie": "larger"}}), "tuning.rule: unknown key 'tie'; did you mean 'ties'"),
+    (dict(tuning={**TUNING, "rule": {**RULE, "aggregate": 1}}), "tuning.rule.aggregate: unknown value 1 (one of mean, "
+                                                                 "median)"),
     (dict(reporting_seeds=[1, 1]), "reporting_seeds lists a seed twice"),
     (dict(reporting_seeds=["1"]), "reporting_seeds must be a non-empty list of integer seeds"),
     # unknown keys, with did-you-mean

@@ -14,6 +14,9 @@ in the experiment folder.
                     "results": {"Double DQN": {"mean": 22.044, "se": 0.733, "n": 12}, ...}}   # the numbers ours are
     },                                                                        # compared with: label -> name -> number                                             # primary_metric and secondary_metrics: a name or {"name", ...}
     "tuning": {"seeds": [101, 102, 103], "criterion": "highest mean P(T)",
+               "rule": {"metric": "cw_average_performance", "normalise": "references", "aggregate": "mean",
+                        "ties": "larger"},                        # the criterion, machine-readable: what
+                                                                  # `python -m continual.report tuning` computes
                "sweeps": {"IMPALA+EWC lambda=": "ewc_lambda"},    # label prefix -> the flag it sweeps
                "experiment": "forgetting_minatar_tuning.json"},   # optional: the file that runs the sweeps (its
                                                                   # seeds and sweeps are these)
@@ -63,7 +66,12 @@ KEYS = ("declared", "tuning", "reporting_seeds", "post_hoc")  # the experiment f
 DECLARED_KEYS = ("primary_metric", "pairs", "normalisation", "evaluation", "secondary_metrics", "primary_pair",
                  "primary_claim", "statistics", "post_hoc_declaration", "published")
 PUBLISHED_KEYS = ("source", "budget", "seeds", "protocol", "statistics", "results", "note")
-TUNING_KEYS = ("seeds", "criterion", "sweeps", "experiment")
+TUNING_KEYS = ("seeds", "criterion", "rule", "sweeps", "experiment")
+# tuning.rule: each key and the values it takes. metric: a per-run metric of continual.evaluation.cw (P(T) is
+# higher-better, CW's forgetting lower-better); normalise: returns divided per task by the mean final return of the
+# tuning folder's single-task reference runs, or raw; aggregate: over the tuning seeds; ties: which swept value wins.
+RULE = {"metric": ("cw_average_performance", "cw_forgetting"), "normalise": ("references", "none"),
+        "aggregate": ("mean", "median"), "ties": ("larger", "smaller")}
 NORMALISATION_KINDS = ("reference_runs", "fixed")
 CHOSEN = "chosen_from_tuning"  # the key of a flag object that marks a sweep's chosen value
 RECORD = "declarations.json"
@@ -148,6 +156,21 @@ def _published(pub: Any, where: str) -> None:
                             f"got {cells!r}")
 
 
+def _rule(rule: Any, where: str) -> None:
+    """tuning.rule: the criterion as the tuning report computes it, every key of RULE given one of its values."""
+    if not isinstance(rule, dict):
+        raise UserError(f"{where} must be an object ({', '.join(f'{k}: {v[0]!r}' for k, v in RULE.items())}), "
+                        f"got {rule!r}")
+    _keys(rule, tuple(RULE), where)
+    for key, values in RULE.items():
+        if key not in rule:
+            raise UserError(f"{where} needs {key} (one of {', '.join(values)})")
+        if rule[key] not in values:
+            raise UserError(f"{where}.{key}: unknown value {rule[key]!r}" +
+                            (_did_you_mean(rule[key], values) if isinstance(rule[key], str) else "") +
+                            f" (one of {', '.join(values)})")
+
+
 def parse(data: dict, where: str) -> Declarations:
     """The declaration keys of an experiment file's top level, checked for shape (labels and seeds are checked
     against the entries by `check_entries`)."""
@@ -221,6 +244,8 @@ def parse(data: dict, where: str) -> Declarations:
         _seeds(tuning["seeds"], f"{where}: tuning.seeds")
         if "criterion" in tuning and (not isinstance(tuning["criterion"], str) or not tuning["criterion"]):
             raise UserError(f"{where}: tuning.criterion must say how a value is chosen, got {tuning['criterion']!r}")
+        if "rule" in tuning:
+            _rule(tuning["rule"], f"{where}: tuning.rule")
         if "experiment" in tuning and (not isinstance(tuning["experiment"], str) or not tuning["experiment"]):
             raise UserError(f"{where}: tuning.experiment must name the experiment file that runs the sweeps, got "
                             f"{tuning['experiment']!r}")

@@ -7,7 +7,8 @@ fresh network; `plasticity --from-report report.json` rebuilds it from a stored 
 (single-task MinAtar runs: the final training return per game and protocol beside the published numbers; `minatar
 --from-report report.json` likewise), c_chain
 (C-CHAIN's Continual MinAtar table: the paper's score per run, mean +- standard error and t intervals, the paper's
-numbers beside).
+numbers beside), tuning (a tuning experiment: each declared sweep's values on the tuning seeds by its declared
+rule, and the chosen value; `forgetting --tuning TUNING_FOLDER` checks the reporting arms against it).
 
 An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
 manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed.
@@ -21,9 +22,9 @@ from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
 from continual.launch.archive import check_manifest
-from continual.report import c_chain, forgetting, minatar, plasticity, robustness
+from continual.report import c_chain, forgetting, minatar, plasticity, robustness, tuning
 
-KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain")
+KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain", "tuning")
 
 
 @exit_on_user_error
@@ -43,18 +44,28 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "stored report's)")
     p.add_argument("--late", type=int, help="plasticity: regimes counted as late (the last N; default 5, or the "
                    "stored report's)")
+    p.add_argument("--tuning", help="forgetting: the tuning experiment's folder; the report checks that every arm "
+                   "marked chosen_from_tuning runs the value its tuning report chose")
     a = p.parse_args(argv)
     if a.folder is None and a.from_report is None and a.kind != "plasticity":  # plasticity's message names both
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
-                               ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",))):
+                               ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
+                               ("--tuning", a.tuning, ("forgetting",))):
         if value is not None and a.kind not in kinds:
             raise UserError(f"{flag} is for the {' and '.join(kinds)} report{'s' if len(kinds) > 1 else ''}, "
                             f"not {a.kind}")
     if a.folder is not None:
         check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
+    if a.tuning is not None:
+        check_manifest(a.tuning, require=False)
     if a.kind == "forgetting":
-        result = forgetting.report(a.folder, a.out, experiment=a.experiment)
+        check = tuning.check(a.folder, a.tuning) if a.tuning is not None else None
+        result = forgetting.report(a.folder, a.out, experiment=a.experiment, tuning_check=check)
+        for failure in (check or {}).get("failed", []):
+            print(f"FAILED CHECK (tuning): {failure}", file=sys.stderr)
+    elif a.kind == "tuning":
+        result = tuning.report(a.folder, a.out)
     elif a.kind == "minatar":
         result = minatar.report(a.folder, a.out, from_report=a.from_report)
     elif a.kind == "c_chain":

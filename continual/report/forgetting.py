@@ -3,6 +3,10 @@ Continual World's beside them, run-level small-n statistics and exact tests, the
 
     python -m continual.report forgetting EXPERIMENT_FOLDER --out DIR [--tuning TUNING_FOLDER]
 
+--tuning: the folder of the experiment that tuned the sweeps (continual.report.tuning): the heading says what it
+chose and whether every arm marked chosen_from_tuning runs that value on the reporting seeds; a failed check is
+printed first, in bold, and on stderr.
+
 Runs. Every run directory under EXPERIMENT_FOLDER/runs that finished (its launcher status is "done", or it wrote
 metrics.json), grouped by its config's `exp_name`; labels starting with "reference" are single-task reference runs.
 A method's family is PPO (architecture PPO or PPO_CBP) or IMPALA (the rest); Continual World's forward transfer
@@ -280,7 +284,10 @@ def _iv(xs) -> statistics.Interval:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = None) -> dict:
+def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = None,
+           tuning_check: Optional[dict] = None) -> dict:
+    """`tuning_check`: continual.report.tuning.check of this folder against its tuning folder (--tuning), printed at
+    the top of the report, a failed check first."""
     decl = declarations(folder, experiment)
     runs = load_runs(folder)
     references = [r for r in runs if is_reference(r)]
@@ -319,7 +326,8 @@ def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = N
               "switches": {m: [{**{k: w[k] for k in ("switch", "from", "into", "step")},
                                 "drop": _iv(w["drop"]).as_dict(), "recovery": _iv(w["recovery"]).as_dict()}
                                for w in per_method[m]["switches"]] for m in per_method},
-              "table": table, "comparisons": comparisons, "per_method": per_method}
+              "table": table, "comparisons": comparisons, "per_method": per_method,
+              **({"tuning_check": tuning_check} if tuning_check is not None else {})}
     lines = markdown(result)
     result["markdown"] = lines
     if out:
@@ -351,7 +359,8 @@ def markdown(result: dict) -> list[str]:
     primary = decl.get("primary_metric", {})
     post = set(result["post_hoc"])
     mark = (lambda m: f"{m} †" if m in post else m)
-    lines = ([f"**Post hoc**: {decl['post_hoc_declaration']}", ""] if decl.get("post_hoc_declaration") else []) + [
+    lines = tuning_lines(result["tuning_check"]) if "tuning_check" in result else []
+    lines += ([f"**Post hoc**: {decl['post_hoc_declaration']}", ""] if decl.get("post_hoc_declaration") else []) + [
         f"Evaluation: {protocol_text(prot)} (read from the runs' configs).",
         "",
         f"Primary metric{'' if decl.get('post_hoc_declaration') else ' (declared before any run)'}: "
@@ -423,6 +432,15 @@ def markdown(result: dict) -> list[str]:
             cells.append(cell + (f" ({np.mean(raw):.1f})" if raw else ""))
         lines.append(f"| {mark(m)} | " + " | ".join(cells) + " |")
     return lines
+
+
+def tuning_lines(check: dict) -> list[str]:
+    """The heading lines of the tuning check: each failed check loudly, then what was chosen and what held."""
+    lines = [f"**FAILED CHECK (tuning, {check['tuning_folder']})**: {f}" for f in check["failed"]]
+    lines.append(f"Tuning ({check['tuning_folder']}, rule {json.dumps(check['rule'])}): " +
+                 "; ".join(f"{p} chose {c['label']!r}" if c else f"{p} has no choice yet"
+                           for p, c in check["chosen"].items()) + ".")
+    return lines + [f"Tuning check passed: {p}." for p in check["passed"]] + [""]
 
 
 def curves(methods: dict[str, list[RunData]], norm: Callable[[str, float], float], path: str) -> None:
