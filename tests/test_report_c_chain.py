@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -20,6 +21,9 @@ COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "
            "seconds", "greedy", "success_rate"]
 GAMES = ["MinAtar/SpaceInvaders", "MinAtar/Asterix", "MinAtar/Seaquest"]
 REGIMES = ["env=MinAtar/SpaceInvaders", "env=MinAtar/Asterix", "env=MinAtar/Seaquest no_reward_cutoff=1000"]
+LABELS = {"vanilla": "Double DQN", "C-CHAIN": "Double DQN + C-CHAIN"}  # the experiment file's method labels
+EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "experiments",
+                          "c_chain_minatar.json")
 TASK, EVERY = 100, 50  # 3 tasks of 100 steps, an evaluation every 50: steps 0, 50, ..., 300
 
 
@@ -34,7 +38,7 @@ def make_run(folder: str, name: str, seed: int, arm: str, last: int = 3 * TASK) 
     tasks = [{"env_id": GAMES[0], "steps": TASK}, {"env_id": GAMES[1], "steps": TASK},
              {"env_id": GAMES[2], "modifications": "no_reward_cutoff=1000", "steps": TASK}]
     cfg = {"architecture": "DQN", "seed": seed, "env_id": GAMES[0], "c_chain": arm == "C-CHAIN", "double_dqn": True,
-           "exp_name": f"dqn {arm}", "total_timesteps": 3 * TASK, "eval_every": EVERY, "eval_episodes": 10,
+           "exp_name": LABELS[arm], "total_timesteps": 3 * TASK, "eval_every": EVERY, "eval_episodes": 10,
            "eval_greedy": True, "modification_factory": "TaskSequence",
            "modification_factory_kwargs": {"cycles": 1, "tasks": tasks}}
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -121,13 +125,35 @@ def test_mean_se_intervals_and_difference_by_independent_computation(folder):
     assert main["difference"]["paired"]["estimate"] == pytest.approx(5.0, rel=1e-12)
 
 
-def test_paper_numbers_and_their_intervals():
-    p = c_chain.paper_interval("vanilla")
+def declare(folder: str) -> None:
+    """The folder's copy of the experiment file, which declares Table 4 under declared.published."""
+    shutil.copy(EXPERIMENT, os.path.join(folder, "experiment.json"))
+
+
+def test_the_published_numbers_are_the_declared_ones_and_their_intervals(folder):
+    declare(folder)
+    paper = c_chain.published(folder, c_chain.load(folder))
+    assert paper["source"].startswith("Tang, Obando-Ceron, Castro, Courville, Berseth")
+    p = paper["arms"]["vanilla"]
     h = stats.t.ppf(0.975, 11) * 0.733
-    assert (p["mean"], p["se"], p["n"]) == (22.044, 0.733, 12)
+    assert (p["label"], p["mean"], p["se"], p["n"]) == ("Double DQN", 22.044, 0.733, 12)
     assert [p["low"], p["high"]] == pytest.approx([22.044 - h, 22.044 + h])
     assert [p["low_normal"], p["high_normal"]] == pytest.approx([22.044 - 1.96 * 0.733, 22.044 + 1.96 * 0.733])
-    assert c_chain.paper_interval("C-CHAIN")["mean"] == 29.513
+    assert paper["arms"]["C-CHAIN"]["mean"] == 29.513 and paper["arms"]["C-CHAIN"]["label"] == LABELS["C-CHAIN"]
+    # a number the declaration changes is the number the report prints: it keeps none of its own
+    data = json.load(open(EXPERIMENT))
+    data["declared"]["published"]["results"]["Double DQN"] = {"mean": 20.0, "se": 1.0}
+    with open(os.path.join(folder, "experiment.json"), "w") as f:
+        json.dump(data, f)
+    md = "\n".join(c_chain.report(folder)["markdown"])
+    assert "| 20.000 +- 1.000 (n=?, Double DQN) |  | [18.04, 21.96] |" in md and "published: +9.513" in md
+
+
+def test_without_a_declaration_the_published_column_says_not_declared(folder):
+    res = c_chain.report(folder)
+    assert res["paper"]["arms"] == {"vanilla": None, "C-CHAIN": None} and res["paper"]["source"] is None
+    md = "\n".join(res["markdown"])
+    assert md.count("| not declared |  |  |") == 2 and "published: not declared" in md and "22.044" not in md
 
 
 def test_logged_task_is_the_next_games_at_a_boundary():
@@ -136,6 +162,7 @@ def test_logged_task_is_the_next_games_at_a_boundary():
 
 
 def test_cli_writes_the_report(folder, tmp_path, capsys):
+    declare(folder)
     out = str(tmp_path / "out")
     report_main(["c_chain", folder, "--out", out])
     printed = capsys.readouterr().out

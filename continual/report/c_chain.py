@@ -21,10 +21,15 @@ an average over the whole curve, as the "average performance" of the paper's Tab
 - per-game means over each task's own evaluations, and each game's final evaluation.
 
 Statistics over runs (the run is the unit; continual.evaluation.statistics): mean +- standard error as Table 4
-reports, a Student-t 95% interval, the paper's numbers beside (vanilla 22.044 +- 0.733, C-CHAIN 29.513 +- 0.682,
-12 seeds; their t intervals with 11 degrees of freedom), and the difference C-CHAIN - vanilla with its Welch
+reports, a Student-t 95% interval, the published numbers beside, and the difference C-CHAIN - vanilla with its Welch
 interval, the paired-by-seed t interval, the probability of improvement and exact one-sided tests. Only runs that
 reached the end of the sequence count; others are listed with their progress.
+
+The published numbers are the experiment's `declared.published` (the folder's experiment.json, as
+configs/experiments/c_chain_minatar.json declares Table 4: Double DQN 22.044 +- 0.733, Double DQN + C-CHAIN
+29.513 +- 0.682, mean +- SE over 12 seeds), matched to an arm by its runs' method label (exp_name); with their mean,
+se and n, a t interval with n - 1 degrees of freedom and +- 1.96 SE. Without a declaration the column says "not
+declared": the report carries no numbers of its own.
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ from continual.curricula.tasks import task_string
 from continual.errors import UserError
 from continual.evaluation import statistics
 from continual.evaluation.table import read_run_table
+from continual.launch.declarations import read_declarations
 from continual.modstrings import normalize_modification
 
-PAPER = {"vanilla": {"mean": 22.044, "se": 0.733, "n": 12}, "C-CHAIN": {"mean": 29.513, "se": 0.682, "n": 12}}
 ARMS = ("vanilla", "C-CHAIN")
 # what the paper's code runs (crl_minatar: the run script's arguments and the agent's constructor defaults)
 PAPER_PROTOCOL = {"double_dqn": True, "learning_rate": 3e-4, "replay_batch_size": 32, "buffer_size": 100_000,
@@ -144,13 +149,42 @@ def load(folder: str) -> list[dict]:
     return recs
 
 
-def paper_interval(arm: str) -> dict:
+def published(folder: str, recs: Sequence[dict]) -> dict:
+    """The experiment's declared published numbers per arm ({"label", "mean", "se", "n", intervals}, or None where
+    not declared), matched by the arm's runs' method label, and the declaration's source and statistics."""
+    block = read_declarations(folder).declared.get("published") if os.path.isfile(
+        os.path.join(folder, "experiment.json")) or os.path.isfile(os.path.join(folder, "declarations.json")) else None
+    out: dict = {"source": (block or {}).get("source"), "statistics": (block or {}).get("statistics"), "arms": {}}
+    results = (block or {}).get("results", {})
+    for arm in ARMS:
+        labels = [r["exp_name"] for r in recs if r["arm"] == arm and r["exp_name"] in results]
+        out["arms"][arm] = paper_interval(labels[0], results[labels[0]]) if labels else None
+    return out
+
+
+def paper_interval(label: str, p: dict) -> dict:
+    """A published mean +- SE over n seeds with its t interval (n - 1 df) and +- 1.96 SE; what is not given is None."""
     from scipy import stats
 
-    p = PAPER[arm]
-    h = float(stats.t.ppf(0.975, p["n"] - 1)) * p["se"]
-    return {"mean": p["mean"], "se": p["se"], "n": p["n"], "low": p["mean"] - h, "high": p["mean"] + h,
-            "low_normal": p["mean"] - 1.96 * p["se"], "high_normal": p["mean"] + 1.96 * p["se"]}
+    mean, se, n = p.get("mean"), p.get("se"), p.get("n")
+    out = {"label": label, "mean": mean, "se": se, "n": n, "low": None, "high": None, "low_normal": None,
+           "high_normal": None}
+    if mean is not None and se is not None:
+        out.update(low_normal=mean - 1.96 * se, high_normal=mean + 1.96 * se)
+        if n is not None and n >= 2:
+            h = float(stats.t.ppf(0.975, int(n) - 1)) * se
+            out.update(low=mean - h, high=mean + h)
+    return out
+
+
+def _paper(p: Optional[dict]) -> list[str]:
+    """The published cells of an arm's row: mean +- SE (n), t interval, +- 1.96 SE."""
+    if p is None:
+        return ["not declared", "", ""]
+    f = (lambda x: "?" if x is None else f"{x:.3f}")
+    return [f"{f(p['mean'])} +- {f(p['se'])} (n={p['n'] if p['n'] is not None else '?'}, {p['label']})",
+            "" if p["low"] is None else f"[{p['low']:.2f}, {p['high']:.2f}]",
+            "" if p["low_normal"] is None else f"[{p['low_normal']:.2f}, {p['high_normal']:.2f}]"]
 
 
 def arm_summary(values: Sequence[float]) -> dict:
@@ -212,7 +246,7 @@ def protocol_notes(recs: Sequence[dict]) -> list[str]:
     return notes
 
 
-def markdown(recs: Sequence[dict], main: dict, alt: dict) -> list[str]:
+def markdown(recs: Sequence[dict], main: dict, alt: dict, paper: dict) -> list[str]:
     done = [r for r in recs if r["finished"]]
     games = done[0]["games"] if done else recs[0]["games"]
     greedy = sorted({g for r in recs for g in r["greedy"]})
@@ -223,18 +257,21 @@ def markdown(recs: Sequence[dict], main: dict, alt: dict) -> list[str]:
              f"{sum(r['arm'] == 'vanilla' for r in done)} vanilla, {sum(r['arm'] == 'C-CHAIN' for r in done)} "
              f"C-CHAIN.", ""]
     lines += ["Score (the paper code's logged evaluation curve averaged over the run, 121 evaluations): mean +- "
-              "standard error [95% t interval] (n runs), the paper's Table 4 beside.", "",
-              "| arm | ours | paper (Table 4) | paper 95% (t, 11 df) | paper +- 1.96 SE |", "|---|---|---|---|---|"]
+              "standard error [95% t interval] (n runs), the published numbers beside (the experiment's "
+              "declared.published: " + (f"{paper['source']}" if paper["source"] else "not declared") + ").", "",
+              "| arm | ours | published | published 95% (t, n - 1 df) | published +- 1.96 SE |",
+              "|---|---|---|---|---|"]
     for arm in ARMS:
-        p = paper_interval(arm)
-        lines.append(f"| {arm} | {_pm(main.get(arm))} | {p['mean']:.3f} +- {p['se']:.3f} (n=12) | "
-                     f"[{p['low']:.2f}, {p['high']:.2f}] | [{p['low_normal']:.2f}, {p['high_normal']:.2f}] |")
+        lines.append(f"| {arm} | {_pm(main.get(arm))} | " + " | ".join(_paper(paper["arms"][arm])) + " |")
     d = main.get("difference")
     if d:
         c = d["comparison"]
+        pv, pc = paper["arms"]["vanilla"], paper["arms"]["C-CHAIN"]
+        gap = (f"{pc['mean'] - pv['mean']:+.3f}" if pv and pc and None not in (pv["mean"], pc["mean"])
+               else "not declared")
         lines += ["", f"C-CHAIN - vanilla: {_iv(d['welch'])} (Welch 95%); paired by seed "
-                  f"{_iv(d.get('paired'))} (t 95%, seeds {d.get('paired_seeds')}); paper: "
-                  f"{PAPER['C-CHAIN']['mean'] - PAPER['vanilla']['mean']:+.3f}. Probability of improvement "
+                  f"{_iv(d.get('paired'))} (t 95%, seeds {d.get('paired_seeds')}); published: "
+                  f"{gap}. Probability of improvement "
                   f"{c['probability_of_improvement']['estimate']:.2f}, one-sided Mann-Whitney p = "
                   f"{c['mann_whitney']['p']:.4g}, permutation test of the means p = {c['permutation']['p']:.4g}."]
     lines += ["", "Sensitivity: all 123 evaluations the code runs (the first two games' final evaluations back in): "
@@ -290,8 +327,9 @@ def curves_figure(recs: Sequence[dict], path: str) -> None:
 def report(folder: str, out: Optional[str] = None) -> dict:
     recs = load(folder)
     main, alt = summarize(recs, "score"), summarize(recs, "score_all_evaluations")
-    lines = markdown(recs, main, alt)
-    result = {"folder": folder, "paper": {arm: paper_interval(arm) for arm in ARMS}, "score": main,
+    paper = published(folder, recs)
+    lines = markdown(recs, main, alt, paper)
+    result = {"folder": folder, "paper": paper, "score": main,
               "score_all_evaluations": alt, "runs": recs}
     if out:
         os.makedirs(out, exist_ok=True)
