@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 from continual.launch.archive import write_first_manifest
+from continual.launch.experiment import load_experiment
 from continual.report import forgetting as F
 from continual.report import tuning as T
 from continual.report.__main__ import main as report_main
 from helpers.experiment_folders import write_experiment, write_run
 
+V2_TUNING = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "experiments",
+                         "forgetting_minatar_v2_tuning.json")
 SI, BR = "env=MinAtar/SpaceInvaders", "env=MinAtar/Breakout"
 STEPS = list(range(0, 201, 10))  # SI (0, 100], BR (100, 200]
 SWITCHES = ((100, SI, BR),)
@@ -47,11 +51,12 @@ def config(label, seed, **flags):
     return {**FLAGS, "exp_name": label, "seed": seed, "architecture": "IMPALA", **flags}
 
 
-def tuning_folder(path, skip=(), extra=()):
+def tuning_folder(path, skip=(), extra=(), experiment=None):
     """The folder of a tuning file: the arms of ARMS and IMPALA on the tuning seeds, the two single-task references
-    (the last 5 evaluations at REF_FINAL). `skip`: (label, seed) planned but not run; `extra`: (label, seed) run too."""
+    (the last 5 evaluations at REF_FINAL). `skip`: (label, seed) planned but not run; `extra`: (label, seed) run too;
+    `experiment`: its experiment.json (default: FLAGS and TUNING)."""
     folder = str(path)
-    write_experiment(folder, {"flags": FLAGS, "tuning": TUNING})
+    write_experiment(folder, experiment or {"flags": FLAGS, "tuning": TUNING})
     rng = np.random.default_rng(0)
     k = 0
     for i, seed in enumerate(SEEDS):
@@ -94,8 +99,15 @@ def expected_p(folder, label):
             if (label, s) in rows}
 
 
+def test_the_v2_tuning_file_declares_this_rule():
+    tuning = load_experiment(V2_TUNING).declarations.tuning
+    assert tuning["rule"] == RULE and tuning["seeds"] == SEEDS and tuning["sweeps"] == TUNING["sweeps"]
+    assert "ties -> the larger lambda" in tuning["criterion"]
+
+
 def test_the_choice_by_the_declared_rule_with_a_tie(tmp_path, capsys):
-    folder = tuning_folder(tmp_path / "tune")
+    """Under the committed v2 tuning file's declaration (the folder's copy of it)."""
+    folder = tuning_folder(tmp_path / "tune", experiment=json.load(open(V2_TUNING)))
     res = T.report(folder, str(tmp_path / "out"))
     for (prefix, lam), ps in ARMS.items():
         arm = next(a for a in res["sweeps"][prefix]["arms"] if a["value"] == lam)
@@ -130,6 +142,10 @@ def test_a_missing_seed_withholds_the_choice_until_it_has_run(tmp_path):
     assert ewc["chosen"] is None and ewc["why"] == "incomplete: 'IMPALA+EWC lambda=50' lacks seed 2003"
     assert arm["missing"] == [2003] and arm["aggregate"] == pytest.approx(np.mean([0.70, 0.75]))
     assert res["sweeps"]["IMPALA+online EWC"]["chosen"]["value"] == 2.5  # the other sweep is complete
+    # nothing finished yet: every arm missing, no choice, no error
+    res = T.choose(tuning_folder(tmp_path / "tune0", skip={(f"{p} lambda={lam}", s) for p, lam in ARMS for s in SEEDS}
+                                 | {(f"reference IMPALA {g}", s) for g in ("SpaceInvaders", "Breakout") for s in SEEDS}))
+    assert all(sw["chosen"] is None and sw["why"].startswith("incomplete:") for sw in res["sweeps"].values())
     # a missing reference withholds every choice: the normalisation is not the declared one yet
     res = T.choose(tuning_folder(tmp_path / "tune2", skip={("reference IMPALA Breakout", 2001)}))
     assert all(sw["chosen"] is None and "'reference IMPALA Breakout' lacks seed 2001" in sw["why"]
@@ -187,6 +203,7 @@ def reporting_folder(path, chosen_lambda, rng=None):
 def test_the_forgetting_report_checks_its_chosen_arms_against_the_tuning_report(tmp_path, capsys):
     tune = tuning_folder(tmp_path / "tune")
     good = reporting_folder(tmp_path / "good", 5)
+    rng = np.random.default_rng(2)
     check = T.check(good, tune)
     assert check["failed"] == [] and len(check["passed"]) == 1 and "'IMPALA+EWC lambda=5' runs ewc_lambda=5" in \
         check["passed"][0]
@@ -201,10 +218,29 @@ def test_the_forgetting_report_checks_its_chosen_arms_against_the_tuning_report(
     assert first.startswith("**FAILED CHECK (tuning, ") and "'IMPALA+EWC lambda=50' runs ewc_lambda=50, but the " \
         "tuning report chose ewc_lambda=5 ('IMPALA+EWC lambda=5')" in first
     assert err.startswith("FAILED CHECK (tuning): 'IMPALA+EWC lambda=50' runs ewc_lambda=50")
+    # a reporting folder without a chosen arm yet: nothing to check, and the heading says so
+    plain = reporting_folder(tmp_path / "plain", 5)
+    data = json.load(open(os.path.join(plain, "experiment.json")))
+    data["grid"]["flags"] = data["grid"]["flags"][:1]
+    write_experiment(plain, data)
+    for name in os.listdir(os.path.join(plain, "configs")):
+        if "EWC" in name:
+            os.remove(os.path.join(plain, "configs", name))
+            shutil.rmtree(os.path.join(plain, "runs", name[:-len(".json")]))
+    md = F.report(plain, tuning_check=T.check(plain, tune))["markdown"]
+    assert md[1].startswith("Tuning check: no arm here is marked chosen_from_tuning")
     # a tuning folder that has not chosen yet fails the check too
     incomplete = tuning_folder(tmp_path / "tune_incomplete", skip={("IMPALA+EWC lambda=0.5", 2002)})
     assert "the tuning report has chosen no value (incomplete: 'IMPALA+EWC lambda=0.5' lacks seed 2002)" in \
         T.check(good, incomplete)["failed"][0]
+    # a sweep's other arm run on a reporting seed, unmarked: the seed split and the value both fail
+    write_run(good, "900_IMPALA+EWC lambda=50_seed=1001", config("IMPALA+EWC lambda=50", 1001, ewc="ewc",
+                                                                   ewc_lambda=50), arm_curves(rng, 0.5, 0.5), STEPS,
+              SWITCHES)
+    failed = T.check(good, tune)["failed"]
+    assert len(failed) == 2 and failed[0].startswith("seed split: 'IMPALA+EWC lambda=50' is an arm of the sweep "
+                                                     "'IMPALA+EWC' on reporting seed 1001")
+    assert "'IMPALA+EWC lambda=50' runs ewc_lambda=50, but the tuning report chose ewc_lambda=5" in failed[1]
     # and one whose seeds differ from those declared here
     data = json.load(open(os.path.join(good, "experiment.json")))
     data["tuning"]["seeds"] = [2001, 2002, 2004]

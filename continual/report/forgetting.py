@@ -440,6 +440,9 @@ def tuning_lines(check: dict) -> list[str]:
     lines.append(f"Tuning ({check['tuning_folder']}, rule {json.dumps(check['rule'])}): " +
                  "; ".join(f"{p} chose {c['label']!r}" if c else f"{p} has no choice yet"
                            for p, c in check["chosen"].items()) + ".")
+    if not check["failed"] and not check["passed"]:
+        lines.append("Tuning check: no arm here is marked chosen_from_tuning or runs a sweep's arm on a reporting "
+                     "seed yet (nothing to check).")
     return lines + [f"Tuning check passed: {p}." for p in check["passed"]] + [""]
 
 

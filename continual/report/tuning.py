@@ -36,7 +36,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import cw, statistics
-from continual.evaluation.metrics import RunData
+from continual.evaluation.metrics import RunData, load_run
 from continual.launch import declarations as D
 from continual.report import forgetting as F
 
@@ -78,7 +78,9 @@ def choose(folder: str) -> dict:
                         f"only the criterion in words: the report cannot compute it")
     seeds = sorted(decl.tuning_seeds)
     plan = planned(folder)
-    runs = F.load_runs(folder) if os.path.isdir(os.path.join(folder, "runs")) else []
+    root = os.path.join(folder, "runs")  # none finished yet is a state of a tuning folder, not an error
+    runs = [load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if F.finished(folder, d)] \
+        if os.path.isdir(root) else []
     for label, seed, _ in plan + [(D.entry_label(r.config), D.entry_seed(r.config), r.config) for r in runs]:
         if seed not in seeds:
             raise UserError(f"{folder}: {label!r} runs on seed {seed}, not a declared tuning seed {seeds}: a tuning "
@@ -110,6 +112,7 @@ def choose(folder: str) -> dict:
                          "missing": [s for s in seeds if s not in per_seed or per_seed[s] is None
                                      or not math.isfinite(per_seed[s])],
                          "aggregate": iv.estimate if iv else None, "interval": iv.as_dict() if iv else None})
+        arms.sort(key=lambda a: (0, a["value"], "") if isinstance(a["value"], (int, float)) else (1, 0, str(a["value"])))
         chosen, why = pick(arms, rule, missing_refs)
         sweeps[prefix] = {"flag": flag, "arms": arms, "chosen": chosen, "why": why}
     return {"folder": folder, "tuning_seeds": seeds, "rule": rule, "criterion": decl.tuning.get("criterion"),
@@ -219,12 +222,14 @@ def check(folder: str, tuning_folder: str) -> dict:
                 tuned["experiment_file"]):
             failed.append(f"tuning.experiment is {named!r}, but {tuning_folder} was started from "
                           f"{tuned['experiment_file']!r}")
-    runs = [(D.entry_label(c), D.entry_seed(c), c) for _, _, c in planned(folder)] if os.path.isdir(
-        os.path.join(folder, "configs")) else [(D.entry_label(r.config), D.entry_seed(r.config), r.config)
-                                               for r in F.load_runs(folder)]
+    runs = planned(folder)  # what the folder plans, and what ran (a run's config.json is what it ran with)
+    if os.path.isdir(os.path.join(folder, "configs")) and os.path.isdir(os.path.join(folder, "runs")):
+        root = os.path.join(folder, "runs")
+        runs += [(D.entry_label(r.config), D.entry_seed(r.config), r.config)
+                 for r in (load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if F.finished(folder, d))]
     if decl.tuning is not None:
         decl.chosen = marked_chosen(folder)
-        failed += [f"seed split: {p}" for p in D.split_problems(decl, [(lab, s) for lab, s, _ in runs])]
+        failed += [f"seed split: {p}" for p in D.split_problems(decl, list(dict.fromkeys((lab, s) for lab, s, _ in runs)))]
     arms = dict.fromkeys(decl.chosen)
     arms.update(dict.fromkeys(lab for lab, s, _ in runs if decl.tuning is not None and decl.sweep_of(lab)
                               and s not in decl.tuning_seeds))
