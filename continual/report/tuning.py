@@ -106,11 +106,11 @@ def choose(folder: str) -> dict:
                 raise UserError(f"{folder}: the arm {label!r} of the sweep {prefix!r} sets {flag} to "
                                 f"{' and '.join(sorted(values))}: an arm is one value")
             per_seed = {s: metric(finished[label, s], rule["metric"], norm) for s in seeds if (label, s) in finished}
-            xs = [v for v in per_seed.values() if v is not None and math.isfinite(v)]
+            per_seed = {s: v if v is not None and math.isfinite(v) else None for s, v in per_seed.items()}
+            xs = [v for v in per_seed.values() if v is not None]
             iv = statistics.interval(np.array(xs), statistic=rule["aggregate"]) if xs else None
             arms.append({"label": label, "value": json.loads(values.pop()), "per_seed": per_seed,
-                         "missing": [s for s in seeds if s not in per_seed or per_seed[s] is None
-                                     or not math.isfinite(per_seed[s])],
+                         "missing": [s for s in seeds if per_seed.get(s) is None],
                          "aggregate": iv.estimate if iv else None, "interval": iv.as_dict() if iv else None})
         arms.sort(key=lambda a: (0, a["value"], "") if isinstance(a["value"], (int, float)) else (1, 0, str(a["value"])))
         chosen, why = pick(arms, rule, missing_refs)
