@@ -170,6 +170,14 @@ def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     assert "tuning declares no rule" in refused(capsys, ["tuning", folder])
     write_experiment(folder, {"flags": FLAGS})
     assert "declares no tuning block" in refused(capsys, ["tuning", folder])
+    # an arm whose planned config and run disagree on the swept value
+    folder = tuning_folder(tmp_path / "twovalues")
+    path = os.path.join(folder, "configs", "000_IMPALA+EWC lambda=0.5_seed=2001.json")
+    changed = {**json.load(open(path)), "ewc_lambda": 0.7}
+    with open(path, "w") as f:
+        json.dump(changed, f)
+    assert "the arm 'IMPALA+EWC lambda=0.5' of the sweep 'IMPALA+EWC' sets ewc_lambda to 0.5 and 0.7" in \
+        refused(capsys, ["tuning", folder])
     # an archive whose files changed after archiving (the manifest check every report makes)
     folder = tuning_folder(tmp_path / "archived")
     write_first_manifest(folder)
