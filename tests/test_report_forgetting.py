@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -217,7 +218,8 @@ def test_committed_v1_reanalysis_is_reproduced_with_its_stated_diff(tmp_path, mo
     """The committed re-analysis of forgetting v1 (bench/results/forgetting_minatar_v1_reanalysis, its command on
     docs/results/forgetting.md) comes out of the archived runs as committed (~5 min on a loaded 2-core CPU):
     curves.png byte for byte; report.md line for line, with the two tables the report has gained since (Continual
-    World's forgetting per regime, drop and recovery at each switch) inserted; report.json with every committed value
+    World's forgetting per regime, drop and recovery at each switch) inserted and the learned check's game scores
+    added; report.json with every committed value
     unchanged and only new keys added. v1's own report (bench/results/forgetting_minatar) came from the retired
     bench/forgetting_report.py and its non-CORA metric; it is kept as written and not reproduced."""
     import difflib
@@ -232,6 +234,11 @@ def test_committed_v1_reanalysis_is_reproduced_with_its_stated_diff(tmp_path, mo
     with open(os.path.join(committed, "report.md"), encoding="utf-8") as f:
         old = f.read().splitlines()
     new = (tmp_path / "report.md").read_text().splitlines()
+    learned = new.index(next(line for line in new if line.startswith("Learned check: ")))
+    assert all(re.search(r"\(-?\d+\.\d\) \|$", line) for line in new[learned + 4:] if line.startswith("| "))
+    # the learned check has gained each cell's game score, in brackets: without them it reads as committed
+    new = new[:learned] + [re.sub(r" \(-?\d+\.\d\)", "", line.replace(" In brackets: the same in game score.", ""))
+                           for line in new[learned:]]
     ops = [op for op in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if op[0] != "equal"]
     assert [op[0] for op in ops] == ["insert"], ops
     added = new[ops[0][3]:ops[0][4]]
