@@ -181,7 +181,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
                 "losses/entropy": entropy_loss.item(), "losses/explained_variance": float(explained_var),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/learn_s": time.time() - t_learn,
-                **ext.scalars(),
             })
     return session.run_dir
 

@@ -434,7 +434,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "charts/updates": len(losses), "charts/replay_size": len(rb),
                 "time/env_s": env_time, "time/learn_s": learn_time,
                 "time/act_s": iteration_time - env_time - learn_time,
-                **ext.scalars(),  # units recycled, C-CHAIN's coefficient
             })
     return session.run_dir
 

@@ -788,7 +788,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/value_loss": v_loss.item() / (T * B), "losses/policy_loss": pg_loss.item() / (T * B),
                 "losses/entropy": entropy_loss.item() / (T * B), "losses/approx_kl": approx_kl,
                 "losses/explained_variance": float(explained_var), "losses/grad_norm": float(grad_norm),
-                **ext.scalars(),  # EWC's penalty, units recycled, CLEAR's cloning, P&C's phase
                 "losses/rho_mean": vt.rhos.mean().item(),
                 "losses/rho_clipfrac": (vt.rhos > args.vtrace_rho_bar * (1 + 1e-3)).float().mean().item(),
                 # updates between the weights that played an unroll and those it trained (before this update)

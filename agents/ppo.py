@@ -148,14 +148,14 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step
-        next_obs_raw, _ = envs.reset(seed=args.seed + global_step)
-        next_obs = torch.as_tensor(ext.observations(next_obs_raw), device=device)
+        # where observations enter the agent: the stored observation and the policy's extra inputs (HER: the goal)
+        next_obs, next_inputs = ext.agent_inputs(envs.reset(seed=args.seed + global_step)[0])
         next_done = torch.zeros(args.num_envs).to(device)
 
         for iteration in session.iterations():  # resumed: RNGs as the checkpoint had them
             switched_obs = session.maybe_switch(envs)
             if switched_obs is not None:
-                next_obs = torch.as_tensor(ext.observations(switched_obs), device=device)
+                next_obs, next_inputs = ext.agent_inputs(switched_obs)
                 next_done = torch.zeros(args.num_envs).to(device)
                 reward_scaler.episodes_cut()
 
@@ -170,12 +170,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 session.global_step = global_step
                 obs[step] = next_obs
                 dones[step] = next_done
-                ext.store(step)
 
                 # ALGO LOGIC: action logic
                 t_forward = time.time()
                 with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs, **ext.policy_inputs())
+                    action, logprob, _, value = agent.get_action_and_value(next_obs, **next_inputs)
                     values[step] = value.flatten()
                 forward_time += time.time() - t_forward
                 actions[step] = action
@@ -186,9 +185,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 next_obs_raw, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
                 env_time += time.time() - t_env
                 done = np.logical_or(terminations, truncations)
-                next_obs = torch.as_tensor(ext.observations(next_obs_raw), device=device)
+                # the next observation and the rewards to train on (HER: the goal leaves the observation, goal rewards)
+                next_obs, next_inputs, scaled = ext.env_step(step, next_obs_raw, reward_scaler(reward, done),
+                                                             terminations, truncations, infos)
                 next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
-                scaled = ext.rewards(step, reward_scaler(reward, done), next_obs_raw, terminations, truncations, infos)
                 cut = np.flatnonzero(truncations & ~terminations)
                 if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
                     final, final_inputs = ext.final_observations(step, cut, infos)
@@ -202,7 +202,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             # bootstrap value if not done
             t_learn = time.time()
             with torch.no_grad():
-                next_value = agent.get_value(next_obs, **ext.policy_inputs()).reshape(1, -1)
+                next_value = agent.get_value(next_obs, **next_inputs).reshape(1, -1)
                 advantages, returns = gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
 
             # flatten the batch
@@ -212,21 +212,20 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             b_advantages = advantages.reshape(-1)
             b_returns = returns.reshape(-1)
             b_values = values.reshape(-1)
-            # the data trained on: the monitor's probe, EWC's Fisher samples (the last of a regime)
-            ext.observe({"obs": obs, "obs_shape": obs_space.shape, "rows": {
-                "obs": b_obs, "action": b_actions, "advantage": b_advantages, "return": b_returns}})
-            # extensions may add samples (HER's relabelled ones) and their own minibatch size
-            batch = ext.extend_batch(agent, {
+            # the data trained on goes to the extensions (the monitor's probe, EWC's Fisher samples, CBP's capture),
+            # which may add samples (HER's relabelled ones) and their own minibatch size
+            batch = ext.update_batch(agent, {
                 "obs": b_obs, "logprobs": b_logprobs, "actions": b_actions, "advantages": b_advantages,
                 "returns": b_returns, "values": b_values, "size": batch_size, "minibatch_size": minibatch_size,
-            }, {"obs": obs, "actions": actions, "logprobs": logprobs, "dones": dones, "next_obs": next_obs})
+            }, rollout={"obs": obs, "actions": actions, "logprobs": logprobs, "dones": dones, "next_obs": next_obs},
+                observed={"obs": obs, "obs_shape": obs_space.shape, "rows": {
+                    "obs": b_obs, "action": b_actions, "advantage": b_advantages, "return": b_returns}})
             b_logprobs, b_actions, b_advantages = batch["logprobs"], batch["actions"], batch["advantages"]
             b_returns, b_values = batch["returns"], batch["values"]
 
             # Optimizing the policy and value network
             b_inds = np.arange(batch["size"])
             clipfracs = []
-            ext.before_update()
             for epoch in range(args.update_epochs):
                 session.np_rng.shuffle(b_inds)
                 for start in range(0, batch["size"], batch["minibatch_size"]):
@@ -299,8 +298,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 "losses/explained_variance": float(explained_var),
                 "time/env_s": env_time, "time/act_s": rollout_time - env_time, "time/forward_s": forward_time,
                 "time/learn_s": learn_time,
-                **ext.scalars(),  # EWC's penalty, units recycled, C-CHAIN's coefficient, HER's success
-            })
+            })  # the extensions' scalars join (EWC's penalty, units recycled, C-CHAIN's coefficient, HER's success)
     return session.run_dir
 
 

@@ -288,11 +288,9 @@ class HerExtension(HerRollout, Extension):
     def policy_inputs(self) -> dict:
         return {"goal": self.next_goal}  # the episode's goal
 
-    def store(self, step: int) -> None:
-        self.goals[step] = self.next_goal
-
     def rewards(self, step: int, scaled: np.ndarray, next_obs: dict, terminations: np.ndarray,
                 truncations: np.ndarray, infos: dict) -> np.ndarray:
+        self.goals[step] = self.next_goal  # the goal acted on (`observations` of next_obs has not replaced it yet)
         return self.step_rewards(step, scaled, next_obs, terminations, truncations, infos)
 
     def final_observations(self, step: int, cut: np.ndarray, infos: dict) -> tuple[torch.Tensor, dict]:

@@ -13,17 +13,22 @@ Run events (the session calls them; an agent file never does), in the form of St
   on_close()              the run ends, whatever the reason (release processes and files here)
 
 Loop hooks (the agent's loop calls the composite, `ext.<hook>(...)`; Plasticine's explicit style):
-  rollout (PPO's, for HER): observations(obs), policy_inputs(), store(step), rewards(...), final_observations(...)
+  rollout (PPO's, for HER; the loop calls them through `agent_inputs` and `env_step`):
+    observations(obs)     what the envs returned (reset, switch, step) -> the stored observation
+    policy_inputs()       extra keyword arguments of the policy's forward pass
+    rewards(step, ...)    the rewards of rollout step `step` (called before that step's next observations)
+    final_observations(step, cut, infos)  what the time-limited episodes ended on (their bootstrap)
   observe(batch)          once per iteration, the data the update trains on ("obs": the iteration's observations)
   extend_batch(agent, batch, rollout)  may add samples (HER's relabelled ones, CLEAR's replayed unrolls)
-  before_update()         before the iteration's update (CBP: capture activations)
+  before_update()         before the iteration's update (CBP: capture activations); PPO calls these three through
+                          `update_batch`
   minibatch(batch, inds)  a minibatch's observations, policy inputs and per-sample loss weights (HER)
   loss(loss, agent, batch)  the loss to minimise: by default the loss plus `loss_terms(agent, batch)`, added in
                           order (EWC's penalty, L2/Parseval, C-CHAIN's churn, CLEAR's cloning); P&C replaces it
   before_step()           after the backward pass, before gradient clipping and the optimizer step
   after_step(optimizer)   after every optimizer step (NaP's projection, CBP's unit replacement)
   after_update(batch)     after the iteration's update (ReDo, layer resets, CLEAR's buffer insert)
-  scalars()               joins the iteration's log
+  scalars()               joins the iteration's log (`RunSession.end_iteration` asks for them)
 
 State: `state_key` names what `state_dict()` is saved under in every checkpoint (`continual.methods` registers it;
 a resumed run loads it there).
@@ -87,10 +92,8 @@ class Extension:
         """Extra keyword arguments of the policy's forward pass (HER: the goal)."""
         return {}
 
-    def store(self, step: int) -> None:
-        """Before acting at rollout step `step`."""
-
     def rewards(self, step: int, scaled: np.ndarray, next_obs, terminations, truncations, infos) -> np.ndarray:
+        """The rewards of rollout step `step` (the envs' `next_obs` are not yet through `observations`)."""
         return scaled
 
     def final_observations(self, step: int, cut: np.ndarray, infos: dict) -> Optional[tuple[torch.Tensor, dict]]:
@@ -193,10 +196,6 @@ class Extensions(Extension):
             out.update(e.policy_inputs())
         return out
 
-    def store(self, step):
-        for e in self.extensions:
-            e.store(step)
-
     def rewards(self, step, scaled, next_obs, terminations, truncations, infos):
         for e in self.extensions:
             scaled = e.rewards(step, scaled, next_obs, terminations, truncations, infos)
@@ -249,6 +248,26 @@ class Extensions(Extension):
         for e in self.extensions:
             out.update(e.scalars())
         return out
+
+    # --- the points where PPO's rollout and update meet the hooks above ---------------------------------------------
+    def agent_inputs(self, obs) -> tuple[torch.Tensor, dict]:
+        """Where the envs' observations enter the agent (reset, switch, step): the stored observation (a tensor on
+        the run's device) and the policy's extra inputs."""
+        return torch.as_tensor(self.observations(obs), device=self.device), self.policy_inputs()
+
+    def env_step(self, step, next_obs, scaled, terminations, truncations, infos) -> tuple[torch.Tensor, dict, Any]:
+        """After the envs' step at rollout step `step`: the next observation and its policy inputs
+        (`agent_inputs`), and the rewards to train on."""
+        scaled = self.rewards(step, scaled, next_obs, terminations, truncations, infos)
+        return (*self.agent_inputs(next_obs), scaled)
+
+    def update_batch(self, agent, batch: dict, rollout: dict, observed: dict) -> dict:
+        """The iteration's data, before its update: `observed` to every extension, then the batch as they extend
+        it, then `before_update`."""
+        self.observe(observed)
+        batch = self.extend_batch(agent, batch, rollout)
+        self.before_update()
+        return batch
 
 
 def weighted_mean(x: torch.Tensor, weights: Optional[torch.Tensor]) -> torch.Tensor:

@@ -319,7 +319,8 @@ class RunSession:
         return int((self.global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
 
     def end_iteration(self, iteration: int, scalars: dict[str, float]) -> None:
-        scalars = {**scalars, "charts/SPS": self.sps(), "charts/regime": self.regime_index(self.modification or ""),
+        scalars = {**scalars, **self.extensions.scalars(),  # EWC's penalty, units recycled, HER's success, ...
+                   "charts/SPS": self.sps(), "charts/regime": self.regime_index(self.modification or ""),
                    "charts/switches": self.switches}
         self.logger.scalars(scalars, self.global_step)
         self.logger.record("iteration", self.global_step, iteration=iteration, modification=self.modification,
