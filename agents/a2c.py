@@ -77,15 +77,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps)
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        # what a checkpoint holds (a resumed run loads each now)
-        session.register("model", agent.state_dict, agent.load_state_dict)
-        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        # what a checkpoint holds: the model and optimizer (add_continual registers them), the reward scaler; a
+        # resumed run loads each now. Continual behaviour: diagnostics, shrink & perturb, evaluation
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.describe_policy(agent)
-        # continual behaviour: diagnostics, shrink & perturb, evaluation (continual/methods.py)
-        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent,
-                            make_fresh=lambda: make_agent(envs.single_observation_space, envs.single_action_space,
-                                                          args).to(device))
+        spaces = (envs.single_observation_space, envs.single_action_space)
+        ext = add_continual(session, agent, optimizer, CONTINUAL, make_agent, spaces, device=device)
 
         # ALGO Logic: storage setup (pixel observations stay uint8)
         obs_space = envs.single_observation_space

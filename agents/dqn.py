@@ -67,7 +67,6 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import TrainingError, UserError
 from continual.methods import AgentForm, add_continual
 from continual.plasticity.c_chain import DQN_SCHEDULE, ChurnForm, q_churn
-from continual.plasticity.injection import load_injected
 from continual.plasticity.networks import apply_network_options
 from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
@@ -276,6 +275,15 @@ class ReplayBuffer:
 CONTINUAL = AgentForm(plasticity=True, c_chain=ChurnForm(DQN_SCHEDULE, lambda net, x: net(x), q_churn))
 
 
+def checkpoint_replay(session, rb: ReplayBuffer, args: Args) -> None:
+    """The replay buffer in every checkpoint with --save_replay_buffer; a resumed run without one says so."""
+    session.register("replay", lambda: rb.state_dict() if args.save_replay_buffer else None, rb.load_state_dict,
+                     optional=True)
+    if session.resuming and session.resume_state.get("replay") is None:
+        print(f"resume: the checkpoint has no replay buffer (--save_replay_buffer): training resumes after "
+              f"{args.learning_starts} new transitions")
+
+
 class RegimeStart(Extension):
     """What DQN does at a switch: the regime's start step (--learning_starts_each_regime), --reset_replay_on_switch,
     --epsilon_rewarm_on_switch."""
@@ -284,6 +292,12 @@ class RegimeStart(Extension):
         self.args, self.rb = args, rb
         self.explore_from = 0  # the step the epsilon decay started from (moved by --epsilon_rewarm_on_switch)
         self.regime_start = 0  # the step the current regime started at (--learning_starts_each_regime)
+
+    def attach(self, session) -> None:
+        super().attach(session)  # its state in every checkpoint (regime_start: older checkpoints lack it)
+        session.register("explore_from", lambda: self.explore_from, lambda step: setattr(self, "explore_from", step))
+        session.register("regime_start", lambda: self.regime_start, lambda step: setattr(self, "regime_start", step),
+                         optional=True)
 
     def on_switch_end(self, event) -> None:
         self.regime_start = event.global_step
@@ -317,28 +331,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
         at_switch = RegimeStart(args, rb)
 
-        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: the injected heads first,
-        # the target network's too, and the optimizer's group)
-        session.register("model", q_network.state_dict,
-                         lambda state: load_injected(q_network, state, optimizer, followers=(target_network,)))
-        session.register("target_model", target_network.state_dict, target_network.load_state_dict)
-        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        # what a checkpoint holds: the model, target network and optimizer (add_continual registers them), the regime's
+        # start (RegimeStart), the reward scaler, the replay buffer with --save_replay_buffer; a resumed run loads each
+        # now. Continual behaviour: plasticity methods (the target network injected too), C-CHAIN, evaluation
+        ext = add_continual(session, q_network, optimizer, CONTINUAL, make_agent, (obs_space, envs.single_action_space),
+                            device=device, followers={"target_model": target_network}, last=[at_switch])
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.register("explore_from", lambda: at_switch.explore_from,
-                         lambda step: setattr(at_switch, "explore_from", step))
-        session.register("regime_start", lambda: at_switch.regime_start,
-                         lambda step: setattr(at_switch, "regime_start", step), optional=True)
-        session.register("replay", lambda: rb.state_dict() if args.save_replay_buffer else None, rb.load_state_dict,
-                         optional=True)
-        if session.resuming and session.resume_state.get("replay") is None:
-            print(f"resume: the checkpoint has no replay buffer (--save_replay_buffer): training resumes after "
-                  f"{args.learning_starts} new transitions")
-        session.describe_policy(q_network)
-        # continual behaviour: plasticity methods (the target network injected too), C-CHAIN, the regime's start,
-        # evaluation (continual/methods.py)
-        ext = add_continual(session, q_network, optimizer, CONTINUAL, device=device, make_agent=make_agent,
-                            make_fresh=lambda: make_agent(obs_space, envs.single_action_space, args).to(device),
-                            followers=(target_network,), last=[at_switch])
+        checkpoint_replay(session, rb, args)
 
         # TRY NOT TO MODIFY: start the game
         global_step = session.global_step

@@ -84,7 +84,7 @@ from continual.envs.vector import EnvSettings, episode_stats, make_env, make_vec
 from continual.errors import ActorFailure
 from continual.io import atomic_write_json
 from continual.methods import AgentForm, EWCForm, add_continual
-from continual.plasticity.injection import folded_state_dict, load_injected
+from continual.plasticity.injection import folded_state_dict
 from continual.processes import mp_context, stop_processes
 from continual.testing.faults import inject, kill_at
 from continual.training.extensions import Extension
@@ -683,15 +683,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         agent = make_agent_fn(obs_space, n_actions, args).to(device)  # CNNs come channels-last (networks.Agent)
         optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                   eps=args.rmsprop_eps, momentum=0.0)
-        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
-        session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
-        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
-        session.describe_policy(agent)
-        # continual behaviour: EWC, plasticity methods, the variant's (CLEAR, P&C), evaluation (continual/methods.py)
+        # what a checkpoint holds: the model and optimizer (add_continual registers them; a resumed run loads each
+        # now). Continual behaviour: EWC, plasticity methods, the variant's (CLEAR, P&C), evaluation
         variant = [make_extension(args, session, agent, optimizer, obs_space, n_actions, device)] if make_extension \
             else []
-        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent_fn,
-                            make_fresh=lambda: make_agent_fn(obs_space, n_actions, args).to(device), last=variant)
+        ext = add_continual(session, agent, optimizer, CONTINUAL, make_agent_fn, (obs_space, n_actions),
+                            device=device, last=variant)
         # the actors (--actor_backend: processes, or Ray actors on this machine or a cluster), one interface
         fleet = session.closing(make_fleet(args, settings, session, obs_space, n_actions, make_agent_fn))
         session.register("reward_scalers", fleet.scaler_states, fleet.load_scaler_states, optional=True)

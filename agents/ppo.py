@@ -55,7 +55,6 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.her import HerExtension
 from continual.methods import AgentForm, EWCForm, add_continual
 from continual.plasticity.c_chain import PPO_SCHEDULE, ChurnForm, policy_churn
-from continual.plasticity.injection import load_injected
 from continual.plasticity.methods import plastic_optimizer
 from continual.training.extensions import Extension, weighted_mean
 from continual.training.guards import check_losses, check_parameters
@@ -121,16 +120,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate, (args.adam_beta1, args.adam_beta2)),
                                       args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        # what a checkpoint holds (a resumed run loads each now; --plasticity_injection: its heads first)
-        session.register("model", agent.state_dict, lambda state: load_injected(agent, state, optimizer))
-        session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        # what a checkpoint holds: the model and optimizer (add_continual registers them), the reward scaler; a
+        # resumed run loads each now. Continual behaviour: HER, the variant's, EWC, plasticity methods, C-CHAIN,
+        # evaluation (continual/methods.py)
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
-        session.describe_policy(agent)
-        # continual behaviour: HER, the variant's, EWC, plasticity methods, C-CHAIN, evaluation (continual/methods.py)
+        spaces = (envs.single_observation_space, envs.single_action_space)
         her = [HerExtension(args, envs.single_observation_space, device, session.np_rng)] if args.her else []
-        ext = add_continual(session, agent, optimizer, CONTINUAL, device=device, make_agent=make_agent_fn,
-                            make_fresh=lambda: make_agent_fn(envs.single_observation_space,
-                                                             envs.single_action_space, args).to(device),
+        ext = add_continual(session, agent, optimizer, CONTINUAL, make_agent_fn, spaces, device=device,
                             continuous=agent.continuous, first=[*her, *make_extensions(agent)])
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)

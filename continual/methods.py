@@ -2,7 +2,8 @@
 
 An agent declares once, in its file, how its network meets the continual methods (`AgentForm`: EWC's policy head and
 batch loss, C-CHAIN's churn, whether it runs the plasticity methods), and calls `add_continual` once its model and
-optimizer are registered with the session. The run's extensions are then, in this order (the order every hook is
+optimizer are built: it registers them with the session (their checkpoint states) and adds the run's extensions, in
+this order (the order every hook is
 called in, `continual.training.extensions`):
 
     first              the agent variant's own (HER, then PPO_CBP's units)
@@ -32,6 +33,7 @@ from continual.evaluation.continual import attach as attach_evaluator
 from continual.plasticity.c_chain import CChain, ChurnForm, schedule_for
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import EWC, BatchLoss, PolicyHead
+from continual.plasticity.injection import load_injected
 from continual.plasticity.methods import PlasticityMethods
 from continual.plasticity.shrink_perturb import SwitchRemedies
 from continual.training.extensions import Extension, Extensions
@@ -59,16 +61,30 @@ class AgentForm:
     """C-CHAIN's form; None: the agent has no C-CHAIN"""
 
 
-def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, form: AgentForm, *,
-                  device: torch.device, make_agent: Callable[..., nn.Module], make_fresh: Callable[[], nn.Module],
-                  continuous: bool = False, followers: Sequence[nn.Module] = (), first: Sequence[Extension] = (),
-                  last: Sequence[Extension] = ()) -> Extensions:
-    """Add the run's continual extensions to `session` (module docstring); returns the session's `Extensions`, what
-    the agent's loop calls. Call it once the model's and the optimizer's states are registered (a resumed run has
-    loaded them): each extension's state is loaded as it is added. `make_fresh()`: a newly initialised network
-    (ReDo, resets, shrink & perturb's fresh_init); `make_agent(obs_space, action_space, args)`: the agent file's
-    builder (the background evaluation's); `followers`: networks injected with the agent (DQN's target)."""
+def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, form: AgentForm,
+                  make_agent: Callable[..., nn.Module], spaces: tuple, *, device: torch.device,
+                  continuous: bool = False, followers: Optional[dict[str, nn.Module]] = None,
+                  first: Sequence[Extension] = (), last: Sequence[Extension] = ()) -> Extensions:
+    """Register the model, its `followers` and the optimizer with `session` (what every checkpoint holds; a resumed
+    run loads each now), describe the policy, then add the run's continual extensions (module docstring); returns
+    the session's `Extensions`, what the agent's loop calls. Each extension's state is loaded as it is added.
+    `make_agent(*spaces, args)`: the agent file's builder, for newly initialised networks (ReDo, resets, shrink &
+    perturb's fresh_init) and the background evaluation; `followers`: checkpoint name -> a network injected with the
+    agent (DQN's target)."""
     args = session.args
+    followers = followers or {}
+    # --plasticity_injection: a checkpoint's injected heads (its followers' too) are rebuilt before its weights load
+    load = (lambda state: load_injected(agent, state, optimizer, tuple(followers.values()))) if form.plasticity \
+        else agent.load_state_dict
+    session.register("model", agent.state_dict, load)
+    for name, net in followers.items():
+        session.register(name, net.state_dict, net.load_state_dict)
+    session.register("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+    session.describe_policy(agent)
+
+    def make_fresh() -> nn.Module:
+        return make_agent(*spaces, args).to(device)
+
     for e in first:
         session.add_extension(e)
     session.add_extension(PlasticityMonitor(session, agent))  # logs before every switch too
@@ -84,7 +100,7 @@ def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, f
                 args.ewc_fisher, form.ewc.batch_loss(args), form.ewc.row_steps(args), args.ewc_fisher_batch,
                 args.ewc_fisher_batches))
     if form.plasticity:
-        session.add_extension(PlasticityMethods(session, agent, optimizer, make_fresh, followers))
+        session.add_extension(PlasticityMethods(session, agent, optimizer, make_fresh, tuple(followers.values())))
     if args.c_chain and form.c_chain is not None:
         if continuous and form.c_chain.refuse_box_actions:
             raise UserError(f"c_chain: {args.architecture}'s C-CHAIN is the paper's form for discrete actions (a "
