@@ -261,7 +261,8 @@ class Unroller:
 
     def switch(self, modification: str, step: int) -> None:
         """A regime switch, in place, at this unroll boundary (the episodes in progress are cut)."""
-        inject("actor_switch", self.index)  # TEST HOOK (continual.testing.faults): die while switching
+        # TEST HOOKS (continual.testing.faults) of the actors: they fire inside spawned processes, out of a patch's reach
+        inject("actor_switch", self.index)  # die while switching
         self.next_obs, _ = self.envs.switch(modification, step)
         self.scaler.episodes_cut()
 
@@ -521,7 +522,9 @@ class ActorFleet:
         self.modification = modification
         self.epoch_modification[self.epoch] = modification
         for i in range(len(self.conns)):
-            kill_at("broadcast_switch", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-broadcast
+            # TEST HOOK (continual.testing.faults): an actor dies mid-broadcast (the tests run this file as __main__, out
+            # of reach of a patch made before it starts)
+            kill_at("broadcast_switch", self.processes)
             self.send(i, ("switch", self.epoch, self.session.regime_index(modification), modification, step))
         return None, {}
 
@@ -534,7 +537,9 @@ class ActorFleet:
         self.seqlock += 1  # odd: writing
         for k, t in folded_state_dict(agent).items():  # --plasticity_injection: the actors' heads stay one layer
             self.shared_weights[k].copy_(t)
-            kill_at("publish", self.processes)  # TEST HOOK (continual.testing.faults): an actor dies mid-publish
+            # TEST HOOK (continual.testing.faults): an actor dies mid-publish, between two tensor copies (no seam to patch;
+            # the tests run this file as __main__, out of reach of a patch made before it starts)
+            kill_at("publish", self.processes)
         self.weights_version[0] = version
         self.seqlock += 1
 

@@ -26,7 +26,6 @@ import secrets
 from typing import IO, Any, Callable, Iterator, Optional
 
 from continual.errors import STORAGE_ERRNOS, StorageError, UserError
-from continual.testing.faults import inject, raise_storage_fault
 
 TMP_PREFIX = ".tmp-"
 
@@ -59,22 +58,15 @@ def storage_errors(path: str, hint: Optional[str] = None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", *, newline: Optional[str] = None,
-                fault: Optional[str] = None, fail: Optional[str] = None) -> Iterator[IO]:
-    """A file to write `path` through: renamed over `path` when the block ends cleanly. `mode`: "w" or "wb".
-    `fault`: the TEST HOOK point (continual.testing.faults) reached between fsync and rename (a SIGKILL);
-    `fail`: the TEST HOOK point where a planned full disk fails the write (OSError ENOSPC) before the flush."""
+def atomic_open(path: str, mode: str = "w", *, newline: Optional[str] = None) -> Iterator[IO]:
+    """A file to write `path` through: renamed over `path` when the block ends cleanly. `mode`: "w" or "wb"."""
     folder = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(4)}-{os.path.basename(path)}")
     try:
         with open(tmp, mode.replace("w", "x"), newline=newline) as f:
             yield f
-            if fail is not None:
-                raise_storage_fault(fail, tmp)
             f.flush()
             os.fsync(f.fileno())
-        if fault is not None:
-            inject(fault)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):  # not created, or the folder is the problem
@@ -82,8 +74,8 @@ def atomic_open(path: str, mode: str = "w", *, newline: Optional[str] = None,
         raise
 
 
-def atomic_write_bytes(path: str, data: bytes, *, fault: Optional[str] = None) -> str:
-    with atomic_open(path, "wb", fault=fault) as f:
+def atomic_write_bytes(path: str, data: bytes) -> str:
+    with atomic_open(path, "wb") as f:
         f.write(data)
     return path
 
@@ -112,11 +104,10 @@ def atomic_write_csv(path: str, fieldnames: list[str], rows: list[dict]) -> str:
 class AppendFile:
     """An append-only file of whole lines: each `write` is one `os.write` of the whole text (O_APPEND), and a short
     write is cut back off, so the file never ends in a torn line written by us (a crash can still cut one: readers
-    drop a cut last line). Storage faults raise `StorageError`. `fault`: the TEST HOOK point where a planned full
-    disk fails a write."""
+    drop a cut last line). Storage faults raise `StorageError`."""
 
-    def __init__(self, path: str, fault: Optional[str] = None):
-        self.path, self.fault = path, fault
+    def __init__(self, path: str):
+        self.path = path
         with storage_errors(path):
             self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
@@ -125,8 +116,6 @@ class AppendFile:
             raise ValueError(f"{self.path} is closed")
         data = text.encode("utf-8")
         with storage_errors(self.path):
-            if self.fault is not None:
-                raise_storage_fault(self.fault, self.path)
             size = os.fstat(self._fd).st_size
             try:
                 n = os.write(self._fd, data)

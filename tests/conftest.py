@@ -21,8 +21,10 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict | None = None
                ) -> subprocess.CompletedProcess:
     """Run a repository script as a user would (CleanRL-style subprocess smoke test)."""
+    from helpers.trainer_faults import faulty  # a plan's trainer faults: monkeypatches in the child
+
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    proc = subprocess.run([sys.executable, *faulty(list(argv), env)], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"

@@ -17,6 +17,7 @@ from continual import io as cio
 from continual.errors import StorageError, UserError
 from continual.evaluation import metrics, table
 from continual.training import tracking
+from helpers.trainer_faults import ROOT, faulty
 
 WRITERS = {
     "bytes": lambda p: cio.atomic_write_bytes(p, b"new"),
@@ -73,22 +74,27 @@ def _umask() -> int:
 
 
 def test_sigkill_between_fsync_and_rename_keeps_the_old_checkpoint(tmp_path):
-    """The fault hook of checkpoints (CONTINUAL_FAULT=checkpoint_write) fires inside atomic_open: the process dies
-    with the new file complete but not renamed; the old file is intact, the temporary one is `.tmp-*` (removed by
-    remove_partial_writes at resume)."""
-    path = tmp_path / "x.cleanrl_model"
+    """A checkpoint write killed between fsync and rename (tests/helpers/trainer_faults.py: CONTINUAL_FAULT=
+    checkpoint_write): the process dies with the new file complete but not renamed; the old file is intact, the
+    temporary one is `.tmp-*` (removed by remove_partial_writes at resume)."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    path = folder / "x.cleanrl_model"
     path.write_bytes(b"old")
-    code = ("import sys; from continual import io; io.atomic_write_bytes(sys.argv[1], b'new', fault='checkpoint_write')")
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, "CONTINUAL_FAULT": "checkpoint_write:1"})
+    script = tmp_path / "write.py"
+    script.write_text(f"import sys; sys.path.insert(0, {ROOT!r}); from continual import io; "
+                      "io.atomic_write_bytes(sys.argv[1], b'new')")
+    env = {"CONTINUAL_FAULT": "checkpoint_write:1"}
+    proc = subprocess.run([sys.executable, *faulty([str(script), str(path)], env)], env={**os.environ, **env})
     assert proc.returncode == -9
     assert path.read_bytes() == b"old"
-    leftovers = [n for n in os.listdir(tmp_path) if n != path.name]
+    leftovers = [n for n in os.listdir(folder) if n != path.name]
     assert len(leftovers) == 1 and leftovers[0].startswith(".tmp-") and leftovers[0].endswith(".cleanrl_model")
-    assert (tmp_path / leftovers[0]).read_bytes() == b"new"
+    assert (folder / leftovers[0]).read_bytes() == b"new"
     from continual.training.checkpoint import remove_partial_writes
 
-    remove_partial_writes(str(tmp_path))
-    assert os.listdir(tmp_path) == [path.name]
+    remove_partial_writes(str(folder))
+    assert os.listdir(folder) == [path.name]
 
 
 # --- JSONL -------------------------------------------------------------------------------------------------------------

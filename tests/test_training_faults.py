@@ -23,6 +23,7 @@ from continual.testing.processes import alive as _alive
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
 from continual.training.tracking import read_metrics
 from helpers.fault_runs import KILL_TO_EXIT_S, run_killed
+from helpers.trainer_faults import faulty
 
 ROLLOUT = 128  # 2 envs x 64 steps
 CURRICULUM = {
@@ -36,8 +37,9 @@ CURRICULUM = {
 
 def _start(cfg: str, runs: str, name: str, extra_env: dict | None = None, *args: str) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "offline", **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "continual_training_example.py", "--config", cfg, "--runs_dir", runs,
-                             "--run_name", name, "--no-progress-bar", *args], cwd=ROOT, env=env,
+    argv = ["continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", name, "--no-progress-bar",
+            *args]
+    return subprocess.Popen([sys.executable, *faulty(argv, extra_env)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

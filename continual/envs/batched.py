@@ -109,7 +109,7 @@ class MinAtarVectorEnv(SyncVectorEnv):
         limit = self.max_episode_steps
         if "env_step" in faults._PLAN:
             for i in range(n):
-                inject("env_step", i)  # TEST HOOK, as SwitchHandle.step
+                inject("env_step", i)  # TEST HOOK, as SwitchHandle.step: it fires inside IMPALA's spawned actors
         for port in self._ports.values():
             if port.rows.any():
                 idx = np.flatnonzero(port.rows)

@@ -231,7 +231,8 @@ class SwitchHandle(gym.Wrapper):
         self._reseed: Optional[int] = None
 
     def step(self, action):
-        inject("env_step", self.index)  # TEST HOOK (continual.testing.faults): the worker dies during a step
+        # TEST HOOK (continual.testing.faults), not a test's patch: it fires inside the spawned env worker
+        inject("env_step", self.index)  # the worker dies during a step
         return self.env.step(action)
 
     def reset(self, **kwargs):

@@ -314,7 +314,7 @@ class ContinualEvaluator(Extension):
                              "success_rate": row.get("success_rate", ""),
                              "max_episode_steps": row.get("max_episode_steps") or "", "capped": row.get("capped", 0)})
         # the step's rows in one write: a full disk leaves the table as it was, never a torn row (StorageError)
-        table = AppendFile(self.table_path, fault="write_eval_table")
+        table = AppendFile(self.table_path)
         try:
             table.write(buf.getvalue())
         finally:

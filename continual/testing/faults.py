@@ -1,29 +1,27 @@
-"""TEST HOOKS: fault injection at named points of the training path, for tests/ and bench/ only.
+"""TEST HOOKS: fault injection at named points inside processes a test cannot patch, for tests/ and bench/ only.
 
 Tests inject faults at named points through the environment variable `CONTINUAL_FAULT`, a
 comma-separated list of `point:n` or `point:n@who` (fire on the n-th time the point is reached, counting from 1; with
-`@who`, only in actor / env `who`), e.g. `CONTINUAL_FAULT=checkpoint_write:2` SIGKILLs the process after the 2nd
-checkpoint's temporary file is written and before it is renamed. Unset, `inject` costs one dictionary lookup.
+`@who`, only in actor / env `who`), e.g. `CONTINUAL_FAULT=env_step:20@1` SIGKILLs env worker 1 at its 20th step.
+Unset, `inject` costs one dictionary lookup. The hooks stay in the production code only where a monkeypatch cannot
+reach: inside spawned processes (env workers, IMPALA actors: a patch in the trainer does not reach them) and in the
+IMPALA learner's publish and switch broadcast (the tests run agents/impala.py as __main__, whose classes a patch made
+before it starts cannot reach; a publish has no seam between two tensor copies). The trainer's own faults (checkpoint_write, switch, full disks)
+are monkeypatches: tests/helpers/trainer_faults.py.
 
 Points where the process that reaches them SIGKILLs itself:
-- trainer: `checkpoint_write`, `switch` (just before the envs switch);
 - IMPALA actor `who` (agents/impala.py): `actor_wait` (waiting for a free slot), `actor_switch` (applying a regime
   switch), `actor_weights` (copying the published weights), `actor_step` (after an env step of an unroll);
 - env `who` (continual/envs/vector.py SwitchHandle, inside the worker process of an async vector env): `env_step`,
   `env_reset`, `env_switch` (setting the modifications of a switch).
 Points where the IMPALA learner SIGKILLs actor `who` (default: the last) and waits for its death (`kill_at`):
 `publish` (in the middle of publishing the weights), `broadcast_switch` (in the middle of sending a switch).
-Points where a write fails as on a full disk (OSError ENOSPC, `raise_storage_fault`), in the trainer:
-`write_checkpoint` (a checkpoint's temporary file, before its flush), `write_metrics` (a metrics.jsonl record),
-`write_eval_table` (the continual-evaluation table's rows), `write_final_model` (the final policy file).
-Other points: `nan_loss` (the PPO loss becomes NaN in that update).
 With `CONTINUAL_FAULT_LOG=<file>`, every kill appends `<unix time> <point> <pid of the killed process>` to the file
 first, so that a test knows when the fault happened.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import time
@@ -41,8 +39,7 @@ def _parse(spec: str) -> dict[str, tuple[int, Optional[int]]]:
 
 _PLAN = _parse(os.environ.get("CONTINUAL_FAULT", ""))
 _COUNTS: dict[str, int] = {}
-_SELF_KILL = {"checkpoint_write", "switch", "actor_wait", "actor_switch", "actor_weights", "actor_step", "env_step",
-              "env_reset", "env_switch"}
+_SELF_KILL = {"actor_wait", "actor_switch", "actor_weights", "actor_step", "env_step", "env_reset", "env_switch"}
 
 
 def inject(point: str, who: Optional[int] = None) -> bool:
@@ -59,12 +56,6 @@ def inject(point: str, who: Optional[int] = None) -> bool:
     if point in _SELF_KILL:
         _kill(point, os.getpid())
     return True
-
-
-def raise_storage_fault(point: str, path: str) -> None:
-    """TEST HOOK: when the planned fault at `point` fires, fail like a write on a full disk."""
-    if inject(point):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
 
 def _kill(point: str, pid: int) -> None:

@@ -66,7 +66,7 @@ def save_checkpoint(path: str, payload: dict) -> str:
     try:
         with storage_errors(path):  # a full disk: StorageError (the temporary file is gone, the previous one intact)
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with atomic_open(path, "wb", fault="checkpoint_write", fail="write_checkpoint") as f:
+            with atomic_open(path, "wb") as f:
                 torch.save(payload, f)
     except OSError as e:
         raise TrainingError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
@@ -189,7 +189,7 @@ def final_policy_path(run_dir: str, args: Any) -> str:
 
 def save_state_dict(path: str, state_dict: dict) -> str:
     """The policy alone (a plain state_dict, loadable with `agent.load_state_dict(torch.load(path))`), atomically."""
-    with storage_errors(path), atomic_open(path, "wb", fail="write_final_model") as f:
+    with storage_errors(path), atomic_open(path, "wb") as f:
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, f)
     return path
 

@@ -37,7 +37,6 @@ from continual.console import Progress
 from continual.curricula import ModificationFactory
 from continual.envs.vector import regime_slug, switch_seed
 from continual.errors import StorageError, TrainingError, UserError
-from continual.testing.faults import inject
 from continual.training import checkpoint as ckpt_lib
 from continual.training.callbacks import CheckpointCallback, SwitchCheckpointCallback, WandbCallback
 from continual.training.extensions import Extension, Extensions, SwitchEvent
@@ -294,7 +293,6 @@ class RunSession:
         self.extensions.on_switch_start(event)
         self.flush_checkpoints()  # before-switch checkpoints hold the pre-switch state: resuming redoes the switch
         self.switches += 1
-        inject("switch")
         obs, _ = envs.switch(new, self.global_step, seed=switch_seed(self.args.seed, self.global_step))
         self.modification = new
         self.logger.record("switch", self.global_step, modification=new, previous=event.old,

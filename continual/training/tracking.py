@@ -101,7 +101,7 @@ class RunLogger:
         # purge_step hides TensorBoard events past the checkpoint, so a resumed run has no duplicated steps
         self.writer = WarnOnce(SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1),
                                "TensorBoard")
-        self._metrics = AppendFile(self.metrics_path, fault="write_metrics")
+        self._metrics = AppendFile(self.metrics_path)
         if resume_step is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in sorted(config.items()) if not isinstance(v, dict)))

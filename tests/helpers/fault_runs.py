@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 from conftest import ROOT
 from continual.testing.processes import group
+from helpers.trainer_faults import faulty
 
 KILL_TO_EXIT_S = 30.0  # the trainer must be gone this long after the kill (a hang never gets there)
 
@@ -39,7 +40,7 @@ def run_killed(argv: list[str], workdir: str, fault: Optional[str], kill: Option
     log = os.path.join(workdir, "faults.log")
     env = {**os.environ, "WANDB_MODE": "offline", "CONTINUAL_FAULT": fault or "", "CONTINUAL_FAULT_LOG": log}
     with open(os.path.join(workdir, "stderr.txt"), "w+") as err, open(os.path.join(workdir, "stdout.txt"), "w") as out:
-        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=out, stderr=err, text=True,
+        proc = subprocess.Popen([sys.executable, *faulty(argv, env)], cwd=ROOT, env=env, stdout=out, stderr=err, text=True,
                                 start_new_session=True)
         try:
             killed: Optional[tuple[float, str, int]] = None
