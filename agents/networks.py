@@ -22,10 +22,12 @@ from continual.errors import UserError
 from continual.plasticity.networks import apply_network_options
 
 
-def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False):
+def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
+                with_entropy: bool = True):
     """(action, log-prob, entropy) of a categorical policy: torch's `Categorical(logits=logits)` sample, log_prob and
     entropy written out in the same operations (the same numbers, gradients and random draws bit for bit; tested),
-    without its per-call argument validation, which costs more than the math for small batches."""
+    without its per-call argument validation, which costs more than the math for small batches. `with_entropy=False`
+    (acting, which drops it): entropy is None."""
     # the operations in Categorical's order (gradients accumulate in creation order: same order, same bits)
     log_p = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = None
@@ -37,6 +39,8 @@ def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, gre
             action = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
     index, log_pmf = torch.broadcast_tensors(action.long().unsqueeze(-1), log_p)
     logprob = log_pmf.gather(-1, index[..., :1]).squeeze(-1)
+    if not with_entropy:
+        return action, logprob, None
     probs = torch.softmax(log_p, dim=-1) if probs is None else probs
     entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
     return action, logprob, entropy
@@ -181,7 +185,8 @@ class Agent(nn.Module):
         return self.critic(self.features(x, goal))
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None, greedy: bool = False,
-                             goal: Optional[torch.Tensor] = None):
+                             goal: Optional[torch.Tensor] = None, with_entropy: bool = True):
+        """(action, log-prob, entropy, value); `with_entropy=False` (acting): entropy is None, not computed."""
         hidden, critic_hidden = self.torsos(x, goal)
         if self.continuous:
             action_mean = self.actor(hidden).float()
@@ -189,9 +194,10 @@ class Agent(nn.Module):
             if action is None:
                 action = action_mean if greedy else probs.sample()
             # independent dimensions: the joint log-density and entropy are sums
-            return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(critic_hidden).float()
+            return (action, probs.log_prob(action).sum(1), probs.entropy().sum(1) if with_entropy else None,
+                    self.critic(critic_hidden).float())
         logits = self.actor(hidden).float()  # --bf16: the distribution and the losses stay float32
-        action, logprob, entropy = categorical(logits, action, greedy)
+        action, logprob, entropy = categorical(logits, action, greedy, with_entropy)
         return action, logprob, entropy, self.critic(critic_hidden).float()
 
     @torch.no_grad()

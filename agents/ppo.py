@@ -170,7 +170,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 # ALGO LOGIC: action logic
                 t_forward = time.time()
                 with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs, **next_inputs)
+                    action, logprob, _, value = agent.get_action_and_value(next_obs, **next_inputs,
+                                                                            with_entropy=False)
                     values[step] = value.flatten()
                 forward_time += time.time() - t_forward
                 actions[step] = action
@@ -228,10 +229,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     mb_inds = torch.as_tensor(b_inds[start:start + batch["minibatch_size"]], device=device)
                     mb_obs, mb_inputs, mb_weights = ext.minibatch(batch, mb_inds)  # HER: goals, IS weights
 
+                    # each row gathered once (index_select: the same values, faster than indexing on CPU)
+                    mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values = (
+                        x.index_select(0, mb_inds) for x in (b_actions, b_logprobs, b_advantages, b_returns, b_values))
+
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, b_actions[mb_inds],
-                                                                                      **mb_inputs)
-                    logratio = newlogprob - b_logprobs[mb_inds]
+                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions, **mb_inputs)
+                    logratio = newlogprob - mb_logprobs
                     ratio = logratio.exp()
 
                     with torch.no_grad():
@@ -240,7 +244,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         approx_kl = ((ratio - 1) - logratio).mean()
                         clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
 
-                    mb_advantages = b_advantages[mb_inds]
                     if args.norm_adv:
                         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
@@ -252,13 +255,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     # Value loss
                     newvalue = newvalue.view(-1)
                     if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                        v_clipped = b_values[mb_inds] + torch.clamp(
-                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss_unclipped = (newvalue - mb_returns) ** 2
+                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - mb_returns) ** 2
                         v_loss = 0.5 * weighted_mean(torch.max(v_loss_unclipped, v_loss_clipped), mb_weights)
                     else:
-                        v_loss = 0.5 * weighted_mean((newvalue - b_returns[mb_inds]) ** 2, mb_weights)
+                        v_loss = 0.5 * weighted_mean((newvalue - mb_returns) ** 2, mb_weights)
 
                     entropy_loss = entropy.mean()
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef

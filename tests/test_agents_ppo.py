@@ -436,6 +436,10 @@ def test_categorical_is_torch_categorical_bit_for_bit():
         got = categorical(b, ref_action if given else None)
         for x, y in zip(got, ref):
             assert torch.equal(x, y)
+        if not given:  # acting without the entropy: the same draw and log-prob
+            torch.manual_seed(7)
+            action, logprob, entropy = categorical(logits, with_entropy=False)
+            assert entropy is None and torch.equal(action, ref[0]) and torch.equal(logprob, ref[1].detach())
         (ref[1][1:].sum() + 0.01 * ref[2].sum()).backward()
         (got[1][1:].sum() + 0.01 * got[2].sum()).backward()
         assert torch.equal(a.grad, b.grad)

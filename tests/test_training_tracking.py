@@ -144,3 +144,36 @@ def test_a_failed_tensorboard_write_warns_once_and_the_metrics_go_on(tmp_path, c
     assert len(calls) == 1  # not tried again: a failed writer's thread is dead
     assert len(err) == 1 and err[0].startswith("warning: TensorBoard write failed") and "No space left" in err[0]
     assert [r["global_step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [1, 2, 3]
+
+
+def test_the_event_file_kept_open_holds_tensorboards_own_bytes(tmp_path):
+    """keep_event_file_open: the records TensorBoard's GFile would have written (byte for byte after the first, which
+    holds the file's creation time), in the file TensorBoard reads, flushed by `flush()`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from continual.training.tracking import _KeptOpenEventFile, keep_event_file_open
+
+    files = {}
+    for kept in (False, True):
+        folder = tmp_path / str(kept)
+        writer = SummaryWriter(str(folder))
+        if kept:
+            keep_event_file_open(writer)
+            assert isinstance(writer.file_writer.event_writer._async_writer._writer._writer, _KeptOpenEventFile)
+        for i in range(300):
+            writer.add_scalar("charts/episodic_return", float(i % 7), i * 64, walltime=1000.0 + i)
+            writer.add_scalar("charts/episodic_length", i, i * 64, walltime=1000.0 + i)
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n|a|1|", 0, walltime=2000.0)
+        writer.flush()
+        acc = EventAccumulator(str(folder))
+        acc.Reload()
+        assert [e.step for e in acc.Scalars("charts/episodic_length")] == [i * 64 for i in range(300)]
+        writer.close()
+        (path,) = glob.glob(str(folder / "events.out.tfevents.*"))
+        files[kept] = open(path, "rb").read()
+
+    def after_first_record(data: bytes) -> bytes:
+        return data[8 + 4 + struct.unpack("<Q", data[:8])[0] + 4:]
+
+    assert after_first_record(files[True]) == after_first_record(files[False])

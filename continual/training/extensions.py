@@ -224,7 +224,7 @@ class Extensions(Extension):
         answer = None
         for e in self.extensions:
             answer = e.minibatch(batch, mb_inds) or answer
-        return answer or (batch["obs"][mb_inds], {}, None)
+        return answer or (batch["obs"].index_select(0, mb_inds), {}, None)  # faster than indexing on CPU
 
     def loss(self, loss, agent, batch):
         for e in self.extensions:

@@ -359,6 +359,7 @@ class RunSession:
             "wandb_id": self.logger.wandb_id,
             **self.registry.state_dicts(),
         }
+        self.logger.flush()  # TensorBoard up to the checkpoint on disk: a resumed run keeps it and purges the rest
         path = ckpt_lib.save_checkpoint(os.path.join(self.checkpoint_dir, name + ckpt_lib.SUFFIX), payload)
         self.last_checkpoint = (path, self.global_step)
         self.last_save_time = time.monotonic()

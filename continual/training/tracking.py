@@ -51,6 +51,44 @@ def write_json(path: str, data: Any) -> None:
         atomic_write_json(path, data, sort_keys=True)
 
 
+class _KeptOpenEventFile:
+    """The event file kept open, appends buffered, in place of TensorBoard's GFile (`keep_event_file_open`)."""
+
+    def __init__(self, gfile: Any):
+        self._gfile = gfile
+        self._file = open(gfile.filename, "ab")  # after the GFile's first write: it created and truncated the file
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self._gfile.close()
+
+
+def keep_event_file_open(writer: Any) -> None:
+    """Without TensorFlow, TensorBoard's GFile opens, appends to and closes the event file for every record: a file
+    object and three system calls per scalar on TensorBoard's writer thread, which shares the GIL with training (for
+    PPO on MinAtar, whose games end ~500 times per 8,192 steps, the per-game scalars cost more CPU than the games).
+    `writer`'s record writer gets the same file kept open instead: the same bytes, reaching the disk when TensorBoard
+    flushes (its flush_secs, `flush()`, `close()`; `RunLogger.flush` before every checkpoint) or 8 KB have gathered.
+    Nothing is changed where TensorBoard's internals are not the ones this was written for (other file systems, other
+    versions)."""
+    events = getattr(writer._get_file_writer(), "event_writer", None)
+    gfile = getattr(events, "_general_file_writer", None)
+    records = getattr(getattr(events, "_async_writer", None), "_writer", None)
+    if (gfile is None or getattr(records, "_writer", None) is not gfile or "://" in str(getattr(gfile, "filename", ""))
+            or not getattr(gfile, "fs_supports_append", False) or not getattr(gfile, "write_started", False)):
+        return
+    events.flush()  # the records queued so far go through the GFile
+    records._writer = _KeptOpenEventFile(gfile)
+
+
 class WarnOnce:
     """`target` (a TensorBoard writer, a W&B run) whose method calls never stop the run: the first failure prints one
     warning line, and every later call does nothing (a failed TensorBoard writer's thread is dead: closing it could
@@ -99,8 +137,9 @@ class RunLogger:
         if resume_step is not None:
             truncate_metrics(self.metrics_path, resume_step, resume_modification)
         # purge_step hides TensorBoard events past the checkpoint, so a resumed run has no duplicated steps
-        self.writer = WarnOnce(SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1),
-                               "TensorBoard")
+        writer = SummaryWriter(run_dir, purge_step=None if resume_step is None else resume_step + 1)
+        keep_event_file_open(writer)
+        self.writer = WarnOnce(writer, "TensorBoard")
         self._metrics = AppendFile(self.metrics_path)
         if resume_step is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
@@ -162,6 +201,10 @@ class RunLogger:
         artifact = wandb.Artifact(name=name, type="model", metadata=metadata)
         artifact.add_file(path)
         self.wandb_run.log_artifact(artifact)
+
+    def flush(self) -> None:
+        """TensorBoard's pending records to disk (a checkpoint's: a resumed run purges TensorBoard's steps past it)."""
+        self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
