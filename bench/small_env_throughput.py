@@ -20,7 +20,8 @@ Workloads (`--workloads`):
   a2c_breakout / impala_breakout                 A2C (16 envs x 5 steps) and IMPALA (2 actors) on MinAtar Breakout
 `--base REV` runs each workload from a worktree of REV too (a workload REV cannot run is reported as such);
 `--sb3` adds Stable-Baselines3 PPO on the *_purejaxrl workloads: the same envs (our MinAtar env stack in SB3's
-DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU).
+DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU), with torch's default thread count
+(SB3's own default) or `--sb3_threads N`.
 
     python bench/small_env_throughput.py --base 0f4f8ee --sb3 --repeats 3 --json bench/results/small_env_throughput.json
 """
@@ -92,7 +93,7 @@ def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, t
     return {**steady_state(os.path.join(runs, tag), warmup), "load_before": r["loadavg_start"]}
 
 
-def run_sb3(workload: str, iterations: int, warmup: int) -> dict:
+def run_sb3(workload: str, iterations: int, warmup: int, threads: int = 0) -> dict:
     """SB3 PPO on our MinAtar env stack, PureJaxRL's settings; steps/s between rollout ends as for ours."""
     import torch
     from stable_baselines3 import PPO
@@ -115,7 +116,7 @@ def run_sb3(workload: str, iterations: int, warmup: int) -> dict:
         def _on_step(self) -> bool:
             return True
 
-    torch.set_num_threads(torch.get_num_threads())
+    torch.set_num_threads(threads or torch.get_num_threads())
     batch = cfg["num_envs"] * cfg["num_steps"]
     model = PPO("MlpPolicy", venv, learning_rate=cfg["learning_rate"], n_steps=cfg["num_steps"],
                 batch_size=batch // cfg["num_minibatches"], n_epochs=cfg["update_epochs"], gamma=cfg["gamma"],
@@ -137,11 +138,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=8, help="iterations per run (for A2C/IMPALA: logged iterations)")
     p.add_argument("--warmup", type=int, default=2, help="first iterations left out")
+    p.add_argument("--sb3_threads", type=int, default=0, help="SB3's torch threads (0: torch's default, SB3's)")
     p.add_argument("--sb3-worker", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the results as JSON here")
     args = p.parse_args()
     if args.sb3_worker:  # a fresh process per SB3 run, as for ours
-        print(json.dumps(run_sb3(args.sb3_worker, args.iterations, args.warmup)))
+        print(json.dumps(run_sb3(args.sb3_worker, args.iterations, args.warmup, args.sb3_threads)))
         return
     if args.repeats < 1 or args.iterations < args.warmup + 2:
         p.error("--repeats must be >= 1 and --iterations >= --warmup + 2")
@@ -163,7 +165,8 @@ def main() -> None:
             for w, t in order:
                 if t == "sb3":
                     proc = subprocess.run([sys.executable, __file__, "--sb3-worker", w, "--iterations",
-                                           str(args.iterations), "--warmup", str(args.warmup)], cwd=ROOT,
+                                           str(args.iterations), "--warmup", str(args.warmup),
+                                           "--sb3_threads", str(args.sb3_threads)], cwd=ROOT,
                                           capture_output=True, text=True)
                     out = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
                            else {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]})
