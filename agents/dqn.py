@@ -111,7 +111,9 @@ class QNetwork(nn.Module):
         self.q_head = nn.Linear(hidden, n_actions)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x.float() * self.obs_scale)
+        x = x.float()
+        # x * 1.0 is x: the multiplication (an allocation and a pass, several times per update) only for pixels
+        return self.network(x if self.obs_scale == 1.0 else x * self.obs_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Q(x, .) for a batch of observations."""
@@ -190,6 +192,7 @@ class ReplayBuffer:
         self.terminated = np.zeros((num_envs, self.n), dtype=np.bool_)
         self.valid = np.zeros((num_envs, self.n), dtype=np.bool_)
         self.pos = np.zeros(num_envs, dtype=np.int64)  # slots written so far, per env (the next one is pos % n)
+        self._ahead = np.arange(1, self.k + 1)  # the slots a write invalidates, relative to it
         self.fresh = np.ones(num_envs, dtype=np.bool_)  # the env's current observation is not in its ring yet
         self.added = 0  # transitions stored since the buffer was created or cleared
 
@@ -210,7 +213,7 @@ class ReplayBuffer:
 
     def _write(self, e: int, frame: np.ndarray, transition: bool) -> int:
         p = int(self.pos[e])
-        self.valid[e, (p + np.arange(1, self.k + 1)) % self.n] = False
+        self.valid[e, (p + self._ahead) % self.n] = False
         slot = p % self.n
         self.frames[e, slot] = frame
         self.valid[e, slot] = transition
@@ -237,12 +240,13 @@ class ReplayBuffer:
         """(env, slot) of `batch_size` valid transitions, uniform with replacement (rejection from the filled slots;
         every candidate is drawn from `rng`, so the draw is reproducible)."""
         filled = int(min(self.pos.max(), self.n))
-        envs, slots = np.empty(0, np.int64), np.empty(0, np.int64)
+        envs = slots = None
         for _ in range(64):
             flat = rng.integers(0, self.num_envs * filled, size=2 * batch_size)
             e, s = flat // filled, flat % filled
             ok = self.valid[e, s]
-            envs, slots = np.concatenate([envs, e[ok]]), np.concatenate([slots, s[ok]])
+            e, s = e[ok], s[ok]
+            envs, slots = (e, s) if envs is None else (np.concatenate([envs, e]), np.concatenate([slots, s]))
             if len(envs) >= batch_size:
                 return envs[:batch_size], slots[:batch_size]
         where = np.flatnonzero(self.valid[:, :filled])  # few valid slots (just after a clear): draw among them
@@ -258,6 +262,11 @@ class ReplayBuffer:
         obs = window[:, :-1].reshape((b,) + self.obs_shape)
         next_obs = window[:, 1:].reshape((b,) + self.obs_shape)
         return obs, self.actions[envs, slots], self.rewards[envs, slots], self.terminated[envs, slots], next_obs
+
+    def observations(self, envs: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """`gather`'s obs alone (C-CHAIN's reference batch): the same frames, half the copying."""
+        window = self.frames[envs[:, None], (slots[:, None] + np.arange(-self.k, 0)) % self.n]
+        return window.reshape((len(envs),) + self.obs_shape)
 
     def state_dict(self) -> dict:
         return {"frames": torch.from_numpy(self.frames), "actions": torch.from_numpy(self.actions),
@@ -321,8 +330,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         obs_space, n_actions = envs.single_observation_space, envs.single_action_space.n
         q_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, q_network.obs_shape)
-        # --fused_adam: one kernel per parameter (the same update up to float rounding)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, **({"fused": True} if args.fused_adam else {}))
+        # --fused_adam: one kernel per parameter (the same update up to float rounding); else foreach, the default on
+        # GPUs, which on a CPU runs the single-tensor default's kernels, bit for bit, from one call per operation
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate,
+                               **({"fused": True} if args.fused_adam else {"foreach": True}))
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
@@ -372,7 +383,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 explore = rng.random(args.num_envs) < epsilon
                 actions = rng.integers(0, n_actions, size=args.num_envs)
                 if not (explore.all() or in_random_phase):
-                    with torch.no_grad():
+                    with torch.inference_mode():  # no autograd bookkeeping at all: the same Q-values, sooner
                         greedy = q_network(torch.as_tensor(obs, device=device)).argmax(1).cpu().numpy()
                     actions = np.where(explore, actions, greedy)
                 seen.append(torch.as_tensor(obs))
@@ -408,7 +419,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         check_losses(global_step, td_loss=loss)
                         # L2 / L2 Init / Parseval, C-CHAIN's churn on a second replay batch
                         total = ext.loss(loss, q_network, {"main_loss": loss, "reference_obs": lambda: torch.as_tensor(
-                            rb.gather(*rb.sample_indices(args.replay_batch_size, rng))[0], device=device)})
+                            rb.observations(*rb.sample_indices(args.replay_batch_size, rng)), device=device)})
                         optimizer.zero_grad()
                         total.backward()
                         ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights

@@ -154,7 +154,13 @@ class PlasticityMonitor(Extension):
         # per minibatch) and reach the host only when logged
         layers = [(n, m.weight.grad) for n, m in _layers(self.agent) if m.weight.grad is not None]
         self._grad_names = [n for n, _ in layers]
-        self._grad_norms = torch.stack([g.detach().norm() for _, g in layers]) if layers else None
+        grads = [g.detach() for _, g in layers]
+        if not grads:
+            self._grad_norms = None
+        elif grads[0].device.type == "cpu":  # there foreach runs each tensor's norm kernel: the same numbers, one call
+            self._grad_norms = torch.stack(torch._foreach_norm(grads))
+        else:  # CUDA's foreach norm reduces in another order
+            self._grad_norms = torch.stack([g.norm() for g in grads])
 
     @property
     def grad_norms(self) -> dict[str, float]:

@@ -13,7 +13,14 @@ from continual.errors import NumericalError
 
 def check_losses(step: int, **losses: torch.Tensor) -> None:
     """Raise NumericalError naming the step and the first non-finite loss."""
-    # called every minibatch: one host sync for all tensor losses (on a GPU each float() waits for the device)
+    # called every minibatch: one host sync for all tensor losses (on a GPU each float() waits for the device); one
+    # loss (DQN's, every env step): its float, without the stack's five small ops
+    if len(losses) == 1:
+        (name, value), = losses.items()
+        v = float(value.detach()) if torch.is_tensor(value) else float(value)
+        if not math.isfinite(v):
+            raise NumericalError(f"non-finite {name} ({v}) at step {step}")
+        return
     tensors = [v.detach().reshape(()).double() for v in losses.values() if torch.is_tensor(v)]
     floats = [float(v) for v in losses.values() if not torch.is_tensor(v)]
     if (not tensors or bool(torch.isfinite(torch.stack(tensors)).all())) and all(map(math.isfinite, floats)):
