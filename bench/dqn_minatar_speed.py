@@ -4,6 +4,8 @@ second and per wall second, this tree against another revision (same run, round-
 Each measurement is two fresh runs of `agents/dqn.py` (`configs/c_chain_minatar.json`'s DQN: one env, Double DQN,
 batch 32, Adam lr 3e-4, 100k replay, target copy every 1,000 steps, one torch thread) on MinAtar SpaceInvaders
 that differ only in length: `--learning_starts` random steps, then `--short` or `--short + --steps` training steps.
+As in the experiment, observations are zero-padded to Seaquest's 10 channels (a task sequence of SpaceInvaders, then
+Seaquest, cut by --total_timesteps before the switch; `--no-padded`: SpaceInvaders' own 6 channels).
 Their difference in CPU seconds (user + system of the process, from getrusage) and in wall seconds is the cost of
 `--steps` steady-state training steps, start-up, imports and the random phase cancelling out. CPU seconds are the
 figure to read on a shared machine (wall time there depends on the other processes; `uptime` is printed around each
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -29,13 +32,16 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-FLAGS = ["--architecture", "DQN", "--backend", "MinAtar", "--env_id", "MinAtar/SpaceInvaders", "--modifs", "",
-         "--num_envs", "1", "--num_steps", "1000", "--learning_rate", "0.0003", "--no-anneal-lr", "--gamma", "0.99",
+FLAGS = ["--architecture", "DQN", "--backend", "MinAtar", "--num_envs", "1", "--num_steps", "1000", "--learning_rate", "0.0003", "--no-anneal-lr", "--gamma", "0.99",
          "--reward_scaling", "none", "--buffer_size", "100000", "--train_frequency", "1",
          "--target_network_frequency", "1000", "--tau", "1.0", "--replay_batch_size", "32", "--start_e", "1.0",
          "--end_e", "0.1", "--exploration_fraction", "0.1", "--double_dqn", "--torch_threads", "1",
          "--checkpoint_minutes", "0", "--no-metrics", "--seed", "1"]
 VARIANTS = {"vanilla": [], "c_chain": ["--c_chain"]}
+# the padded game: SpaceInvaders in a sequence with Seaquest (10 channels), never reaching the switch
+PADDED = {"env_id": "MinAtar/SpaceInvaders", "backend": "MinAtar", "modification_factory": "TaskSequence",
+          "modification_factory_kwargs": {"cycles": 1, "tasks": [{"env_id": "MinAtar/SpaceInvaders", "steps": 10**8},
+                                                                 {"env_id": "MinAtar/Seaquest", "steps": 1000}]}}
 
 
 def variant_flags(name: str) -> list[str]:
@@ -51,6 +57,15 @@ def knows(tree: str, flags: list[str]) -> bool:
                not f.startswith("--no-"))
 
 
+def game_flags(padded: bool, tmp: str) -> list[str]:
+    if not padded:
+        return ["--env_id", "MinAtar/SpaceInvaders", "--modifs", ""]
+    path = os.path.join(tmp, "padded.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(PADDED, f)
+    return ["--config", path]
+
+
 def one_run(tree: str, total: int, learning_starts: int, flags: list[str], tmp: str, name: str) -> dict:
     cmd = [sys.executable, os.path.join(tree, "agents", "dqn.py"), *FLAGS, "--learning_starts", str(learning_starts),
            "--total_timesteps", str(total), *flags, "--runs_dir", tmp, "--run_name", name, "--no-progress-bar"]
@@ -59,7 +74,7 @@ def one_run(tree: str, total: int, learning_starts: int, flags: list[str], tmp: 
 
 
 def measure(tree: str, variant: str, args: argparse.Namespace, tmp: str, tag: str) -> dict:
-    flags = variant_flags(variant)
+    flags = game_flags(args.padded, tmp) + variant_flags(variant)
     short = args.learning_starts + args.short
     out = {}
     for label, total in (("short", short), ("long", short + args.steps)):
@@ -81,6 +96,8 @@ def main() -> None:
     p.add_argument("--learning_starts", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--variants", nargs="+", default=["vanilla", "c_chain"])
+    p.add_argument("--padded", action=argparse.BooleanOptionalAction, default=True,
+                   help="observations zero-padded to 10 channels, as in Continual MinAtar")
     p.add_argument("--base", default=None, help="also measure this git revision (a temporary worktree)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
