@@ -38,6 +38,7 @@ from continual.errors import UserError
 from continual.evaluation import cw, statistics
 from continual.evaluation.metrics import RunData, load_run
 from continual.launch import declarations as D
+from continual.launch.experiment import load_experiment
 from continual.report import forgetting as F
 
 HIGHER_IS_BETTER = {"cw_average_performance": True, "cw_forgetting": False}
@@ -197,8 +198,6 @@ def marked_chosen(folder: str) -> dict[str, str]:
     chosen = dict(((D.read_record(folder) or {}).get("chosen")) or {})
     path = os.path.join(folder, "experiment.json")
     if os.path.isfile(path):
-        from continual.launch.experiment import load_experiment  # the launcher's reader of experiment files
-
         chosen.update(load_experiment(path, resolve_chosen=False, stand_ins=True).declarations.chosen)
     return chosen
 
