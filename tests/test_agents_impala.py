@@ -249,14 +249,15 @@ def iterations_done(run_dir: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize("seed", range(3))
+# the default suite: one drawn moment at each point (~35 s a run on a loaded 2-core CPU); the soak draws 12 more
+@pytest.mark.parametrize("seed", range(1))
 @pytest.mark.parametrize("moment", list(KILL_MOMENTS))
 def test_actor_killed_at_any_moment_stops_the_run_cleanly(tmp_path, moment, seed):
     kill_actor_and_check(tmp_path, moment, seed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(3, 13))
+@pytest.mark.parametrize("seed", range(1, 13))
 @pytest.mark.parametrize("moment", list(KILL_MOMENTS))
 def test_soak_actor_kills(tmp_path, moment, seed):
     kill_actor_and_check(tmp_path, moment, seed)
