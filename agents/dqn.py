@@ -263,7 +263,7 @@ class ReplayBuffer:
         next_obs = window[:, 1:].reshape((b,) + self.obs_shape)
         return obs, self.actions[envs, slots], self.rewards[envs, slots], self.terminated[envs, slots], next_obs
 
-    def observations(self, envs: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def gather_obs(self, envs: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """`gather`'s obs alone (C-CHAIN's reference batch): the same frames, half the copying."""
         window = self.frames[envs[:, None], (slots[:, None] + np.arange(-self.k, 0)) % self.n]
         return window.reshape((len(envs),) + self.obs_shape)
@@ -419,7 +419,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         check_losses(global_step, td_loss=loss)
                         # L2 / L2 Init / Parseval, C-CHAIN's churn on a second replay batch
                         total = ext.loss(loss, q_network, {"main_loss": loss, "reference_obs": lambda: torch.as_tensor(
-                            rb.observations(*rb.sample_indices(args.replay_batch_size, rng)), device=device)})
+                            rb.gather_obs(*rb.sample_indices(args.replay_batch_size, rng)), device=device)})
                         optimizer.zero_grad()
                         total.backward()
                         ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights
