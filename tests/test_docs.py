@@ -4,6 +4,8 @@ the extension example runs, the layout matches the tree, and no page links to a 
 import os
 import re
 
+import pytest
+
 from conftest import ROOT
 from continual.config.args import FLAGS_DOC, with_flag_tables
 
@@ -143,3 +145,36 @@ def test_documented_numbers_have_one_source():
     assert f"one round of {regimes} regimes" in evaluation and f"({regimes} for `run_config.json`" in evaluation
     assert f"evaluates {config['eval_episodes']} game per regime capped at {config['eval_max_episode_steps']} steps " \
            f"every {config['eval_every']:,} steps" in evaluation
+
+
+@pytest.mark.slow  # ~10 s of CPU to read 20 runs; the archive's manifest already pins what it reads
+def test_readme_and_results_page_state_v2s_primary_pair_as_its_archive_gives_it():
+    """The v2 forgetting numbers README and docs/results/forgetting.md state (the declared primary pair, complete
+    while the other arms run) are what the declared metric computes from the committed archive: the per-method CORA
+    scale and the pair's own runs make them independent of the runs still to come."""
+    from continual.evaluation import cora, statistics
+    from continual.evaluation.metrics import load_run
+    from continual.report import forgetting
+
+    folder = os.path.join(ROOT, "bench", "experiments", "forgetting_minatar_v2")
+    decl = forgetting.declarations(folder)
+    primary, pair = decl["primary_metric"], decl["primary_pair"]
+    values = {}
+    for method in pair:
+        dirs = sorted(d for d in os.listdir(os.path.join(folder, "runs")) if d.split("_seed=")[0].endswith(f"_{method}")
+                      and forgetting.finished(folder, d))
+        runs = [load_run(os.path.join(folder, "runs", d)) for d in dirs]
+        assert [forgetting.label(r) for r in runs] == [method] * 10
+        f = cora.cora_forgetting(runs, rolling_mean_count=primary["rolling_mean_count"],
+                                 num_cycles_for_forgetting=primary["num_cycles_for_forgetting"])
+        key = next(t for t in f["tasks"] if t.endswith(primary["task"]))
+        values[method] = f["by_task"][key]["per_run"]
+    x, y = pair
+    difference = statistics.compare(values[x], values[y], lower_is_better=True).as_dict()["mean_difference"]
+    stated = [f"{m} " + forgetting._fmt(statistics.interval(values[m]).as_dict()).split(" (n=")[0] for m in pair]
+    stated.append(f"{x} - {y} " + forgetting._fmt(difference).split(" (n=")[0])
+    readme = flat(read("README.md")).split("**Forgetting v2:")[1].split("**Forgetting, and")[0]
+    page = flat(read("docs", "results", "forgetting.md")).split("**v2**")[1].split("**v1**")[0]
+    for text in (readme, page):
+        for s in stated:
+            assert s in text, s
