@@ -620,3 +620,22 @@ def test_the_freeway_continual_experiment_runs_a_short_sequence_through_the_laun
         assert res["per_method"][label]["primary_task"] == "" and res["per_method"][label]["primary"][0] is not None
         assert [(w["from"], w["into"]) for w in res["per_method"][label]["switches"]] == [
             ("", "all_white_cars"), ("all_white_cars", "vary_car_speeds"), ("vary_car_speeds", "")]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="Linux without scheduling autogroups")
+def test_a_run_in_its_own_session_keeps_the_launchers_nice_for_its_autogroup():
+    """A training gets its own session (so the launcher can signal its whole process group), which on Linux is a new
+    autogroup; `nice` on the launcher must still make the runs yield the CPU."""
+    code = ("import os, subprocess, sys\n"
+            "from continual.launch.ray_runner import _die_with_parent\n"
+            "child = 'import os; print(os.getsid(0), os.nice(0), open(\"/proc/self/autogroup\").read().strip())'\n"
+            "for more in (0, 7):\n"
+            "    os.nice(more)\n"
+            "    out = subprocess.run([sys.executable, '-c', child], preexec_fn=_die_with_parent, capture_output=True,\n"
+            "                         text=True, check=True).stdout.split()\n"
+            "    print(os.getsid(0), out[0], out[1], out[-1])\n")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    (sid, child_sid, nice, group), (_, child_sid_later, nicer, group_later) = [line.split() for line in lines]
+    assert child_sid != sid and child_sid_later != sid  # a session (and an autogroup) of its own
+    assert group == nice  # 0 (left alone) or the nice the tests run at
+    assert int(nicer) == min(int(nice) + 7, 19) and group_later == nicer

@@ -60,6 +60,21 @@ def _die_with_parent() -> None:
     except OSError:
         pass
     os.setsid()  # its own process group: SIGTERM/SIGKILL reach the env workers too
+    _keep_nice_in_new_autogroup()
+
+
+def _keep_nice_in_new_autogroup() -> None:
+    """A new session is a new scheduling autogroup on Linux (sched_autogroup_enabled), and autogroups share the CPU by
+    their own nice value, not their processes': without this, `nice python -m continual.launch ...` would run every
+    training at full priority against the user's shell. Lowering priority needs no privilege."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(min(niceness, 19)))
+    except OSError:  # no autogroups (other kernels, containers without /proc write access): nothing to carry
+        pass
 
 
 def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_path: str) -> dict:
