@@ -21,6 +21,7 @@ from continual.launch import archive as A
 from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment, run_config
 from continual.launch.queue import Queue
+from continual.report.__main__ import main as report_main
 
 pytestmark = pytest.mark.xdist_group("ray")
 
@@ -345,3 +346,121 @@ def test_the_report_refuses_an_archive_whose_manifest_does_not_match_in_one_line
         assert p.returncode == 2 and p.stdout == "", p
         assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and \
             "runs/002_seed=3/eval_table.csv is missing" in p.stderr, p.stderr
+
+
+# --- compaction to the records a report reads ------------------------------------------------------------------------
+
+
+def forgetting_archive(tmp_path) -> str:
+    """An archive (the archive's own form, with its manifest) of a forgetting experiment whose runs log every kind of
+    record: two methods x two seeds over SI -> BR -> SI -> BR, with references, hand-chosen curves."""
+    import numpy as np
+
+    from helpers.experiment_folders import write_experiment, write_run
+
+    src = str(tmp_path / "src")
+    si, br = "env=MinAtar/SpaceInvaders", "env=MinAtar/Breakout"
+    steps, switches = list(range(0, 401, 10)), ((100, si, br), (200, br, si), (300, si, br))
+    rng = np.random.default_rng(0)
+    plan = [(f"00{i}_{label}", label, seed, {si: list(rng.normal(5, 2, len(steps)).cumsum()),
+                                             br: list(rng.normal(1, 1, len(steps)).cumsum())}, steps, switches)
+            for i, (label, seed) in enumerate([("PPO", 1), ("PPO", 2), ("PPO_CBP", 1), ("PPO_CBP", 2)])]
+    plan += [(f"01{j}_reference", f"reference PPO {t[11:]}", 1, {t: list(np.linspace(0, 40, 11))},
+              list(range(0, 101, 10)), ()) for j, t in enumerate((si, br))]
+    for name, label, seed, curves, st, sw in plan:
+        config = {"exp_name": label, "seed": seed, "architecture": label, "eval_greedy": True, "eval_episodes": 8,
+                  "eval_every": 10, "eval_at_switches": True}
+        write_run(src, name, config, curves, st, sw)
+        task = next(iter(curves))
+        with open(os.path.join(src, "runs", name, "metrics.jsonl"), "a") as f:  # what training writes besides
+            f.write(json.dumps({"kind": "start", "global_step": 0, "time": 1.0, "resumed": False,
+                                "code_revision": {"commit": "abc1234", "dirty": False}}) + "\n")
+            for s in st[1:]:
+                f.write(json.dumps({"kind": "iteration", "global_step": s, "iteration": s // 10, "time": 2.0 + s,
+                                    "modification": task, "losses/entropy": 1.0 / s, "losses/value_loss": 0.5,
+                                    "time/learn_s": 0.01}) + "\n")
+                f.write(json.dumps({"kind": "episode", "global_step": s, "time": 3.0, "modification": task,
+                                    "return": float(s % 7), "length": 30}) + "\n")
+                f.write(json.dumps({"kind": "eval", "global_step": s, "modification": task, "mean": 9.0}) + "\n")
+            f.write(json.dumps({"kind": "plasticity", "global_step": st[-1], "plasticity/stable_rank": 3.0}) + "\n")
+            f.write(json.dumps({"kind": "eval_summary", "global_step": st[-1], "eval_seconds": 1.0}) + "\n")
+    write_experiment(src, {"flags": {}, "grid": {}, "declared": {
+        "primary_metric": {"name": "cora_forgetting", "task": "MinAtar/SpaceInvaders", "rolling_mean_count": 2},
+        "pairs": [["PPO_CBP", "PPO"]], "primary_pair": ["PPO_CBP", "PPO"]}})
+    kept = Queue(str(tmp_path / "kept"))
+    for name, *_ in plan:
+        assert A.archive_entry(Queue(src), kept, name)
+    return kept.folder
+
+
+def test_compacting_to_the_forgetting_records_keeps_the_report_and_records_each_raw_digest(tmp_path, capsys):
+    """The forgetting report reads the same from the compact records as from the archive's (report.md, report.json
+    and curves.png byte for byte); the compact file holds exactly the switch, start and iteration (step, task)
+    records, the same bytes from the same input; the manifest lists the new files and each one's raw digest, and
+    round-trips byte for byte (with and without compaction); a second compaction changes nothing, another one is
+    refused; a report that needs the dropped records is refused in one line, exit 2."""
+    kept = forgetting_archive(tmp_path)
+    text = open(os.path.join(kept, "manifest.json")).read()
+    A.write_manifest(kept, A.read_manifest(kept))
+    assert open(os.path.join(kept, "manifest.json")).read() == text and "compacted" not in text
+    raw = {rel: d for rel, d in A.read_manifest(kept)["files"].items() if rel.endswith("/metrics.jsonl.gz")}
+    before = {rel: read_jsonl(os.path.join(kept, rel[:-3])) for rel in raw}
+    report_main(["forgetting", kept, "--out", str(tmp_path / "r0")])
+    shutil.copytree(kept, str(tmp_path / "twin"))
+
+    assert A.main(["--compact", kept, "--records", "forgetting"]) == 0
+    report_main(["forgetting", kept, "--out", str(tmp_path / "r1")])
+    for name in ("report.md", "report.json", "curves.png"):
+        assert (tmp_path / "r1" / name).read_bytes() == (tmp_path / "r0" / name).read_bytes(), name
+    manifest = A.read_manifest(kept)
+    assert A.verify_manifest(kept) == [] and len(raw) == 6 and set(manifest["compacted"]) == set(raw)
+    for rel, d in raw.items():
+        assert manifest["compacted"][rel] == {"records": "forgetting", "from": d}
+        assert manifest["files"][rel] == A.digest(os.path.join(kept, rel)) != d
+        want = [r if r["kind"] != "iteration" else {k: r[k] for k in ("kind", "global_step", "modification")}
+                for r in before[rel] if r["kind"] in ("switch", "start", "iteration")]
+        assert read_jsonl(os.path.join(kept, rel[:-3])) == want
+    text = open(os.path.join(kept, "manifest.json")).read()
+    A.write_manifest(kept, A.read_manifest(kept))
+    assert open(os.path.join(kept, "manifest.json")).read() == text
+
+    # the same input, the same bytes; again: nothing to do; to other records: refused, nothing written
+    twin = str(tmp_path / "twin")
+    assert A.compact_folder(twin, A.FORGETTING) == 6
+    assert {rel: A.digest(os.path.join(twin, rel)) for rel in raw} == {rel: manifest["files"][rel] for rel in raw}
+    assert A.compact_folder(kept, A.FORGETTING) == 0 and open(os.path.join(kept, "manifest.json")).read() == text
+    with pytest.raises(UserError, match="holds the 'forgetting' records already"):
+        A.compact_folder(kept, A.ARCHIVED)
+    assert open(os.path.join(kept, "manifest.json")).read() == text
+    for kind, message in (("plasticity", "not what the plasticity report reads"),
+                          ("minatar", "keep only the 'forgetting' records")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            report_main([kind, kept])
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_compaction_is_refused_before_anything_is_written(tmp_path, capsys):
+    """A folder that does not match its manifest, a run whose evaluations are only in its records, flags without
+    their partner: one line, exit 2, no file changed. The archive's own form compacted again: the same bytes."""
+    kept = forgetting_archive(tmp_path)
+
+    def files() -> dict:
+        return {rel: A.digest(os.path.join(kept, rel)) for rel in A.scan(kept)}
+
+    os.unlink(os.path.join(kept, "runs", "003_PPO_CBP", "eval_table.csv"))
+    before = files()
+    with pytest.raises(UserError, match="runs/003_PPO_CBP/eval_table.csv is missing"):
+        A.compact_folder(kept, A.FORGETTING)
+    A.commit(kept, "003_PPO_CBP")  # listed as it is now: its evaluations only in metrics.jsonl.gz
+    with pytest.raises(UserError, match="runs/003_PPO_CBP has no eval_table.csv"):
+        A.compact_folder(kept, A.FORGETTING)
+    for argv in (["--compact", kept], ["--records", "forgetting"],
+                 ["--compact", kept, "--verify", kept, "--records", "forgetting"]):
+        with pytest.raises(SystemExit) as e:
+            exit_on_user_error(A.main)(argv)
+        assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert files() == before
+    assert A.compact_folder(kept, A.ARCHIVED) == 6 and files() == before  # a fixed point; only the manifest grew
+    assert A.verify_manifest(kept) == [] and len(A.read_manifest(kept)["compacted"]) == 6

@@ -33,6 +33,11 @@ runs (it records the files as they are then):
 
     python -m continual.launch.archive --verify KEPT            # exit 2 with one line when it does not match
     python -m continual.launch.archive --write-manifest KEPT    # the first manifest of an older archive
+
+A finished experiment's records can shrink further, to what its report reads (`Records`; the manifest keeps each
+raw file's digest under "compacted", and the reports refuse a folder compacted to records they do not read):
+
+    python -m continual.launch.archive --compact KEPT --records forgetting
 """
 
 from __future__ import annotations
@@ -45,12 +50,13 @@ import json
 import os
 import shutil
 import sys
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Literal, Optional, Sequence
 
 import tyro
 
 from continual.config.loading import cli
 from continual.errors import UserError, exit_on_user_error, one_line
+from continual.evaluation.table import EVAL_TABLE
 from continual.io import atomic_write_text
 from continual.launch import declarations
 from continual.launch.declarations import RECORD
@@ -60,13 +66,34 @@ SKIPPED_DIRS = ("checkpoints", "replay", "wandb", "videos")  # replay: CLEAR's b
 MAX_FILE_BYTES = 20 * 2**20
 SKIPPED_PREFIXES = ("events.out.tfevents.",)
 SKIPPED_SUFFIXES = (".cleanrl_model",)  # the final policy: a checkpoint, for evaluation, not read by the reports
-# The compact record: metrics.jsonl's records as written, but for these two kinds, which are most of its bytes (an
-# IMPALA learner writes one iteration record per update): an iteration record keeps only the fields a report reads
-# (policy entropy for collapse, P&C's phase, TRAC's scale), an episode record drops its wall-clock time.
 ITERATION_FIELDS = ("kind", "global_step", "iteration", "modification", "losses/entropy", "pnc/compress",
                     "plasticity/trac_scale")
-EPISODE_DROPPED = ("time",)
 METRICS = "metrics.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """Which records of metrics.jsonl a compact record keeps: the kinds `only` names (None: every kind), of a kind in
+    `fields` only those fields, of a kind in `dropped` all but those; other records, and a line that is not a JSON
+    object (a damaged last line), as written. `reports`: the reports that can read it (None: every report)."""
+    name: str
+    fields: dict = dataclasses.field(default_factory=dict)
+    dropped: dict = dataclasses.field(default_factory=dict)
+    only: Optional[tuple] = None
+    reports: Optional[tuple] = None
+
+
+# What the archive keeps of every run: all records as written, but for the two kinds that are most of the bytes (an
+# IMPALA learner writes one iteration record per update): an iteration record keeps only the fields a report reads
+# (policy entropy for collapse, P&C's phase, TRAC's scale), an episode record drops its wall-clock time.
+ARCHIVED = Records("archived", fields={"iteration": ITERATION_FIELDS}, dropped={"episode": ("time",)})
+# What the forgetting and tuning reports read through continual.evaluation.metrics.load_run, besides eval_table.csv:
+# the switches (the visits) and each iteration's step and task (the first task, the last step); the "start" records
+# stay as the runs' provenance (commit, resumes). `--compact FOLDER --records forgetting` turns a folder's records
+# into these (forgetting v1's 85 runs: 76.0 MB of metrics.jsonl.gz to 0.95 MB, its report unchanged).
+FORGETTING = Records("forgetting", fields={"iteration": ("kind", "global_step", "modification")},
+                     only=("switch", "iteration", "start"), reports=("forgetting",))
+RECORDS = {r.name: r for r in (ARCHIVED, FORGETTING)}
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "continual-archive-manifest/1"
 EXPERIMENT_FILES = ("experiment.json", RECORD)  # the files of the whole experiment, rewritten with every entry
@@ -77,20 +104,37 @@ def kept(name: str, is_dir: bool) -> bool:
                 name.endswith(SKIPPED_SUFFIXES))
 
 
-def compact_line(line: bytes) -> bytes:
-    """One metrics.jsonl line as the archive keeps it (ITERATION_FIELDS, EPISODE_DROPPED); a line that is not a
-    JSON object (a damaged last line) is kept as it is."""
+def compact_line(line: bytes, records: Records = ARCHIVED) -> Optional[bytes]:
+    """One metrics.jsonl line as `records` keeps it, None when it drops the record."""
     try:
         rec = json.loads(line)
     except ValueError:
         return line
-    if not isinstance(rec, dict) or rec.get("kind") not in ("iteration", "episode"):
+    if not isinstance(rec, dict):
         return line
-    if rec["kind"] == "iteration":
-        rec = {k: v for k, v in rec.items() if k in ITERATION_FIELDS}
+    kind = rec.get("kind")
+    if records.only is not None and kind not in records.only:
+        return None
+    if kind in records.fields:
+        rec = {k: v for k, v in rec.items() if k in records.fields[kind]}
+    elif kind in records.dropped:
+        rec = {k: v for k, v in rec.items() if k not in records.dropped[kind]}
     else:
-        rec = {k: v for k, v in rec.items() if k not in EPISODE_DROPPED}
+        return line
     return (json.dumps(rec) + "\n").encode()
+
+
+def compact_metrics(src: str, dst: str, records: Records = ARCHIVED) -> dict:
+    """metrics.jsonl `src` (gzipped when it ends in .gz) as `records` keeps it, gzipped into `dst`; the digest of
+    `src`. The same input gives the same bytes (gzip without a time stamp or name: no churn in a git repository)."""
+    opener = gzip.open if src.endswith(".gz") else open
+    with opener(src, "rb") as f, open(dst, "wb") as out, \
+            gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=out, mtime=0) as g:
+        for line in f:
+            kept_line = compact_line(line, records)
+            if kept_line is not None:
+                g.write(kept_line)
+    return digest(src)
 
 
 def copy_run(src: str, dst: str) -> None:
@@ -112,11 +156,7 @@ def _copy(src: str, dst: str, root: str, left_out: list[dict]) -> None:
         if os.path.isdir(path):
             _copy(path, os.path.join(dst, name), root, left_out)
         elif name == METRICS:
-            # mtime 0: the same run gives the same bytes (no churn in a git repository)
-            with open(path, "rb") as f, open(os.path.join(dst, name + ".gz"), "wb") as out, \
-                    gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=out, mtime=0) as g:
-                for line in f:
-                    g.write(compact_line(line))
+            compact_metrics(path, os.path.join(dst, name + ".gz"))
         elif (size := os.path.getsize(path)) > MAX_FILE_BYTES:
             left_out.append({"file": os.path.relpath(path, root), "bytes": size})
         else:
@@ -230,8 +270,8 @@ def scan(folder: str, under: str = "") -> dict:
 
 
 def read_manifest(folder: str) -> Optional[dict]:
-    """{"files": {path: {"bytes", "sha256"}}, "archiving": [entry, ...]}, None when there is none; a manifest that
-    does not parse is a UserError."""
+    """{"files": {path: {"bytes", "sha256"}}, "archiving": [entry, ...], "compacted": {path: {"records": name,
+    "from": {"bytes", "sha256"}}}}, None when there is none; a manifest that does not parse is a UserError."""
     path = os.path.join(folder, MANIFEST)
     if not os.path.exists(path):
         return None
@@ -239,18 +279,24 @@ def read_manifest(folder: str) -> Optional[dict]:
         with open(path) as f:
             data = json.load(f)
         if data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), dict) or \
-                not isinstance(data.get("archiving", []), list):
+                not isinstance(data.get("archiving", []), list) or not isinstance(data.get("compacted", {}), dict):
             raise ValueError(f"not a {MANIFEST_FORMAT} manifest")
     except (OSError, ValueError, AttributeError) as e:
         raise UserError(f"{path!r} cannot be read: {one_line(str(e))[:200]}") from None
-    return {"files": data["files"], "archiving": list(data.get("archiving", []))}
+    return {"files": data["files"], "archiving": list(data.get("archiving", [])),
+            "compacted": dict(data.get("compacted", {}))}
 
 
 def write_manifest(folder: str, manifest: dict) -> None:
-    """One file a line (a change shows as the lines of the files that changed in git diff), written atomically."""
-    lines = [f"  {json.dumps(rel)}: {json.dumps(d, sort_keys=True)}" for rel, d in sorted(manifest["files"].items())]
+    """One file a line (a change shows as the lines of the files that changed in git diff), written atomically; the
+    "compacted" block only when a file was compacted (older manifests read and write back the same bytes)."""
+    def block(name: str, entries: dict) -> str:
+        lines = [f"  {json.dumps(rel)}: {json.dumps(d, sort_keys=True)}" for rel, d in sorted(entries.items())]
+        return f'\n "{name}": {{\n' + ",\n".join(lines) + "\n }"
+
+    compacted = manifest.get("compacted") or {}
     text = (f'{{\n "format": {json.dumps(MANIFEST_FORMAT)},\n "archiving": {json.dumps(sorted(manifest["archiving"]))},'
-            f'\n "files": {{\n' + ",\n".join(lines) + "\n }\n}\n")
+            + block("files", manifest["files"]) + ("," + block("compacted", compacted) if compacted else "") + "\n}\n")
     atomic_write_text(os.path.join(folder, MANIFEST), text)
 
 
@@ -298,7 +344,7 @@ def _entry_lines(folder: str, entry: str) -> dict:
 def begin(folder: str, entry: str) -> None:
     """Name `entry` in the manifest's "archiving" before its files are written."""
     with _locked(folder):
-        manifest = read_manifest(folder) or {"files": {}, "archiving": []}
+        manifest = read_manifest(folder) or {"files": {}, "archiving": [], "compacted": {}}
         if entry not in manifest["archiving"]:
             manifest["archiving"].append(entry)
             write_manifest(folder, manifest)
@@ -307,14 +353,16 @@ def begin(folder: str, entry: str) -> None:
 def commit(folder: str, entry: str) -> None:
     """The lines of `entry`'s files (and the experiment's files), as just written, in place of the old ones."""
     with _locked(folder):
-        manifest = read_manifest(folder) or {"files": {}, "archiving": []}
+        manifest = read_manifest(folder) or {"files": {}, "archiving": [], "compacted": {}}
         prefix, files = _entry_files(entry)
         kept = {rel: d for rel, d in manifest["files"].items()
                 if not rel.startswith(prefix) and rel not in files and rel not in EXPERIMENT_FILES}
         kept.update(_entry_lines(folder, entry))
         kept.update({f: digest(os.path.join(folder, f)) for f in EXPERIMENT_FILES
                      if os.path.isfile(os.path.join(folder, f))})
-        write_manifest(folder, {"files": kept, "archiving": [e for e in manifest["archiving"] if e != entry]})
+        compacted = {rel: c for rel, c in manifest["compacted"].items() if not rel.startswith(prefix)}  # a new copy
+        write_manifest(folder, {"files": kept, "archiving": [e for e in manifest["archiving"] if e != entry],
+                                "compacted": compacted})
 
 
 def in_manifest(folder: str, entry: str) -> bool:
@@ -342,6 +390,8 @@ def _problems(folder: str) -> list[tuple[Optional[str], str]]:
                 if found[rel]["bytes"] != d.get("bytes") else "its sha256 differs"
             problems.append((rel, f"{rel} was changed ({what})"))
     problems += [(rel, f"{rel} is not in the manifest") for rel in sorted(set(found) - set(manifest["files"]))]
+    problems += [(rel, f"{rel} is named as compacted but not listed") for rel in sorted(manifest["compacted"])
+                 if rel not in manifest["files"]]
     return problems
 
 
@@ -377,6 +427,54 @@ def write_first_manifest(folder: str) -> int:
     return len(files)
 
 
+def compact_folder(folder: str, records: Records) -> int:
+    """Every runs/<entry>/metrics.jsonl.gz of an archived folder rewritten in place as `records` keeps it (a
+    temporary file renamed into place), its manifest line replaced and the digest of the file it came from recorded
+    under "compacted" (git history holds that file: `git log --all -- PATH` finds it, sha256sum checks it). Refused
+    (UserError) when the folder does not match its manifest or a file was compacted to other records; a file
+    compacted to these records already is left as it is. The number of files compacted. A kill between a rename and
+    its manifest line leaves a folder that does not match (git checkout the folder and run it again)."""
+    check_manifest(folder)
+    manifest = read_manifest(folder)
+    todo = []
+    for rel in sorted(manifest["files"]):
+        parts = rel.split("/")
+        if len(parts) != 3 or parts[0] != "runs" or parts[2] != METRICS + ".gz":
+            continue
+        done = manifest["compacted"].get(rel)
+        if done is not None and done.get("records") != records.name:
+            raise UserError(f"compact: {rel} holds the {done.get('records')!r} records already; compacting it to "
+                            f"{records.name!r} would lose the digest of its raw file (start from that file)")
+        if records.only is not None and "eval" not in records.only and \
+                f"runs/{parts[1]}/{EVAL_TABLE}" not in manifest["files"]:
+            raise UserError(f"compact: runs/{parts[1]} has no {EVAL_TABLE}: its evaluations are only in its metrics "
+                            f"records, which {records.name!r} drops")
+        if done is None:
+            todo.append(rel)
+    for rel in todo:  # nothing written before every file passed
+        path = os.path.join(folder, rel)
+        with _locked(folder):
+            source = compact_metrics(path, path + ".compacting", records)
+            os.replace(path + ".compacting", path)
+            manifest["files"][rel] = digest(path)
+            manifest["compacted"][rel] = {"records": records.name, "from": source}
+            write_manifest(folder, manifest)
+    return len(todo)
+
+
+def check_records(folder: str, report: str) -> None:
+    """Refuse (UserError) the report `report` on a folder whose metrics were compacted to records it does not read
+    from (e.g. the plasticity report needs the training episodes that the forgetting records drop)."""
+    manifest = read_manifest(folder) if os.path.exists(os.path.join(folder, MANIFEST)) else None
+    for name in sorted({str(c.get("records")) for c in (manifest or {"compacted": {}})["compacted"].values()}):
+        records = RECORDS.get(name)
+        if records is None or (records.reports is not None and report not in records.reports):
+            readers = "no report known here" if records is None else f"the {' and '.join(records.reports)} reports"
+            raise UserError(f"{folder!r}: its metrics.jsonl.gz keep only the {name!r} records ({readers}; "
+                            f"manifest.json, \"compacted\"), not what the {report} report reads: take the raw files "
+                            f"from git history")
+
+
 @dataclasses.dataclass
 class ArchiveArgs:
     folder: tyro.conf.Positional[Optional[str]] = None
@@ -387,13 +485,25 @@ class ArchiveArgs:
     """check an archived experiment folder against its manifest.json (exit 2 with one line when it does not match)"""
     write_manifest: Optional[str] = None
     """write the first manifest.json of an archive written before manifests (every file as it is now)"""
+    compact: Optional[str] = None
+    """rewrite an archived folder's metrics.jsonl.gz in place as --records keeps them (the manifest keeps each raw digest)"""
+    records: Optional[Literal["archived", "forgetting"]] = None
+    """with --compact: archived (the archive's form) or forgetting (what the forgetting report reads)"""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(ArchiveArgs, argv, default=None, description=__doc__.splitlines()[0])
-    if (args.verify is not None) + (args.write_manifest is not None) + (args.folder is not None) != 1:
-        raise UserError("give FOLDER ARCHIVE, --verify ARCHIVE or --write-manifest ARCHIVE (one of them)")
+    if (args.verify is not None) + (args.write_manifest is not None) + (args.compact is not None) + \
+            (args.folder is not None) != 1:
+        raise UserError("give FOLDER ARCHIVE, --verify ARCHIVE, --write-manifest ARCHIVE or --compact ARCHIVE "
+                        "--records NAME (one of them)")
+    if (args.compact is None) != (args.records is None):
+        raise UserError("--compact ARCHIVE and --records NAME go together")
+    if args.compact is not None:
+        n = compact_folder(args.compact, RECORDS[args.records])
+        print(f"{n} metrics.jsonl.gz of {args.compact} compacted to the {args.records!r} records")
+        return 0
     if args.verify is not None:
         n = check_manifest(args.verify)
         print(f"{n} files of {args.verify} match its {MANIFEST}")

@@ -11,7 +11,9 @@ numbers beside), tuning (a tuning experiment: each declared sweep's values on th
 rule, and the chosen value; `forgetting --tuning TUNING_FOLDER` checks the reporting arms against it).
 
 An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
-manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed.
+manifest: a changed, missing or extra file is refused in one line (exit 2) before anything is computed; so is a folder
+whose metrics were compacted to records the report does not read from (`python -m continual.launch.archive
+--compact`, e.g. bench/experiments/forgetting_minatar keeps what the forgetting report reads).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
-from continual.launch.archive import check_manifest
+from continual.launch.archive import check_manifest, check_records
 from continual.report import c_chain, forgetting, minatar, plasticity, robustness, tuning
 
 KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain", "tuning")
@@ -57,8 +59,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                             f"not {a.kind}")
     if a.folder is not None:
         check_manifest(a.folder, require=False)  # a launcher's folder has none; an archive's must match
+        check_records(a.folder, a.kind)
     if a.tuning is not None:
         check_manifest(a.tuning, require=False)
+        check_records(a.tuning, "tuning")
     if a.kind == "forgetting":
         check = tuning.check(a.folder, a.tuning) if a.tuning is not None else None
         result = forgetting.report(a.folder, a.out, experiment=a.experiment, tuning_check=check)
