@@ -216,7 +216,7 @@ def _contains(new, old) -> bool:
 @pytest.mark.slow
 def test_committed_v1_reanalysis_is_reproduced_with_its_stated_diff(tmp_path, monkeypatch):
     """The committed re-analysis of forgetting v1 (bench/results/forgetting_minatar_v1_reanalysis, its command on
-    docs/results/forgetting.md) comes out of the archived runs as committed (~5 min on a loaded 2-core CPU):
+    docs/results/forgetting.md) comes out of the archived runs as committed (~20 s on a loaded 2-core CPU):
     curves.png byte for byte; report.md line for line, with the two tables the report has gained since (Continual
     World's forgetting per regime, drop and recovery at each switch) inserted and the learned check's game scores
     added; report.json with every committed value
