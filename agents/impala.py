@@ -666,8 +666,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
           make_extension: Optional[Callable[..., Extension]] = None) -> str:
     """`make_agent_fn` builds the model (PNC's two columns), `make_extension(args, session, agent, optimizer,
     obs_space, n_actions, device)` the variant's `Extension` (CLEAR's replay, P&C), called in every update after
-    IMPALA's continual methods: `extend_batch` may append columns to the time-major batch, `loss` gives the loss to
-    minimise, `after_update` runs after the optimizer step."""
+    IMPALA's continual methods: `extend_batch` (through `update_batch`) may append columns to the time-major batch,
+    `loss` gives the loss to minimise, `after_update` runs after the optimizer step."""
     envs_per_actor = args.num_envs // args.num_actors
     T = args.unroll_length
     steps_per_update = args.batch_size * T * envs_per_actor
@@ -736,12 +736,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             actions, behaviour_logits = time_major(batch["action"]), time_major(batch["logits"])
             rewards, dones = time_major(batch["reward"]), time_major(batch["done"])
 
-            # the data trained on: the monitor's probe, EWC's Fisher samples (the last unrolls of a regime, batch-major)
+            # the data trained on goes to the extensions (the monitor's probe, EWC's Fisher samples: the last unrolls
+            # of a regime, batch-major), which may extend it (CLEAR: replayed unrolls join as extra columns, B grows)
             tm = {"obs": obs, "action": actions, "logits": behaviour_logits, "reward": rewards, "done": dones}
-            ext.observe({"obs": obs[:T], "obs_shape": obs_space.shape,
-                         "rows": {k: v.transpose(0, 1) for k, v in tm.items()}})
-            # CLEAR: replayed unrolls join the batch as extra columns (B grows)
-            tm = ext.extend_batch(agent, tm, batch)
+            tm = ext.update_batch(agent, tm, rollout=batch, observed={
+                "obs": obs[:T], "obs_shape": obs_space.shape, "rows": {k: v.transpose(0, 1) for k, v in tm.items()}})
             obs, actions, behaviour_logits, rewards, dones = (tm[k] for k in ("obs", "action", "logits", "reward",
                                                                              "done"))
             B = obs.shape[1]

@@ -52,7 +52,6 @@ from continual.config.args import Args
 from continual.config.loading import Curriculum
 from continual.envs.goals import split_goal_space
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
-from continual.her import HerExtension
 from continual.methods import AgentForm, EWCForm, add_continual
 from continual.plasticity.c_chain import PPO_SCHEDULE, ChurnForm, policy_churn
 from continual.plasticity.methods import plastic_optimizer
@@ -78,6 +77,7 @@ CONTINUAL = AgentForm(
     plasticity=True,
     c_chain=ChurnForm(PPO_SCHEDULE, lambda net, x: net.actor(net.features(x)).float(), policy_churn,
                       per_iteration=True, refuse_box_actions=True),
+    her=True,
 )
 
 
@@ -104,7 +104,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
           make_agent_fn: Callable[..., Agent] = make_agent,
           make_extensions: Callable[[Agent], Sequence[Extension]] = lambda agent: ()) -> str:
     """Train through the curriculum; `make_agent_fn` lets PPO variants (PPO_CBP) bring their own network,
-    `make_extensions(agent)` their `Extension`s (--her adds HER's)."""
+    `make_extensions(agent)` their `Extension`s (after HER's, which `add_continual` adds with --her)."""
     batch_size = args.rollout_size()
     minibatch_size = args.minibatch_size()
     session = start_run(args, curriculum, resume_state, granularity=batch_size)
@@ -125,9 +125,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         # evaluation (continual/methods.py)
         session.register("reward_scaler", reward_scaler.state_dict, reward_scaler.load_state_dict)
         spaces = (envs.single_observation_space, envs.single_action_space)
-        her = [HerExtension(args, envs.single_observation_space, device, session.np_rng)] if args.her else []
         ext = add_continual(session, agent, optimizer, CONTINUAL, make_agent_fn, spaces, device=device,
-                            continuous=agent.continuous, first=[*her, *make_extensions(agent)])
+                            continuous=agent.continuous, first=make_extensions(agent))
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         obs_space, _ = split_goal_space(envs.single_observation_space)
@@ -182,15 +181,15 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 next_obs_raw, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
                 env_time += time.time() - t_env
                 done = np.logical_or(terminations, truncations)
-                # the next observation and the rewards to train on (HER: the goal leaves the observation, goal rewards)
-                next_obs, next_inputs, scaled = ext.env_step(step, next_obs_raw, reward_scaler(reward, done),
-                                                             terminations, truncations, infos)
+                # the next observation, the rewards to train on, the envs whose episode hit its time limit and what
+                # it ended on (HER: the goal leaves the observation, goal rewards)
+                next_obs, next_inputs, scaled, cut, final = ext.env_step(
+                    step, next_obs_raw, reward_scaler(reward, done), terminations, truncations, infos)
                 next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
-                cut = np.flatnonzero(truncations & ~terminations)
                 if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
-                    final, final_inputs = ext.final_observations(step, cut, infos)
+                    final_obs, final_inputs = final
                     with torch.no_grad():
-                        scaled[cut] += args.gamma * agent.get_value(final, **final_inputs).flatten().cpu().numpy()
+                        scaled[cut] += args.gamma * agent.get_value(final_obs, **final_inputs).flatten().cpu().numpy()
                 rewards[step] = torch.as_tensor(scaled, device=device)
                 for i, ep_return, ep_length in episode_stats(infos):
                     session.episode(ep_return, ep_length, global_step, env=i)

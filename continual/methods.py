@@ -6,7 +6,8 @@ optimizer are built: it registers them with the session (their checkpoint states
 this order (the order every hook is
 called in, `continual.training.extensions`):
 
-    first              the agent variant's own (HER, then PPO_CBP's units)
+    HerExtension       --her (continual/her.py); agents whose form has HER (PPO's)
+    first              the agent variant's own (PPO_CBP's units)
     PlasticityMonitor  diagnostics (continual/plasticity/diagnostics.py); every agent
     SwitchRemedies     --shrink_and_perturb, --reset_optimizer_on_switch (continual/plasticity/shrink_perturb.py)
     EWC                --ewc (continual/plasticity/ewc.py); agents with an EWC form
@@ -30,6 +31,7 @@ import torch.nn as nn
 
 from continual.errors import UserError
 from continual.evaluation.continual import attach as attach_evaluator
+from continual.her import HerExtension
 from continual.plasticity.c_chain import CChain, ChurnForm, schedule_for
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.plasticity.ewc import EWC, BatchLoss, PolicyHead
@@ -59,6 +61,8 @@ class AgentForm:
     """it runs the plasticity methods (its checkpoints hold "plasticity_methods")"""
     c_chain: Optional[ChurnForm] = None
     """C-CHAIN's form; None: the agent has no C-CHAIN"""
+    her: bool = False
+    """it runs HER (its policy takes a `goal` input; `spaces[0]` is the envs' Dict observation space)"""
 
 
 def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, form: AgentForm,
@@ -85,6 +89,8 @@ def add_continual(session, agent: nn.Module, optimizer: torch.optim.Optimizer, f
     def make_fresh() -> nn.Module:
         return make_agent(*spaces, args).to(device)
 
+    if args.her and form.her:
+        session.add_extension(HerExtension(args, spaces[0], device, session.np_rng))
     for e in first:
         session.add_extension(e)
     session.add_extension(PlasticityMonitor(session, agent))  # logs before every switch too

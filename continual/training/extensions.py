@@ -13,7 +13,7 @@ Run events (the session calls them; an agent file never does), in the form of St
   on_close()              the run ends, whatever the reason (release processes and files here)
 
 Loop hooks (the agent's loop calls the composite, `ext.<hook>(...)`; Plasticine's explicit style):
-  rollout (PPO's, for HER; the loop calls them through `agent_inputs` and `env_step`):
+  rollout (PPO's, for HER; the loop calls them through `agent_inputs` and `env_step`, the composite's):
     observations(obs)     what the envs returned (reset, switch, step) -> the stored observation
     policy_inputs()       extra keyword arguments of the policy's forward pass
     rewards(step, ...)    the rewards of rollout step `step` (called before that step's next observations)
@@ -255,11 +255,16 @@ class Extensions(Extension):
         the run's device) and the policy's extra inputs."""
         return torch.as_tensor(self.observations(obs), device=self.device), self.policy_inputs()
 
-    def env_step(self, step, next_obs, scaled, terminations, truncations, infos) -> tuple[torch.Tensor, dict, Any]:
+    def env_step(self, step, next_obs, scaled, terminations, truncations, infos
+                 ) -> tuple[torch.Tensor, dict, Any, np.ndarray, Optional[tuple[torch.Tensor, dict]]]:
         """After the envs' step at rollout step `step`: the next observation and its policy inputs
-        (`agent_inputs`), and the rewards to train on."""
+        (`agent_inputs`), the rewards to train on, the envs whose episode hit its time limit (`cut`, truncated and
+        not terminated) and, where there are any, what those episodes ended on (`final_observations`: their
+        observations and policy inputs, for the bootstrap; None when `cut` is empty)."""
         scaled = self.rewards(step, scaled, next_obs, terminations, truncations, infos)
-        return (*self.agent_inputs(next_obs), scaled)
+        obs, inputs = self.agent_inputs(next_obs)
+        cut = np.flatnonzero(truncations & ~terminations)
+        return obs, inputs, scaled, cut, self.final_observations(step, cut, infos) if len(cut) else None
 
     def update_batch(self, agent, batch: dict, rollout: dict, observed: dict) -> dict:
         """The iteration's data, before its update: `observed` to every extension, then the batch as they extend
