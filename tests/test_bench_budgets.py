@@ -19,7 +19,7 @@ EXCEPTIONS = {
     # v1's 85 runs, frozen: their metrics keep only the records the forgetting report reads (2.1 MB; python -m
     # continual.launch.archive --compact ... --records forgetting, the raw files' sha256 in its manifest)
     "forgetting_minatar": 3_000_000,
-    # v2's 163 runs at ~0.29 MB each (about 47 MB when complete), archived as they land
+    # v2's 163 runs, archived as they land: the first 35 average 0.19 MB (about 31 MB when complete)
     "forgetting_minatar_v2": 50_000_000,
 }
 
