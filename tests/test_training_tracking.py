@@ -135,7 +135,7 @@ def test_a_failed_tensorboard_write_warns_once_and_the_metrics_go_on(tmp_path, c
         calls.append(a)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    logger.writer._target.add_scalar = full
+    logger.writer._target._get_file_writer = full
     for step in (1, 2, 3):
         logger.scalars({"charts/x": 1.0}, step)
         logger.record("iteration", step)
@@ -177,3 +177,61 @@ def test_the_event_file_kept_open_holds_tensorboards_own_bytes(tmp_path):
         return data[8 + 4 + struct.unpack("<Q", data[:8])[0] + 4:]
 
     assert after_first_record(files[True]) == after_first_record(files[False])
+
+
+def test_scalars_written_later_read_back_as_tensorboards_own_in_the_order_of_the_calls(tmp_path):
+    """RunLogger: the per-game scalars and records gathered (`scalars_later`, `record_later`) and written with the next
+    immediate write read back (EventAccumulator, metrics.jsonl) as SummaryWriter.add_scalar's and one line per record,
+    in the order of the calls, on both of write_events' paths (the file kept open, TensorBoard's own queue)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from continual.training import tracking
+    from continual.training.tracking import RunLogger, read_metrics
+
+    def calls(log):
+        for i in range(1500):  # past PENDING_LINES: some gathered events are written before an immediate write
+            log("later", {"charts/episodic_return": (-1) ** i * i / 3, "charts/episodic_length": i % 17}, 64 * (i // 3))
+            if i % 200 == 199:
+                log("now", {"charts/SPS": 1000 + i, "losses/value_loss": 1 / (i + 1)}, 64 * (i // 3))
+            if i == 700:
+                log("text", {}, 64 * (i // 3))
+
+    reference = SummaryWriter(str(tmp_path / "reference"))
+    calls(lambda how, values, step: [reference.add_scalar(tag, v, step) for tag, v in values.items()]
+          if how != "text" else reference.add_text("charts/modification", "x", step))
+    reference.close()
+    for kept in (True, False):
+        folder = tmp_path / str(kept)
+        folder.mkdir()
+        if not kept:  # TensorBoard's own path (a GFile, other internals): the events go through its queue
+            original, tracking.keep_event_file_open = tracking.keep_event_file_open, lambda writer: None
+        logger = RunLogger(str(folder), {"a": 1})
+        if not kept:
+            tracking.keep_event_file_open = original
+        expected = []
+
+        def log(how, values, step):
+            if how == "later":
+                logger.scalars_later(values, step)
+                logger.record_later("episode", step, **values)
+            elif how == "now":
+                logger.scalars(values, step)
+                logger.record("iteration", step, **values)
+            else:
+                logger.text("charts/modification", "x", step)
+                return
+            expected.append({"kind": "episode" if how == "later" else "iteration", "global_step": step, **values})
+
+        calls(log)
+        logger.flush()
+        assert [{k: v for k, v in r.items() if k != "time"} for r in read_metrics(str(folder / "metrics.jsonl"))] \
+            == expected
+        logger.close()
+        accs = [EventAccumulator(str(f)) for f in (tmp_path / "reference", folder)]
+        for acc in accs:
+            acc.Reload()
+        assert accs[1].Tags()["scalars"] == accs[0].Tags()["scalars"]
+        for tag in accs[0].Tags()["scalars"]:
+            assert [(e.step, e.value) for e in accs[1].Scalars(tag)] == [(e.step, e.value) for e in accs[0].Scalars(tag)]
+        assert [e.step for e in accs[1].Tensors("charts/modification/text_summary")] == [64 * 233]

@@ -308,10 +308,11 @@ class RunSession:
         `env`: the index of the env that played it (two envs can end equal games in the same vector step)."""
         regime = self.modification if modification is None else modification
         self.recent_returns.append(ret)
-        self.logger.scalars({"charts/episodic_return": ret, "charts/episodic_length": length,
-                             f"episodic_return_by_modif/{regime_slug(regime or '')}": ret}, step)
+        # written with the iteration's records: one write per iteration, not per game
+        self.logger.scalars_later({"charts/episodic_return": ret, "charts/episodic_length": length,
+                                   f"episodic_return_by_modif/{regime_slug(regime or '')}": ret}, step)
         extra = {} if env is None else {"env": env}
-        self.logger.record("episode", step, modification=regime, **{"return": ret, "length": length}, **extra)
+        self.logger.record_later("episode", step, modification=regime, **{"return": ret, "length": length}, **extra)
 
     def sps(self) -> int:
         return int((self.global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))

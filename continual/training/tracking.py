@@ -10,12 +10,13 @@ Run directory layout (`runs/<run_name>/`):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, one_line
 from continual.io import AppendFile, atomic_write_json, atomic_write_text, read_jsonl, read_jsonl_lines, storage_errors
@@ -101,19 +102,51 @@ class WarnOnce:
         attr = getattr(self._target, name)
         if not callable(attr):
             return attr
+        return functools.partial(self.call, attr)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self._failed:
-                return None
-            try:
-                return attr(*args, **kwargs)
-            except Exception as e:
-                self._failed = True
-                print(f"warning: {self._what} write failed ({one_line(str(e) or type(e).__name__)[:200]}); the run "
-                      f"goes on without {self._what}", file=sys.stderr)
-                return None
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` under the same rule (a function of the target's that is not one of its methods)."""
+        if self._failed:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            self._failed = True
+            print(f"warning: {self._what} write failed ({one_line(str(e) or type(e).__name__)[:200]}); the run "
+                  f"goes on without {self._what}", file=sys.stderr)
+            return None
 
-        return call
+
+def scalar_event(values: dict[str, float], global_step: int) -> Any:
+    """The TensorBoard event of `writer.add_scalar(tag, v, global_step)` for every item, as one event holding them
+    all: the same scalars (SummaryWriter's simple values of `float(v)`), read back the same, for a fraction of the CPU
+    (TensorBoard without TensorFlow frames and checksums every event in pure Python: for PPO on MinAtar the three
+    scalars of every finished game, one event each, cost more CPU than the game)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Event(wall_time=time.time(), step=int(global_step), summary=Summary(
+        value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()]))
+
+
+def write_events(writer: Any, events: list[bytes]) -> None:
+    """Serialized events into `writer`'s event file, after those TensorBoard has queued. Where the file is kept open
+    (`keep_event_file_open`), they are framed in this thread and written in one go: `add_event` passes each through a
+    queue of 20 to TensorBoard's writer thread, a thread wake-up per event."""
+    event_writer = writer._get_file_writer().event_writer
+    queued = event_writer._async_writer
+    records = getattr(queued, "_writer", None)
+    if not isinstance(getattr(records, "_writer", None), _KeptOpenEventFile):
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        for data in events:
+            event_writer.add_event(Event.FromString(data))
+        return
+    with queued._lock:  # no event is queued meanwhile
+        queued._check_worker_status()
+        queued._byte_queue.join()  # those queued before are written
+        for data in events:
+            records.write(data)
 
 
 def _clean(v: Any) -> Any:
@@ -124,6 +157,8 @@ def _clean(v: Any) -> Any:
 
 class RunLogger:
     """Writes the same scalars to TensorBoard, metrics.jsonl and (with --track) W&B."""
+
+    PENDING_LINES = 1024  # record_later's lines (scalars_later's events) gathered at most
 
     def __init__(self, run_dir: str, config: dict, *, track: bool = False, wandb_project: str = "",
                  wandb_entity: Optional[str] = None, wandb_dir: Optional[str] = None, run_name: str = "",
@@ -141,6 +176,8 @@ class RunLogger:
         keep_event_file_open(writer)
         self.writer = WarnOnce(writer, "TensorBoard")
         self._metrics = AppendFile(self.metrics_path)
+        self._pending: list[str] = []  # record_later's lines
+        self._pending_events: list[bytes] = []  # scalars_later's TensorBoard events, serialized
         if resume_step is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in sorted(config.items()) if not isinstance(v, dict)))
@@ -163,14 +200,43 @@ class RunLogger:
         return self.wandb_run.id if self.wandb_run is not None else None
 
     def record(self, kind: str, global_step: int, **fields: Any) -> None:
-        self._metrics.write(json.dumps({"kind": kind, "global_step": int(global_step), "time": round(time.time(), 3),
-                                        **{k: _clean(v) for k, v in fields.items()}}) + "\n")
+        """A line of metrics.jsonl, written now, after those `record_later` gathered (one write for them all)."""
+        self.record_later(kind, global_step, **fields)
+        self._write_pending()
+
+    def record_later(self, kind: str, global_step: int, **fields: Any) -> None:
+        """`record`'s line, written with the next `record` (the iteration's), `flush` or `close`, or once
+        `PENDING_LINES` have gathered: in the same order, with the time of this call. For the per-game records, one
+        write per iteration instead of one system call per game; a killed run loses only lines past its last
+        checkpoint, which a resumed run drops and writes again anyway."""
+        self._pending.append(json.dumps({"kind": kind, "global_step": int(global_step), "time": round(time.time(), 3),
+                                         **{k: _clean(v) for k, v in fields.items()}}) + "\n")
+        if len(self._pending) >= self.PENDING_LINES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            text, self._pending = "".join(self._pending), []
+            self._metrics.write(text)
 
     def scalars(self, values: dict[str, float], global_step: int) -> None:
-        for tag, v in values.items():
-            self.writer.add_scalar(tag, v, global_step)
+        self.scalars_later(values, global_step)
+        self._write_pending_events()
+
+    def scalars_later(self, values: dict[str, float], global_step: int) -> None:
+        """`scalars`, whose TensorBoard event (with the time of this call) is written with the next `scalars`, `text`,
+        `flush` or `close`, or once `PENDING_LINES` have gathered: the per-game scalars in one write per iteration."""
+        if values:
+            self._pending_events.append(scalar_event(values, global_step).SerializeToString())
+            if len(self._pending_events) >= self.PENDING_LINES:
+                self._write_pending_events()
         if self.wandb_run is not None:
             self.wandb_run.log({**values, "global_step": global_step})
+
+    def _write_pending_events(self) -> None:
+        if self._pending_events:
+            events, self._pending_events = self._pending_events, []
+            self.writer.call(write_events, self.writer._target, events)
 
     def summary(self, values: dict[str, Any]) -> None:
         """Values for the W&B run summary (the final metrics: what the project's run table shows)."""
@@ -178,6 +244,7 @@ class RunLogger:
             self.wandb_run.summary.update({k: v for k, v in values.items() if v is not None})
 
     def text(self, tag: str, value: str, global_step: int) -> None:
+        self._write_pending_events()
         self.writer.add_text(tag, value, global_step)
 
     def log_new_videos(self, video_dir: str, global_step: int) -> None:
@@ -203,12 +270,18 @@ class RunLogger:
         self.wandb_run.log_artifact(artifact)
 
     def flush(self) -> None:
-        """TensorBoard's pending records to disk (a checkpoint's: a resumed run purges TensorBoard's steps past it)."""
+        """The pending records to disk (a checkpoint's: a resumed run purges TensorBoard's steps past it)."""
+        self._write_pending()
+        self._write_pending_events()
         self.writer.flush()
 
     def close(self) -> None:
+        self._write_pending_events()
         self.writer.close()
-        self._metrics.close()
+        try:
+            self._write_pending()
+        finally:
+            self._metrics.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
