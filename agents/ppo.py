@@ -271,7 +271,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     optimizer.zero_grad()
                     loss.backward()
                     ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm())
+                    # foreach: the norms in one call on CPU too (the same numbers)
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm(), foreach=True)
                     optimizer.step()
                     ext.after_step(optimizer)  # NaP's norms, PPO_CBP's units
 
