@@ -85,18 +85,16 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_v
         next_done: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
     """CleanRL's generalised advantage estimation over a (steps, envs) rollout: (advantages, returns). With
     gae_lambda 1 the advantages are those of n-step returns (A2C's)."""
-    num_steps = rewards.shape[0]
+    # every step's delta and discount at once (the same elementwise operations in the same order, so the same bits;
+    # only the recursion runs step by step)
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done.reshape(1, -1)])
+    nextvalues = torch.cat([values[1:], next_value.reshape(1, -1)])
+    deltas = rewards + gamma * nextvalues * nextnonterminal - values
+    discounts = gamma * gae_lambda * nextnonterminal
     advantages = torch.zeros_like(rewards)
     lastgaelam = 0
-    for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    for t in reversed(range(rewards.shape[0])):
+        advantages[t] = lastgaelam = deltas[t] + discounts[t] * lastgaelam
     return advantages, advantages + values
 
 

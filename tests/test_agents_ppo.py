@@ -513,3 +513,34 @@ def test_adam_betas_reach_the_optimizer_and_its_checkpoint(tmp_path, arch):
     state = torch.load(glob.glob(os.path.join(runs, "b", "checkpoints", "final*"))[0], weights_only=True)
     groups = state["optimizer"]["param_groups"]
     assert [tuple(g["betas"]) for g in groups] == [(0.99, 0.99)] * len(groups)
+
+
+def test_gae_is_cleanrls_loop_bit_for_bit():
+    """agents.ppo.gae computes every step's delta and discount at once: the same bits as CleanRL's loop (written out
+    here), -0.0 included, with terminations and a done last step."""
+    from agents.ppo import gae
+
+    def cleanrl(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(rewards.shape[0])):
+            if t == rewards.shape[0] - 1:
+                nextnonterminal, nextvalues = 1.0 - next_done, next_value
+            else:
+                nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        return advantages, advantages + values
+
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        rewards = torch.randn(128, 64, generator=g) * (torch.rand(128, 64, generator=g) < 0.3)
+        values = torch.randn(128, 64, generator=g) * 3
+        values[torch.rand(128, 64, generator=g) < 0.1] = -0.0
+        dones = (torch.rand(128, 64, generator=g) < 0.05).float()
+        next_value, next_done = torch.randn(1, 64, generator=g), (torch.rand(64, generator=g) < 0.5).float()
+        for lam in (0.95, 1.0):
+            got, want = gae(rewards, values, dones, next_value, next_done, 0.99, lam), cleanrl(
+                rewards, values, dones, next_value, next_done, 0.99, lam)
+            for a, b in zip(got, want):
+                assert torch.equal(a.view(torch.int32), b.view(torch.int32))
