@@ -387,11 +387,11 @@ def _assert_resumed_like_uninterrupted(run_dir: str, total: int) -> None:
     assert final["switches"] == len(switches) and final["modification"] == iterations[-1][1]
 
 
-@pytest.mark.parametrize("seed", [11])
+@pytest.mark.parametrize("seed", [16])  # kills about halfway through the last rollout, after the second checkpoint
 def test_default_run_killed_after_a_checkpoint_resumes_with_the_same_schedule(tmp_path, seed):
-    """The shipped run_config.json and default flags; only the budget (4 rollouts) and the checkpoint interval (every
+    """The shipped run_config.json and default flags; only the budget (3 rollouts) and the checkpoint interval (every
     iteration) are lowered so that this runs in a couple of minutes."""
-    total = 4 * 1024
+    total = 3 * 1024
     runs, name = str(tmp_path / "runs"), "cut"
     run_dir = os.path.join(runs, name)
     argv = ["--config", SHIPPED, "--runs_dir", runs, "--run_name", name, "--total_timesteps", str(total),
