@@ -16,6 +16,11 @@ BENCH = os.path.join(ROOT, "bench")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+# One torch (OpenMP) thread per process, in the workers and in the runs they start (the pinned references run on one
+# already): two workers, each running a training process or an IMPALA fleet, fill a small machine's cores, and
+# torch's default for pixel runs, a thread per core, oversubscribes them (threads spin waiting for each other).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict | None = None
