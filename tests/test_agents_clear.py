@@ -13,8 +13,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
-import sys
 import types
 from fractions import Fraction
 
@@ -24,9 +22,10 @@ import pytest
 import torch
 from test_agents_impala_vtrace import reference_vtrace
 
+import continual_training_example
 import eval as eval_script
 from agents import clear, impala
-from conftest import ROOT, run_script, write_config
+from conftest import run_script, write_config
 from continual.config.args import Args
 from continual.training.checkpoint import load_checkpoint, save_checkpoint
 from continual.training.session import StateRegistry
@@ -340,12 +339,14 @@ def test_resume_from_a_switch_checkpoint_keeps_the_schedule_and_the_buffer(tmp_p
     (["--clear_policy_cloning", "-1"], "clear_policy_cloning"),
     (["--clear_buffer_frames", "10"], "clear_buffer_frames"),  # less than one unroll
 ])
-def test_bad_clear_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, flags, field):
+def test_bad_clear_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, capsys, flags, field):
+    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
     runs = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "continual_training_example.py", "--architecture", "CLEAR", "--backend",
-                           "Gymnasium", "--env_id", "CartPole-v1", "--runs_dir", str(runs), *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    out = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode == 2, proc.stderr
-    assert len(out) <= 3 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {field}:"), out
-    assert "Traceback" not in proc.stderr and not runs.exists()
+    with pytest.raises(SystemExit) as exit_info:
+        continual_training_example.main(["--architecture", "CLEAR", "--backend", "Gymnasium", "--env_id",
+                                          "CartPole-v1", "--runs_dir", str(runs), *flags])
+    stdout, stderr = capsys.readouterr()
+    out = (stdout + stderr).strip().splitlines()
+    assert exit_info.value.code == 2, stderr
+    assert len(out) <= 3 and stderr.strip().splitlines()[-1].startswith(f"error: {field}:"), out
+    assert not runs.exists()

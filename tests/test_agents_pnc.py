@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import continual_training_example
 import eval as eval_script
 from agents import pnc
 from conftest import run_script, write_config
@@ -449,16 +450,18 @@ def test_eval_py_plays_the_knowledge_base(full_run):
     ({"ewc": "online"}, "error: ewc: supported by"),
     ({"shrink_and_perturb": True}, "error: shrink_and_perturb: not with --architecture PNC"),
 ])
-def test_bad_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, extra, match):
+def test_bad_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, capsys, extra, match):
+    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
     cfg = write_config(tmp_path, {**RUN_CONFIG, **extra}, "cfg.json")
-    scripts = [["continual_training_example.py", "--architecture", "PNC"], ["agents/pnc.py"]]
-    for script in scripts if "modification_factory_kwargs" in extra else scripts[:1]:
-        proc = run_script(*script, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar",
-                          check=False)
-        assert proc.returncode == 2, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) <= 3 and lines[0].startswith(match), proc.stderr
-        assert not proc.stdout.strip() and not os.path.exists(tmp_path / "runs")
+    scripts = [(continual_training_example.main, ["--architecture", "PNC"]), (pnc.main, [])]
+    for main, argv in scripts if "modification_factory_kwargs" in extra else scripts[:1]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar"])
+        stdout, stderr = capsys.readouterr()
+        assert exit_info.value.code == 2, stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) <= 3 and lines[0].startswith(match), stderr
+        assert not stdout.strip() and not os.path.exists(tmp_path / "runs")
 
 
 def test_ewc_on_the_kb_only():

@@ -24,6 +24,7 @@ import time
 import pytest
 import torch
 
+import continual_training_example
 from conftest import ROOT, run_script
 from continual.config.args import Args
 from continual.config.loading import parse_args
@@ -121,11 +122,15 @@ def test_step_and_time_rules_together_and_zero_turns_time_off(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
-def test_checkpoint_minutes_must_be_finite_and_non_negative(value):
-    proc = run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
-                      f"--checkpoint_minutes={value}", check=False, timeout=120)
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().startswith("error: checkpoint_minutes"), proc.stderr
+def test_checkpoint_minutes_must_be_finite_and_non_negative(value, tmp_path, capsys):
+    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
+    with pytest.raises(SystemExit) as exit_info:
+        continual_training_example.main(["--env_id", "CartPole-v1", "--backend", "Gymnasium", "--runs_dir",
+                                          str(tmp_path / "runs"), f"--checkpoint_minutes={value}"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == ""
+    assert err.startswith("error: checkpoint_minutes") and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------
