@@ -37,6 +37,16 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
     return proc
 
 
+def exit_2(main, argv: list[str], capsys) -> tuple[str, str]:
+    """A script's `main(argv)` on bad input, in-process (no second torch import): it exits with code 2; returns
+    (stdout, stderr) for the caller to check its one line. tests/test_bad_input.py runs the scripts themselves."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err
+    return out, err
+
+
 def write_config(folder, data, name: str = "run_config.json") -> str:
     """A config file `folder`/`name` holding `data` (a dict as JSON, a str as it is); its path."""
     path = Path(folder) / name

@@ -25,7 +25,7 @@ from test_agents_impala_vtrace import reference_vtrace
 import continual_training_example
 import eval as eval_script
 from agents import clear, impala
-from conftest import run_script, write_config
+from conftest import exit_2, run_script, write_config
 from continual.config.args import Args
 from continual.training.checkpoint import load_checkpoint, save_checkpoint
 from continual.training.session import StateRegistry
@@ -340,13 +340,9 @@ def test_resume_from_a_switch_checkpoint_keeps_the_schedule_and_the_buffer(tmp_p
     (["--clear_buffer_frames", "10"], "clear_buffer_frames"),  # less than one unroll
 ])
 def test_bad_clear_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, capsys, flags, field):
-    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
     runs = tmp_path / "runs"
-    with pytest.raises(SystemExit) as exit_info:
-        continual_training_example.main(["--architecture", "CLEAR", "--backend", "Gymnasium", "--env_id",
-                                          "CartPole-v1", "--runs_dir", str(runs), *flags])
-    stdout, stderr = capsys.readouterr()
+    stdout, stderr = exit_2(continual_training_example.main, ["--architecture", "CLEAR", "--backend", "Gymnasium",
+                            "--env_id", "CartPole-v1", "--runs_dir", str(runs), *flags], capsys)
     out = (stdout + stderr).strip().splitlines()
-    assert exit_info.value.code == 2, stderr
     assert len(out) <= 3 and stderr.strip().splitlines()[-1].startswith(f"error: {field}:"), out
     assert not runs.exists()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import continual_training_example
 import eval as eval_script
 from agents import pnc
-from conftest import run_script, write_config
+from conftest import exit_2, run_script, write_config
 from continual.config.args import Args
 from continual.curricula import make_run_factory
 from continual.evaluation.table import read_eval_table
@@ -451,14 +451,11 @@ def test_eval_py_plays_the_knowledge_base(full_run):
     ({"shrink_and_perturb": True}, "error: shrink_and_perturb: not with --architecture PNC"),
 ])
 def test_bad_combinations_are_one_line_exit_2_and_no_run_dir(tmp_path, capsys, extra, match):
-    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
     cfg = write_config(tmp_path, {**RUN_CONFIG, **extra}, "cfg.json")
     scripts = [(continual_training_example.main, ["--architecture", "PNC"]), (pnc.main, [])]
     for main, argv in scripts if "modification_factory_kwargs" in extra else scripts[:1]:
-        with pytest.raises(SystemExit) as exit_info:
-            main([*argv, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar"])
-        stdout, stderr = capsys.readouterr()
-        assert exit_info.value.code == 2, stderr
+        stdout, stderr = exit_2(main, [*argv, "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"),
+                                       "--no-progress-bar"], capsys)
         lines = stderr.strip().splitlines()
         assert len(lines) <= 3 and lines[0].startswith(match), stderr
         assert not stdout.strip() and not os.path.exists(tmp_path / "runs")

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+import continual_training_example
 from agents import ppo, ppo_cbp
-from conftest import ROOT, run_script, write_config
+from conftest import ROOT, exit_2, run_script, write_config
 from continual.config.args import Args
 from continual.envs.vector import EnvSettings, make_vector_env
 from continual.evaluation.continual import PolicyActor
@@ -216,20 +217,19 @@ def test_pendulum_curriculum_checkpoint_resume_and_eval(tmp_path, architecture):
     (["--architecture", "IMPALA"], "architecture"),
     (["--her"], "her"),
 ])
-def test_box_actions_refused_by_impala_and_her(tmp_path, argv, field):
+def test_box_actions_refused_by_impala_and_her(tmp_path, capsys, argv, field):
     runs = tmp_path / "runs"
-    proc = run_script("continual_training_example.py", "--backend", "Gymnasium", "--env_id", "Pendulum-v1",
-                      "--runs_dir", str(runs), *argv, check=False)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, proc.stderr
-    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
-    assert proc.stdout == "" and not runs.exists()
+    out, err = exit_2(continual_training_example.main, ["--backend", "Gymnasium", "--env_id", "Pendulum-v1",
+                      "--runs_dir", str(runs), *argv], capsys)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert out == "" and not runs.exists()
 
 
-def test_impala_refusal_names_the_action_space(tmp_path):
-    proc = run_script("continual_training_example.py", "--backend", "Gymnasium", "--env_id", "Pendulum-v1",
-                      "--architecture", "IMPALA", "--runs_dir", str(tmp_path / "runs"), check=False)
-    assert proc.returncode == 2 and "Box" in proc.stderr and "PPO" in proc.stderr
+def test_impala_refusal_names_the_action_space(tmp_path, capsys):
+    _, err = exit_2(continual_training_example.main, ["--backend", "Gymnasium", "--env_id", "Pendulum-v1",
+                    "--architecture", "IMPALA", "--runs_dir", str(tmp_path / "runs")], capsys)
+    assert "Box" in err and "PPO" in err
 
 
 def test_multidim_unbounded_box_learns(tmp_path):

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_script, write_config
+import continual_training_example
+from conftest import exit_2, run_script, write_config
 from continual.config.args import Args
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
@@ -177,7 +176,7 @@ INCOMPATIBLE = {
 
 
 @pytest.mark.parametrize("case", sorted(INCOMPATIBLE))
-def test_incompatible_sequences_exit_2_with_one_line(tmp_path, case):
+def test_incompatible_sequences_exit_2_with_one_line(tmp_path, capsys, case):
     backend, first, second, extra = INCOMPATIBLE[case]
     env2, _, mods = second.partition(" ")
     config = {"env_id": first, "backend": backend, "modification_factory": "TaskSequence",
@@ -185,10 +184,10 @@ def test_incompatible_sequences_exit_2_with_one_line(tmp_path, case):
                   {"env_id": first, "steps": 1000}, {"env_id": env2, "modifications": mods, "steps": 1000}]}}
     path = write_config(tmp_path, config, "bad.json")
     runs = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "continual_training_example.py", "--config", str(path), "--runs_dir",
-                           str(runs), *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), (proc.stdout, proc.stderr)
+    out, err = exit_2(continual_training_example.main, ["--config", str(path), "--runs_dir", str(runs), *extra],
+                      capsys)
+    lines = (out + err).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), (out, err)
     assert not runs.exists()
 
 

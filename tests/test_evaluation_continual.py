@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_script, write_config
+import continual_training_example
+from conftest import ROOT, exit_2, run_script, write_config
 from continual.evaluation.continual import parse_eval_modifs
 from continual.testing.processes import alive
 from continual.training.tracking import read_metrics
@@ -220,11 +221,12 @@ def test_interrupted_background_run_stops_its_worker_and_resumes_the_table(tmp_p
     assert all(len({m for s2, m in table if s2 == s}) == 3 for s in steps)
 
 
-def test_eval_flags_are_checked_before_any_env(tmp_path):
+def test_eval_flags_are_checked_before_any_env(tmp_path, capsys):
     base = ["continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
             "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", str(tmp_path / "runs")]
-    proc = run_script(*base, "--eval_every", "128", "--eval_modifs", "gravity=15;wings=3", check=False)
-    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "wings" in proc.stderr
+    _, err = exit_2(continual_training_example.main, [*base[1:], "--eval_every", "128", "--eval_modifs",
+                    "gravity=15;wings=3"], capsys)
+    assert err.startswith("error:") and "wings" in err
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
     from continual.config.loading import parse_args

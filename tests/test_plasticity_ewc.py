@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import run_script, write_config
+from agents import ppo
+from conftest import exit_2, run_script, write_config
 from continual.config.args import Args
 from continual.config.validation import validate_ewc_args
 from continual.errors import UserError
@@ -279,14 +280,13 @@ CARTPOLE = {
 }
 
 
-def test_a_curriculum_that_never_switches_is_refused_before_any_env(tmp_path):
+def test_a_curriculum_that_never_switches_is_refused_before_any_env(tmp_path, capsys):
     cfg = write_config(tmp_path, {**CARTPOLE, "modification_factory_kwargs": {
         "num_total_steps": 1024, "modifications": ["gravity=15"], "switching_thresholds": []}}, "cfg.json")
-    proc = run_script("agents/ppo.py", "--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--ewc", "ewc",
-                      "--no-progress-bar", check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("error: ewc:")
-    assert "never switches" in proc.stderr and not proc.stdout.strip()
+    out, err = exit_2(ppo.main, ["--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--ewc", "ewc",
+                                 "--no-progress-bar"], capsys)
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ewc:")
+    assert "never switches" in err and not out.strip()
     assert not os.path.exists(tmp_path / "runs")
 
 
@@ -384,8 +384,6 @@ def _drawn_batches(seed: int, count: int, n_rows: int, per_batch: int, batches: 
 def test_cora_fisher_of_a_ppo_net_against_float64():
     """PPO's batch loss (-sum A log pi(a|s) + vf_coef/2 sum (R - V)^2) through the EWC callback: 5 batches of 6
     samples from the last 16 observed; against a float64 copy of the network with the loss written out."""
-    from agents import ppo
-
     args = Args(ewc="ewc")
     torch.manual_seed(0)
     agent = ppo.Agent((4,), 3)

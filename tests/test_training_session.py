@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import continual_training_example
-from conftest import ROOT, run_script
+from conftest import ROOT, exit_2, run_script
 from continual.config.args import Args
 from continual.config.loading import parse_args
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
@@ -123,12 +123,9 @@ def test_step_and_time_rules_together_and_zero_turns_time_off(tmp_path, monkeypa
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_checkpoint_minutes_must_be_finite_and_non_negative(value, tmp_path, capsys):
-    # in-process, as the other flag checks are (the script's exit in a subprocess: tests/test_bad_input.py)
-    with pytest.raises(SystemExit) as exit_info:
-        continual_training_example.main(["--env_id", "CartPole-v1", "--backend", "Gymnasium", "--runs_dir",
-                                          str(tmp_path / "runs"), f"--checkpoint_minutes={value}"])
-    out, err = capsys.readouterr()
-    assert exit_info.value.code == 2 and out == ""
+    out, err = exit_2(continual_training_example.main, ["--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                      "--runs_dir", str(tmp_path / "runs"), f"--checkpoint_minutes={value}"], capsys)
+    assert out == ""
     assert err.startswith("error: checkpoint_minutes") and err.count("\n") == 1, err
     assert not (tmp_path / "runs").exists()
 
