@@ -164,7 +164,7 @@ def _garbage(path: str) -> None:
         f.write(uuid.uuid4().bytes * 512)
 
 
-# garbage in the newest checkpoint: -m slow (the default suite refuses it in the test below, with every checkpoint corrupt)
+# garbage in the newest checkpoint: -m slow (the default suite refuses it in the test below, every checkpoint corrupt)
 @pytest.mark.parametrize("damage", [_truncate, pytest.param(_garbage, marks=pytest.mark.slow)],
                          ids=["truncated", "garbage"])
 def test_resume_run_dir_skips_a_corrupt_newest_checkpoint(tmp_path, three, damage):
