@@ -213,7 +213,6 @@ def _contains(new, old) -> bool:
     return new == old
 
 
-@pytest.mark.slow
 def test_committed_v1_reanalysis_is_reproduced_with_its_stated_diff(tmp_path, monkeypatch):
     """The committed re-analysis of forgetting v1 (bench/results/forgetting_minatar_v1_reanalysis, its command on
     docs/results/forgetting.md) comes out of the archived runs as committed (~20 s on a loaded 2-core CPU):
