@@ -465,8 +465,8 @@ def compact_folder(folder: str, records: Records) -> int:
 def check_records(folder: str, report: str) -> None:
     """Refuse (UserError) the report `report` on a folder whose metrics were compacted to records it does not read
     from (e.g. the plasticity report needs the training episodes that the forgetting records drop)."""
-    manifest = read_manifest(folder) if os.path.exists(os.path.join(folder, MANIFEST)) else None
-    for name in sorted({str(c.get("records")) for c in (manifest or {"compacted": {}})["compacted"].values()}):
+    compacted = (read_manifest(folder) or {"compacted": {}})["compacted"]
+    for name in sorted({str(c.get("records")) for c in compacted.values()}):
         records = RECORDS.get(name)
         if records is None or (records.reports is not None and report not in records.reports):
             readers = "no report known here" if records is None else f"the {' and '.join(records.reports)} reports"

@@ -134,7 +134,7 @@ def write_events(writer: Any, events: list[bytes]) -> None:
     (`keep_event_file_open`), they are framed in this thread and written in one go: `add_event` passes each through a
     queue of 20 to TensorBoard's writer thread, a thread wake-up per event."""
     event_writer = writer._get_file_writer().event_writer
-    queued = event_writer._async_writer
+    queued = getattr(event_writer, "_async_writer", None)  # TensorBoard's internals: any other shape takes its path
     records = getattr(queued, "_writer", None)
     if not isinstance(getattr(records, "_writer", None), _KeptOpenEventFile):
         from tensorboard.compat.proto.event_pb2 import Event
