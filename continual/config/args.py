@@ -75,7 +75,8 @@ class Args:
     buffer_window_size: int = 4
     """frames stacked in an Atari observation"""
     repeat_action_probability: float = 0.25
-    """Atari sticky actions (v5 default 0.25)"""
+    """Atari (ALE) sticky actions (v5 default 0.25); MinAtar does not read it: its token `sticky_action_prob=<p>` sets
+    MinAtar's own (0.1 by default)"""
     noop_max: int = 30
     """up to this many random no-ops after each Atari reset"""
     deactivate_episodic_life: bool = False
