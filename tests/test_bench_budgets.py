@@ -28,8 +28,17 @@ def scripts() -> list[str]:
     return sorted(f for f in os.listdir(BENCH) if f.endswith(".py"))
 
 
+def python_files() -> list[str]:
+    """Every .py under bench/ but the experiments' and results' data, as paths relative to bench/."""
+    return sorted(os.path.relpath(os.path.join(d, f), BENCH) for d, dirs, files in os.walk(BENCH)
+                  if os.path.relpath(d, BENCH).split(os.sep)[0] not in ("experiments", "results")
+                  for f in files if f.endswith(".py"))
+
+
 def test_bench_is_within_its_line_budget():
-    lines = {f: sum(1 for _ in open(os.path.join(BENCH, f), encoding="utf-8")) for f in scripts()}
+    """The whole of bench/, its subfolders included (a tool kept in one, bench/device/, once hid 93 lines)."""
+    assert python_files() == scripts(), "bench/ keeps its benchmarks at its top level"
+    lines = {f: sum(1 for _ in open(os.path.join(BENCH, f), encoding="utf-8")) for f in python_files()}
     assert sum(lines.values()) <= BENCH_LINES, f"bench/ has {sum(lines.values())} lines of Python (budget " \
         f"{BENCH_LINES}): {lines}"
 

@@ -1,15 +1,15 @@
 """Run some entries of a launcher experiment file on a lent device machine, for a fixed time, then pack what came out.
 
-    python3 bench/device/run_entries.py EXPERIMENT.json --entries 0 1 --seconds 420 --out $OUT [--keep-checkpoints]
+    python -m continual.launch.device EXPERIMENT.json --entries 0 1 --seconds 420 --out $OUT [--keep-checkpoints]
 
-Each entry runs as `continual_training_example.py --config <entry config>` (the launcher's own run config) under
-`timeout -s TERM`, which makes a run write an interrupted checkpoint and exit; all entries at once, one process
-each. Run directories go to experiments/<name>/runs/<entry> (the launcher's layout, so `python -m continual.launch`
-resumes them where the checkpoints came back). Packed into OUT: one <entry>.tar.gz per run (config, metrics,
-eval table, TensorBoard events, logs; checkpoints only with --keep-checkpoints), device.json (machine, versions,
-per-run wall time, steps reached, steps/s).
+Each entry runs as `continual_training_example.py --config <entry config>` (the launcher's own run config; `--script`
+another training script) under `timeout -s TERM`, which makes a run write an interrupted checkpoint and exit; all
+entries at once, one process each. Run directories go to FOLDER/runs/<entry> (`--folder`, default
+experiments/<name>: the launcher's layout, so `python -m continual.launch` resumes them where the checkpoints came
+back). Packed into OUT: one <entry>.tar.gz per run (config, metrics, eval table, TensorBoard events, logs; checkpoints
+only with --keep-checkpoints), device.json (machine, versions, per-run wall time, steps reached, steps/s). Bad input
+(an entry the file does not have, a time that is not positive) is one line and exit 2 before anything is created.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -20,23 +20,31 @@ import subprocess
 import sys
 import tarfile
 import time
+from typing import Optional, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from continual.errors import UserError, exit_on_user_error
+from continual.launch.experiment import load_experiment, run_config
 
-from continual.launch.experiment import load_experiment, run_config  # noqa: E402
 
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@exit_on_user_error
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m continual.launch.device", description=__doc__.splitlines()[0])
     p.add_argument("experiment")
     p.add_argument("--entries", type=int, nargs="+", required=True)
     p.add_argument("--seconds", type=int, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--keep-checkpoints", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    a = p.parse_args()
+    p.add_argument("--folder", help="the experiment folder (default: experiments/<the experiment's name>)")
+    p.add_argument("--script", default="continual_training_example.py", help="the training script")
+    a = p.parse_args(argv)
     exp = load_experiment(a.experiment)
-    folder = os.path.join("experiments", exp.name)
+    for i in a.entries:
+        if not 0 <= i < len(exp.entries):
+            raise UserError(f"--entries: {a.experiment} has entries 0-{len(exp.entries) - 1}, not {i}")
+    if a.seconds <= 0:
+        raise UserError(f"--seconds must be positive, got {a.seconds}")
+    folder = a.folder or os.path.join("experiments", exp.name)
     os.makedirs(os.path.join(folder, "configs"), exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     procs = []
@@ -47,7 +55,7 @@ def main() -> None:
             json.dump(run_config(entry, exp.name), f, indent=1)
         log = open(os.path.join(folder, f"{entry.name}.log"), "w")
         env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-        cmd = ["timeout", "-s", "TERM", "-k", "60", str(a.seconds), sys.executable, "continual_training_example.py",
+        cmd = ["timeout", "-s", "TERM", "-k", "60", str(a.seconds), sys.executable, a.script,
                "--config", cfg_path, "--runs_dir", os.path.join(folder, "runs"), "--run_name", entry.name]
         procs.append((entry, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log))
         print("started", entry.index, entry.label, flush=True)
