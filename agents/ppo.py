@@ -55,7 +55,7 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.methods import AgentForm, EWCForm, add_continual
 from continual.plasticity.c_chain import PPO_SCHEDULE, ChurnForm, policy_churn
 from continual.plasticity.methods import plastic_optimizer
-from continual.training.extensions import Extension, weighted_mean
+from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, set_torch_threads, start_run
@@ -224,7 +224,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                 session.np_rng.shuffle(b_inds)
                 for start in range(0, batch["size"], batch["minibatch_size"]):
                     mb_inds = torch.as_tensor(b_inds[start:start + batch["minibatch_size"]], device=device)
-                    mb_obs, mb_inputs, mb_weights = ext.minibatch(batch, mb_inds)  # HER: goals, IS weights
+                    # its observations, the policy's extra inputs and the mean of per-sample losses (torch.mean; HER:
+                    # the goals, and its relabelled samples' importance weights in the policy and value losses)
+                    mb_obs, mb_inputs, mb_mean = ext.minibatch(batch, mb_inds)
 
                     # each row gathered once (index_select: the same values, faster than indexing on CPU)
                     mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values = (
@@ -247,7 +249,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     # Policy loss
                     pg_loss1 = -mb_advantages * ratio
                     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = weighted_mean(torch.max(pg_loss1, pg_loss2), mb_weights)  # weights: HER's IS weights
+                    pg_loss = mb_mean(torch.max(pg_loss1, pg_loss2))
 
                     # Value loss
                     newvalue = newvalue.view(-1)
@@ -255,9 +257,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         v_loss_unclipped = (newvalue - mb_returns) ** 2
                         v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
                         v_loss_clipped = (v_clipped - mb_returns) ** 2
-                        v_loss = 0.5 * weighted_mean(torch.max(v_loss_unclipped, v_loss_clipped), mb_weights)
+                        v_loss = 0.5 * mb_mean(torch.max(v_loss_unclipped, v_loss_clipped))
                     else:
-                        v_loss = 0.5 * weighted_mean((newvalue - mb_returns) ** 2, mb_weights)
+                        v_loss = 0.5 * mb_mean((newvalue - mb_returns) ** 2)
 
                     entropy_loss = entropy.mean()
                     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef

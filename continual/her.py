@@ -42,7 +42,7 @@ import torch
 
 from continual.envs.goals import episode_outcomes, make_goal_space
 from continual.envs.vector import regime_slug
-from continual.training.extensions import Extension
+from continual.training.extensions import Extension, Reduction
 
 # --------------------------------------------------------------------------------------------------------------------
 # relabelling (pure parts, tested by hand computation)
@@ -320,10 +320,12 @@ class HerExtension(HerRollout, Extension):
         batch["minibatch_size"] = -(-len(src) // self.args.num_minibatches)
         return batch
 
-    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """A relabelled sample is its rollout observation with another goal."""
+    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> tuple[torch.Tensor, dict, Reduction]:
+        """A relabelled sample is its rollout observation with another goal; each sample's policy and value losses
+        count by its importance weight (1 for the original samples)."""
         self.count_trained(mb_inds, self.rollout_size)
-        return batch["obs"][self.src[mb_inds]], {"goal": self.batch_goals[mb_inds]}, self.weights[mb_inds]
+        weights = self.weights[mb_inds]
+        return batch["obs"][self.src[mb_inds]], {"goal": self.batch_goals[mb_inds]}, lambda x: (x * weights).mean()
 
     def scalars(self) -> dict[str, float]:
         return self.her_scalars(regime_slug(self.session.modification))

@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from continual.training.extensions import Extension, Extensions
 from helpers.extension_reference import CASES, DATA, FAST, ROOT, run_case
@@ -87,6 +88,31 @@ def continual_call_sites(fn) -> int:
     loop = next(n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.target) == "iteration")
     return sum(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
                and n.func.value.id == "ext" for n in ast.walk(loop))
+
+
+def test_plain_ppos_loss_knows_no_sample_weights():
+    """Issue 50: HER's importance weights do not leak into plain PPO's loss. A minibatch's losses are averaged by the
+    reduction the extensions give (`Extension.minibatch`): `torch.mean` without one, the same bits as CleanRL's
+    `.mean()`; HER's weights its relabelled samples inside continual/her.py (its pinned references fix the bits)."""
+    import inspect
+    import textwrap
+
+    from agents import ppo
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(ppo.train)))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not [n for n in names if "weight" in n.lower()], names
+    module = ast.parse(inspect.getsource(ppo))
+    imported = {a.name for n in ast.walk(module) if isinstance(n, ast.ImportFrom) for a in n.names} | {
+        n.module for n in ast.walk(module) if isinstance(n, ast.ImportFrom)}
+    assert "continual.her" not in imported and not [n for n in imported if "weight" in (n or "").lower()]
+
+    batch = {"obs": torch.arange(12.0).reshape(6, 2)}
+    obs, inputs, mean = Extensions([Extension()]).minibatch(batch, torch.tensor([4, 1, 3]))
+    assert torch.equal(obs, batch["obs"][[4, 1, 3]]) and inputs == {}
+    x = torch.randn(257, generator=torch.Generator().manual_seed(0))
+    assert mean is torch.mean and torch.equal(mean(x), x.mean())
 
 
 AGENTS = ["ppo", "a2c", "dqn", "impala", "clear", "pnc", "ppo_cbp"]

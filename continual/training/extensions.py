@@ -22,7 +22,8 @@ Loop hooks (the agent's loop calls the composite, `ext.<hook>(...)`; Plasticine'
   extend_batch(agent, batch, rollout)  may add samples (HER's relabelled ones, CLEAR's replayed unrolls)
   before_update()         before the iteration's update (CBP: capture activations); PPO calls these three through
                           `update_batch`
-  minibatch(batch, inds)  a minibatch's observations, policy inputs and per-sample loss weights (HER)
+  minibatch(batch, inds)  a minibatch's observations, policy inputs and the mean its per-sample losses take
+                          (torch.mean; HER weights its relabelled samples)
   loss(loss, agent, batch)  the loss to minimise: by default the loss plus `loss_terms(agent, batch)`, added in
                           order (EWC's penalty, L2/Parseval, C-CHAIN's churn, CLEAR's cloning); P&C replaces it
   before_step()           after the backward pass, before gradient clipping and the optimizer step
@@ -37,10 +38,12 @@ a resumed run loads it there).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
+
+Reduction = Callable[[torch.Tensor], torch.Tensor]  # per-sample losses -> the loss
 
 
 @dataclasses.dataclass
@@ -110,8 +113,9 @@ class Extension:
     def before_update(self) -> None:
         pass
 
-    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> Optional[tuple]:
-        """(observations, policy inputs, loss weights) of a minibatch; None: the batch's own, unweighted."""
+    def minibatch(self, batch: dict, mb_inds: torch.Tensor) -> Optional[tuple[torch.Tensor, dict, Reduction]]:
+        """(observations, policy inputs, the mean of its per-sample policy and value losses) of a minibatch; None:
+        the batch's own observations, no extra inputs, `torch.mean`."""
         return None
 
     def loss_terms(self, agent: Any, batch: dict) -> dict[str, Any]:
@@ -224,7 +228,7 @@ class Extensions(Extension):
         answer = None
         for e in self.extensions:
             answer = e.minibatch(batch, mb_inds) or answer
-        return answer or (batch["obs"].index_select(0, mb_inds), {}, None)  # faster than indexing on CPU
+        return answer or (batch["obs"].index_select(0, mb_inds), {}, torch.mean)  # faster than indexing on CPU
 
     def loss(self, loss, agent, batch):
         for e in self.extensions:
@@ -273,8 +277,3 @@ class Extensions(Extension):
         batch = self.extend_batch(agent, batch, rollout)
         self.before_update()
         return batch
-
-
-def weighted_mean(x: torch.Tensor, weights: Optional[torch.Tensor]) -> torch.Tensor:
-    """The mean of per-sample losses times a minibatch's loss weights (`Extension.minibatch`) when it has them."""
-    return x.mean() if weights is None else (x * weights).mean()
