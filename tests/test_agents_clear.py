@@ -20,7 +20,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_agents_impala_vtrace import reference_vtrace
 
 import continual_training_example
 import eval as eval_script
@@ -31,6 +30,7 @@ from continual.training.checkpoint import load_checkpoint, save_checkpoint
 from continual.training.session import StateRegistry
 from continual.training.startup import replay_buffer_bytes
 from continual.training.tracking import read_metrics
+from helpers.vtrace_reference import reference_vtrace
 
 
 def fake_session(run_dir: str, regimes=("", "gravity=15.0"), modification: str = ""):

@@ -14,31 +14,7 @@ import pytest
 import torch
 
 from agents.impala import vtrace
-
-
-def reference_vtrace(behaviour_logp, target_logp, rewards, discounts, values, bootstrap, rho_bar, c_bar):
-    """Straight from the definition: for every s and every column, the explicit sum over t with its product."""
-    T, B = rewards.shape
-    ratio = np.exp(target_logp - behaviour_logp)
-    rho, c = np.minimum(rho_bar, ratio), np.minimum(c_bar, ratio)
-    v_ext = np.concatenate([values, bootstrap[None]], 0)  # V(x_0) ... V(x_T)
-    vs = np.zeros((T, B))
-    for b in range(B):
-        for s in range(T):
-            total = 0.0
-            for t in range(s, T):
-                prod = 1.0
-                for i in range(s, t):
-                    prod *= discounts[i, b] * c[i, b]
-                delta = rho[t, b] * (rewards[t, b] + discounts[t, b] * v_ext[t + 1, b] - v_ext[t, b])
-                total += prod * delta
-            vs[s, b] = values[s, b] + total
-    vs_ext = np.concatenate([vs, bootstrap[None]], 0)
-    pg = np.zeros((T, B))
-    for b in range(B):
-        for s in range(T):
-            pg[s, b] = rho[s, b] * (rewards[s, b] + discounts[s, b] * vs_ext[s + 1, b] - values[s, b])
-    return vs, pg
+from helpers.vtrace_reference import reference_vtrace
 
 
 def random_unrolls(seed: int, T: int = 9, B: int = 6, n_actions: int = 4, done_p: float = 0.2, gamma: float = 0.97):

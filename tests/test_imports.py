@@ -159,6 +159,17 @@ def test_no_import_cycle_between_subpackages():
     assert not cycle, "cycle between sub-packages: " + " -> ".join(cycle)
 
 
+def test_tests_share_code_through_helpers_only():
+    """Shared test code lives in tests/helpers/ (and conftest.py): no test module imports another."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders, offenders
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(library_files()))
 def test_every_module_imports_alone(module):

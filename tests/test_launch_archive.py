@@ -13,7 +13,6 @@ import shutil
 import subprocess
 
 import pytest
-from test_launch import CARTPOLE, PY, REPO, attempts, env, fake_script, write
 
 from continual.errors import UserError, exit_on_user_error
 from continual.io import read_jsonl
@@ -22,6 +21,7 @@ from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment, run_config
 from continual.launch.queue import Queue
 from continual.report.__main__ import main as report_main
+from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, write
 
 pytestmark = pytest.mark.xdist_group("ray")
 

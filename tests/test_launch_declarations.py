@@ -11,13 +11,13 @@ import re
 import subprocess
 
 import pytest
-from test_launch import CARTPOLE, write
 
 from continual.errors import UserError, exit_on_user_error
 from continual.launch import declarations as D
 from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment
 from continual.launch.queue import Queue
+from helpers.launch_runs import CARTPOLE, write
 
 pytestmark = pytest.mark.xdist_group("ray")
 

@@ -8,11 +8,11 @@ import os
 import tarfile
 
 import pytest
-from test_launch import CARTPOLE, write
 
 from conftest import ROOT, exit_2
 from continual.launch import device
 from continual.launch.experiment import load_experiment
+from helpers.launch_runs import CARTPOLE, write
 
 
 def experiment(tmp_path) -> str:

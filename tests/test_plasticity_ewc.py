@@ -416,10 +416,9 @@ def test_cora_fisher_of_a_ppo_net_against_float64():
 
 def test_cora_fisher_of_an_impala_net_against_float64():
     """IMPALA's V-trace batch loss on stored unrolls (whole unrolls per batch: fisher_batch 8 / T 4 = 2), against a
-    float64 copy with V-trace from its definition (tests/test_agents_impala_vtrace.py) and the loss written out."""
-    from test_agents_impala_vtrace import reference_vtrace
-
+    float64 copy with V-trace from its definition (tests/helpers/vtrace_reference.py) and the loss written out."""
     from agents import impala, ppo
+    from helpers.vtrace_reference import reference_vtrace
 
     args = Args(ewc="ewc", architecture="IMPALA")
     T, n_actions = 4, 3
