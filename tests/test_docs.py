@@ -79,6 +79,15 @@ def test_readme_and_results_links_point_at_files_and_headings_that_exist():
                 assert anchor in headings(target), f"{name}: {path}#{anchor}"
 
 
+def test_every_result_and_benchmark_page_is_in_the_index_readme_links():
+    """Issue 50: results are pages, one per experiment and per benchmark, reached from README through the index."""
+    assert "](bench/RESULTS.md)" in read("README.md")
+    index = read("bench", "RESULTS.md")
+    for folder in ("results", "benchmarks"):
+        for page in sorted(os.listdir(os.path.join(ROOT, "docs", folder))):
+            assert f"](../docs/{folder}/{page})" in index, f"bench/RESULTS.md does not link docs/{folder}/{page}"
+
+
 def test_no_page_runs_a_file_outside_the_package_but_a_benchmark():
     """Experiments run through `python -m continual.launch` and `python -m continual.report`; the only scripts outside
     the package that a page (README, docs/) tells a user to run are the benchmarks in bench/. A script since deleted is
