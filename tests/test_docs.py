@@ -88,6 +88,22 @@ def test_every_result_and_benchmark_page_is_in_the_index_readme_links():
             assert f"](../docs/{folder}/{page})" in index, f"bench/RESULTS.md does not link docs/{folder}/{page}"
 
 
+def test_an_experiment_page_says_what_how_and_beside_what_above_its_report():
+    """Issue 50: a page that shows an experiment's report (`<!-- report: NAME -->`, its tables and figures inlined by
+    docs/_hooks/results.py) says above it what was asked, how to reproduce it with `python -m continual.report`, and
+    the published numbers beside ours."""
+    pages = sorted(p for p in os.listdir(os.path.join(ROOT, "docs", "results"))
+                   if "<!-- report: " in read("docs", "results", p))
+    assert {"forgetting.md", "plasticity.md", "minatar.md"} <= set(pages), pages
+    for page in pages:
+        head = read("docs", "results", page).split("<!-- report: ")[0]
+        assert "**Question.**" in head and "**Reproduce.**" in head, page
+        assert re.search(r"\*\*(Published numbers|The numbers) beside ours\.\*\*", head), page
+        assert "python -m continual.report " in head, page  # from the archived runs, or the runs' records
+        name = re.search(r"<!-- report: ([\w.-]+) -->", read("docs", "results", page)).group(1)
+        assert os.path.exists(os.path.join(ROOT, "bench", "results", name, "report.md")), (page, name)
+
+
 def test_no_page_runs_a_file_outside_the_package_but_a_benchmark():
     """Experiments run through `python -m continual.launch` and `python -m continual.report`; the only scripts outside
     the package that a page (README, docs/) tells a user to run are the benchmarks in bench/. A script since deleted is
