@@ -290,8 +290,9 @@ def committed() -> dict:
 
 
 def test_from_report_reproduces_the_committed_report(committed, tmp_path, monkeypatch):
-    """The committed report.md and report.json are what `--from-report` computes from the committed per-run
-    records, byte for byte (the records unchanged), and the records' windowed fields are their per-regime lists'."""
+    """The committed report.md, report.json and figures are what `--from-report` computes from the committed per-run
+    records, byte for byte (report.json: but the args naming the file read and the output folder), and the records'
+    windowed fields are their per-regime lists'."""
     monkeypatch.chdir(ROOT)
     out = tmp_path / "again"
     report_main(["plasticity", "--from-report", os.path.join(REPORT, "report.json"), "--out", str(out)])
@@ -306,6 +307,9 @@ def test_from_report_reproduces_the_committed_report(committed, tmp_path, monkey
             assert new[new.index('\n "runs": ['):] == old[old.index('\n "runs": ['):]  # the records, as text
         else:
             assert new == old
+    for name in ("regimes.png", "drop.png", "diagnostics.png"):  # the figures too, byte for byte
+        with open(os.path.join(ROOT, REPORT, name), "rb") as f:
+            assert (out / name).read_bytes() == f.read(), name
     assert committed["runs_sha256"] == R.runs_digest(committed["runs"])
     assert len(committed["runs"]) == 90 and all(r["done"] for r in committed["runs"])
     early, late = committed["args"]["early"], committed["args"]["late"]
