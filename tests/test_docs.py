@@ -88,20 +88,88 @@ def test_every_result_and_benchmark_page_is_in_the_index_readme_links():
             assert f"](../docs/{folder}/{page})" in index, f"bench/RESULTS.md does not link docs/{folder}/{page}"
 
 
-def test_an_experiment_page_says_what_how_and_beside_what_above_its_report():
-    """Issue 50: a page that shows an experiment's report (`<!-- report: NAME -->`, its tables and figures inlined by
-    docs/_hooks/results.py) says above it what was asked, how to reproduce it with `python -m continual.report`, and
-    the published numbers beside ours."""
+RESULT_PAGES = [os.path.join("docs", folder, page) for folder in ("results", "benchmarks")
+                for page in sorted(os.listdir(os.path.join(ROOT, "docs", folder))) if page.endswith(".md")]
+# a command that reproduces a page today, or a script since deleted named by revision (`da56a98:bench/NAME.py`)
+COMMAND = re.compile(r"python -m continual\.(launch|report) |python bench/\w+\.py|python continual_training_example\.py "
+                     r"|python -m pytest |\b[0-9a-f]{7,40}:bench/\w+\.py")
+
+
+def test_every_result_and_benchmark_page_says_what_how_and_beside_what_above_its_numbers():
+    """Issue 50: every page of results/ and benchmarks/ opens, above its first section (or the report it shows), with
+    what it measures, how to reproduce it (a command that exists today, or a deleted script named by revision) and the
+    published numbers beside ours (or that there are none), and shows a table or a figure."""
+    assert len(RESULT_PAGES) >= 17, RESULT_PAGES
+    for page in RESULT_PAGES:
+        text = read(page)
+        head = re.split(r"^## |^<!-- report: ", text, maxsplit=1, flags=re.M)[0]
+        assert "**Question.**" in head, f"{page}: no **Question.** above its first section"
+        assert "**Reproduce.**" in head, f"{page}: no **Reproduce.** above its first section"
+        reproduce = head.split("**Reproduce.**")[1].split("\n\n**")[0]
+        assert COMMAND.search(reproduce), f"{page}: **Reproduce.** names no command"
+        assert re.search(r"\*\*(Published numbers|The numbers) beside ours\.\*\*", head), \
+            f"{page}: no **Published numbers beside ours.** above its first section"
+        assert re.search(r"^\|[-| :]+\|$", text, re.M) or "![" in text or "<!-- report: " in text, \
+            f"{page}: shows no table or figure"
+
+
+def test_an_experiment_page_reproduces_its_report_with_continual_report():
+    """A page that shows an experiment's report (`<!-- report: NAME -->`, its tables and figures inlined by
+    docs/_hooks/results.py) says above it how to reproduce it with `python -m continual.report`."""
     pages = sorted(p for p in os.listdir(os.path.join(ROOT, "docs", "results"))
                    if "<!-- report: " in read("docs", "results", p))
     assert {"forgetting.md", "plasticity.md", "minatar.md"} <= set(pages), pages
     for page in pages:
         head = read("docs", "results", page).split("<!-- report: ")[0]
-        assert "**Question.**" in head and "**Reproduce.**" in head, page
-        assert re.search(r"\*\*(Published numbers|The numbers) beside ours\.\*\*", head), page
         assert "python -m continual.report " in head, page  # from the archived runs, or the runs' records
         name = re.search(r"<!-- report: ([\w.-]+) -->", read("docs", "results", page)).group(1)
         assert os.path.exists(os.path.join(ROOT, "bench", "results", name, "report.md")), (page, name)
+
+
+def expand(pattern: str) -> list[str]:
+    """A shell-style `{a,b}` in a cited path, expanded (nested and repeated ones too)."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    return [p for part in m.group(1).split(",") for p in expand(pattern[:m.start()] + part + pattern[m.end():])]
+
+
+def cited_results() -> tuple[set[str], set[str]]:
+    """The file patterns (paths relative to bench/results, `*` allowed) and the report folders that the pages
+    (README, docs/, bench/RESULTS.md) and the tests cite."""
+    texts = [read("README.md"), read("bench", "RESULTS.md")]
+    texts += [read(os.path.relpath(os.path.join(d, f), ROOT)) for top in ("docs", "tests")
+              for d, _, files in os.walk(os.path.join(ROOT, top)) for f in files if f.endswith((".md", ".py"))]
+    patterns, folders = set(), set()
+    for text in texts:
+        folders.update(re.findall(r"<!-- report: ([\w.-]+) -->", text))
+        for token in re.findall(r"[\w.*{},/-]+", text):
+            path = token.split("bench/results/")[-1].strip(".,")
+            for path in expand(path):
+                if "bench/results/" in token and re.fullmatch(r"[\w.-]+/?", path) and "." not in path:
+                    folders.add(path.strip("/"))  # bench/results/NAME/ or --out bench/results/NAME: a report folder
+                elif "." in os.path.basename(path) and not path.startswith("*"):
+                    patterns.add(path)
+    return patterns, folders
+
+
+def test_every_file_in_bench_results_is_cited_by_a_page_or_a_test():
+    """Issue 50: bench/results/ holds only what a page shows or quotes numbers from (or a test reads): a file is cited
+    by its path under bench/results/ (a `{a,b}` or `*` pattern cites each file it matches), or lies in a report folder
+    a page cites (`bench/results/NAME/`, `<!-- report: NAME -->`). Cite a new raw file on its page, or leave it out."""
+    import fnmatch
+
+    patterns, folders = cited_results()
+    results = os.path.join(ROOT, "bench", "results")
+    orphans = []
+    for d, _, files in os.walk(results):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), results).replace(os.sep, "/")
+            if f.startswith(".") or rel.split("/")[0] in folders or rel in patterns:
+                continue
+            if not any(fnmatch.fnmatchcase(rel, p) for p in patterns if "*" in p):
+                orphans.append(rel)
+    assert not orphans, f"bench/results/ files no page or test cites: {sorted(orphans)}"
 
 
 def test_no_page_runs_a_file_outside_the_package_but_a_benchmark():
@@ -115,6 +183,8 @@ def test_no_page_runs_a_file_outside_the_package_but_a_benchmark():
         for name in re.findall(r"python3? bench/(\w+\.py)", read(page)):
             assert name in bench and name != "common.py" or name == "NAME.py", f"{page}: `python bench/{name}` is not a benchmark in bench/"
         assert "bench/RESULTS.md#" not in read(page), f"{page}: RESULTS.md is an index now; link the page"
+        run = re.search(r"python3? \S*[0-9a-f]{7,40}:bench/\w+\.py", read(page))
+        assert not run, f"{page}: `{run and run.group(0)}` tells a user to run a deleted script; name it as REV:bench/NAME.py"
 
 
 # issue 50: `python -m continual.report` reproduces the committed reports, or a page states why one is kept as written
