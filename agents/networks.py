@@ -49,7 +49,7 @@ def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, gre
 def channels_last(obs_shape: Sequence[int], network: str = "default") -> bool:
     """Whether the network keeps its convolutions (and their input) channels-last: for pixel images (the Nature CNN
     on 84x84) that is ~25% faster on CPU (oneDNN); for small grids (MinAtar's 10x10) the NCHW layout is faster (the
-    MinAtar CNN's update 1.1-1.15x, bench/RESULTS.md), so they stay contiguous."""
+    MinAtar CNN's update 1.1-1.15x, docs/benchmarks/small-envs.md), so they stay contiguous."""
     return len(obs_shape) == 3 and network != "mlp" and obs_shape[1] >= 36
 
 

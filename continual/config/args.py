@@ -297,8 +297,8 @@ class Args:
     V-trace losses on stored unrolls; PPO: -sum A log pi + vf_coef/2 sum (R - V)^2 with the rollout's GAE
     advantages and returns). true = the per-sample true Fisher of the policy (actions drawn from it, value head 0);
     on trained MinAtar IMPALA networks it is 400-1,100x smaller than cora's on the policy head and 5,000-24,000x on
-    the torso, so its lambda must be that much larger for the same strength (bench/RESULTS.md, "EWC's two Fisher
-    scales")"""
+    the torso, so its lambda must be that much larger for the same strength (docs/results/forgetting.md, "EWC's two
+    Fisher scales")"""
     ewc_fisher_batch: int = 400
     """EWC, --ewc_fisher cora: samples per Fisher batch (CORA: batch_size x unroll_length, 20 x 20 = 400 in its
     defaults, 32 x 20 = 640 in its Atari configs); IMPALA takes the nearest whole number of unrolls"""

@@ -152,7 +152,7 @@ def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
 
 # keys of earlier versions: (the value that behaves as today, why the key went)
 REMOVED_KEYS = {
-    "env_groups": (1, "stepping envs in groups did not pay on any machine measured; see bench/RESULTS.md"),
+    "env_groups": (1, "stepping envs in groups did not pay on any machine measured; see docs/benchmarks/small-envs.md"),
 }
 # keys of earlier versions that a saved config (checkpoint, config.json) may hold at any value, since no value changed
 # what the run learned; a config file naming them gets the unknown-key error. compile (issue 31): torch.compile of

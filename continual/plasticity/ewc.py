@@ -21,7 +21,7 @@ buffer), in one of two forms (`--ewc_fisher`):
       F_i = 1/N sum_n (d/dtheta_i log pi(a_n | s_n))^2,    a_n ~ pi(. | s_n) drawn afresh at theta*
   (one action per stored observation, one backward pass each; the value head gets F = 0). Its
   scale is per sample: on six trained MinAtar IMPALA networks CORA's Fisher is 400-1,100 times the true one on the
-  policy head and 5,000-24,000 times on the shared torso (ratios of per-tensor means; bench/RESULTS.md, "EWC's two
+  policy head and 5,000-24,000 times on the shared torso (ratios of per-tensor means; docs/results/forgetting.md, "EWC's two
   Fisher scales"), so a lambda for `true` must be that much larger than CORA's for the same strength.
 
 Random draws (actions for `true`, batch indices for `cora`) come from a generator seeded by (seed, switch count): the

@@ -14,7 +14,7 @@ The output heads are left free unless `--nap_project_heads` (Plasticine projects
 the function unchanged only for a layer whose output is normalised; a head's norm is its outputs' scale. CleanRL's
 actor head starts at norm 0.01 * sqrt(actions), and held there it bounds every logit by that times ||features||: on
 permuted MinAtar Breakout (128 features) the policy stayed near uniform (median entropy 0.97-1.04 per seed; ln 3 =
-1.10), and PPO with its heads projected returned 0.6-0.8 per regime against plain PPO's 1.6-5.7 (bench/RESULTS.md)."""
+1.10), and PPO with its heads projected returned 0.6-0.8 per regime against plain PPO's 1.6-5.7 (docs/results/plasticity.md)."""
 
 from __future__ import annotations
 
