@@ -19,8 +19,8 @@ keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are th
 
 Spec (continual/specs.py):
 - its defaults are Args' (CleanRL's ppo_atari)
-- supports: adam_betas, bf16, box_actions, c_chain, ewc, her, mlp_network, network_options, norm_obs, plasticity,
-  shrink_and_perturb, trac
+- supports: adam_betas, bf16, box_actions, c_chain, compile, ewc, her, mlp_network, network_options, norm_obs,
+  plasticity, shrink_and_perturb, trac
 (generated: python -m continual.specs --update-docs)
 """
 
@@ -55,6 +55,7 @@ from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.methods import AgentForm, EWCForm, add_continual
 from continual.plasticity.c_chain import PPO_SCHEDULE, ChurnForm, policy_churn
 from continual.plasticity.methods import plastic_optimizer
+from continual.training.accel import compile_step
 from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
@@ -98,6 +99,54 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_v
     return advantages, advantages + values
 
 
+@torch.no_grad()
+def act(agent: Agent, obs: torch.Tensor, inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The act step: the policy's (action, log-prob, value) at a batch of observations (HER: `inputs` holds the goal).
+    --compile compiles it, --cudagraphs replays it as a CUDA graph."""
+    action, logprob, _, value = agent.get_action_and_value(obs, **inputs, with_entropy=False)
+    return action, logprob, value.flatten()
+
+
+def ppo_loss(agent: Agent, args: Args, mb_obs: torch.Tensor, mb_inputs: dict, mb_mean: Callable,
+             mb_actions: torch.Tensor, mb_logprobs: torch.Tensor, mb_advantages: torch.Tensor, mb_returns: torch.Tensor,
+             mb_values: torch.Tensor):
+    """CleanRL's clipped-surrogate loss of one minibatch, the update's forward pass: (loss, pg_loss, v_loss,
+    entropy_loss, old_approx_kl, approx_kl, clipfrac). `mb_mean`: the mean of per-sample losses (torch.mean; HER
+    weights its relabelled samples). --compile compiles it (and so its backward)."""
+    with torch.autocast(mb_values.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions, **mb_inputs)
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+    # Policy loss
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = mb_mean(torch.max(pg_loss1, pg_loss2))
+
+    # Value loss
+    newvalue = newvalue.view(-1)
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * mb_mean(torch.max(v_loss_unclipped, v_loss_clipped))
+    else:
+        v_loss = 0.5 * mb_mean((newvalue - mb_returns) ** 2)
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None,
           make_agent_fn: Callable[..., Agent] = make_agent,
           make_extensions: Callable[[Agent], Sequence[Extension]] = lambda agent: ()) -> str:
@@ -125,6 +174,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         spaces = (envs.single_observation_space, envs.single_action_space)
         ext = add_continual(session, agent, optimizer, CONTINUAL, make_agent_fn, spaces, device=device,
                             continuous=agent.continuous, first=make_extensions(agent))
+        # the act step and the update's forward + loss: eager, or compiled (--compile) and replayed as CUDA graphs
+        # (--cudagraphs), LeanRL's approach (continual/training/accel.py)
+        act_step = compile_step(lambda x, inputs: act(agent, x, inputs), args)
+        update_loss = compile_step(lambda *minibatch: ppo_loss(agent, args, *minibatch), args)
 
         # ALGO Logic: storage setup (pixel observations stay uint8: a 4x smaller buffer to gather minibatches from)
         obs_space, _ = split_goal_space(envs.single_observation_space)
@@ -166,10 +219,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
                 # ALGO LOGIC: action logic
                 t_forward = time.time()
-                with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs, **next_inputs,
-                                                                            with_entropy=False)
-                    values[step] = value.flatten()
+                action, logprob, values[step] = act_step(next_obs, next_inputs)
                 forward_time += time.time() - t_forward
                 actions[step] = action
                 logprobs[step] = logprob
@@ -232,37 +282,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values = (
                         x.index_select(0, mb_inds) for x in (b_actions, b_logprobs, b_advantages, b_returns, b_values))
 
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions, **mb_inputs)
-                    logratio = newlogprob - mb_logprobs
-                    ratio = logratio.exp()
-
-                    with torch.no_grad():
-                        # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                        old_approx_kl = (-logratio).mean()
-                        approx_kl = ((ratio - 1) - logratio).mean()
-                        clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
-
-                    if args.norm_adv:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                    # Policy loss
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = mb_mean(torch.max(pg_loss1, pg_loss2))
-
-                    # Value loss
-                    newvalue = newvalue.view(-1)
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - mb_returns) ** 2
-                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                        v_loss_clipped = (v_clipped - mb_returns) ** 2
-                        v_loss = 0.5 * mb_mean(torch.max(v_loss_unclipped, v_loss_clipped))
-                    else:
-                        v_loss = 0.5 * mb_mean((newvalue - mb_returns) ** 2)
-
-                    entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = update_loss(
+                        mb_obs, mb_inputs, mb_mean, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values)
+                    clipfracs += [clipfrac.item()]
                     # EWC's penalty, L2 / L2 Init / Parseval, C-CHAIN's churn (on a permutation of its own)
                     loss = ext.loss(loss, agent, {"batch": batch, "start": start, "size": batch["minibatch_size"],
                                                   "main_loss": pg_loss})

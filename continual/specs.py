@@ -20,6 +20,7 @@ from continual.io import between_markers, update_between_markers
 
 # features an agent may support (validation names the flag that needs one)
 BF16 = "bf16"                    # --bf16: the update's forward pass under bfloat16 autocast
+COMPILE = "compile"              # --compile, --cudagraphs: the act step and the update's loss compiled (training/accel.py)
 HER = "her"                      # --her: goal-conditioned policy with relabelled samples
 BOX_ACTIONS = "box_actions"      # continuous (Box) action spaces
 NORM_OBS = "norm_obs"            # --norm_obs: running observation standardisation
@@ -36,7 +37,7 @@ NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases
 ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains with Adam
 C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
 
-FEATURES = (BF16, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
+FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
             SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN)
 
 
@@ -77,7 +78,7 @@ _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}
 
 SPECS: dict[str, AgentSpec] = {s.name: s for s in (
     AgentSpec("PPO", "agents.ppo", "CleanRL's ppo_atari (Args' defaults are its values)",
-              features=_PPO_FEATURES | {MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
+              features=_PPO_FEATURES | {COMPILE, MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
     AgentSpec("PPO_CBP", "agents.ppo_cbp", "PPO with continual backpropagation (Dohare et al. 2024)",
               features=_PPO_FEATURES),
     AgentSpec("IMPALA", "agents.impala", "IMPALA with V-trace, actor processes and a learner (TorchBeast)",

@@ -355,6 +355,12 @@ cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), 
 # (--total_timesteps smaller than one rollout is not bad input: it is rounded up to whole rollouts with a note)
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
+cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
+flags("cudagraphs-without-compile", ("cudagraphs", "--compile"), "--cudagraphs")
+flags("cudagraphs-without-cuda", ("cudagraphs", "CUDA"), "--compile", "--cudagraphs", "--no-cuda")
+flags("cudagraphs-with-her", ("cudagraphs", "--her"), "--compile", "--cudagraphs", "--her")
+flags("cudagraphs-uneven-minibatches", ("cudagraphs", "num_minibatches=5"), "--compile", "--cudagraphs",
+      "--num_minibatches", "5")
 cartpole("redo-on-an-agent-without-it", ("redo", "PNC"), {}, "--architecture", "PNC", "--redo")
 cartpole("trac-on-an-agent-without-it", ("trac", "IMPALA"), {}, "--architecture", "IMPALA", "--trac")
 cartpole("trac-with-redo", ("trac", "redo"), {}, "--trac", "--redo")
@@ -402,7 +408,6 @@ flags("minatar-permute-obs-not-an-integer", ("permute_obs=1.5", "integer"), "--b
 flags("minatar-permute-actions-negative", ("permute_actions=-2", "integer"), "--backend", "MinAtar", "--env_id",
       "MinAtar/Breakout", "--modifs", "permute_actions=-2")
 cartpole("removed-key-env-groups", ("env_groups", "removed"), {"env_groups": 2})
-cartpole("removed-flag-compile-in-config", ("unknown key", "compile"), {"compile": True})  # a run saved with it resumes
 flags("mlp-for-dqn", ("network", "DQN"), "--architecture", "DQN", "--network", "mlp")
 flags("mlp-hidden-size-zero", "hidden_size", "--network", "mlp", "--hidden_size", "0")
 flags("mlp-with-layer-norm", ("network", "layer_norm"), "--network", "mlp", "--layer_norm")
@@ -633,7 +638,7 @@ CORE = {
     "hackatari-unknown-modification", "hackatari-typo-in-nested-combined-phase", "gym-bad-value",
     "range-num-envs-negative", "range-gamma-above-1", "total-timesteps-larger-than-curriculum",
     "env-bare-freeway-with-hackatari", "env-box-actions-for-impala", "flag-norm-obs-for-impala", "batched-for-gymnasium", "removed-key-env-groups",
-    "removed-flag-compile-in-config",
+    "compile-on-an-agent-without-it", "cudagraphs-without-cuda",
     "cli-unknown-flag", "cli-literal-lists-choices", "cli-misspelt-flag-suggests", "cli-switch-with-false-points-to-no",
     "env-minatar-id-without-backend",
     "output-run-name-exists", "output-runs-dir-unwritable-for-root", "save-agent-wandb-without-track",

@@ -225,9 +225,10 @@ def test_resuming_a_checkpoint_that_lacks_a_required_state_is_one_line(tmp_path,
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["compile-false", "compile-true"])
-def test_a_checkpoint_saved_with_the_removed_compile_flag_resumes(tmp_path, monkeypatch, compiled):
-    """--compile went in issue 31 (it gave the eager update to float rounding): a checkpoint whose saved args hold
-    it, at either value, resumes with the rest of its saved configuration (a config file naming it is bad input)."""
+def test_a_checkpoint_saved_with_compile_resumes_and_may_switch_it(tmp_path, monkeypatch, compiled):
+    """--compile (issue 18, gone in issue 31, back in issue 51 with --cudagraphs): a checkpoint whose saved args hold
+    it at either value and no cudagraphs key (saved before issue 31) resumes with its saved configuration, and a
+    resume may switch --compile (the same steps to float rounding)."""
     from continual.config.loading import args_to_dict
     from continual.training.startup import parse_train_args, start_run
 
@@ -239,10 +240,13 @@ def test_a_checkpoint_saved_with_the_removed_compile_flag_resumes(tmp_path, monk
     session.close()
     state = torch.load(path, map_location="cpu", weights_only=True)
     state["args"]["compile"] = compiled
+    del state["args"]["cudagraphs"]
     torch.save(state, path)
 
     args, curriculum, resume_state = parse_train_args(["--resume", path, "--no-progress-bar"])
-    assert args_to_dict(args) == {**saved, "resume": path} and args.seed == 7
+    assert args_to_dict(args) == {**saved, "resume": path, "compile": compiled} and args.seed == 7
+    switched, _, _ = parse_train_args(["--resume", path, "--no-progress-bar", "--no-compile" if compiled else "--compile"])
+    assert switched.compile is not compiled
     resumed = start_run(args, curriculum, resume_state, granularity=args.rollout_size())
     try:
         net2, opt2 = _net_and_opt(1)

@@ -130,6 +130,15 @@ class Args:
     """PPO/PPO_CBP: run the update's forward pass under bfloat16 autocast (weights, gradients and the optimizer stay
     float32; losses in float32). Pays off for the Nature CNN on CPUs with AVX-512 BF16/AMX and on recent GPUs
     (da56a98:bench/update_limit.py); acting stays float32"""
+    compile: bool = False
+    """PPO: compile the act step (policy forward + sampling) and the update's forward pass + loss with torch.compile
+    (the backward comes compiled with it; optimizer and clipping stay eager): the same games and weights as eager to
+    float rounding. For GPUs (LeanRL's approach, with --cudagraphs); on a 2-core CPU no faster than eager
+    (docs/benchmarks/gpu.md). Costs tens of seconds of compiling when a run starts or resumes, and a C++ compiler on CPU"""
+    cudagraphs: bool = False
+    """PPO with --compile, on CUDA: replay the compiled steps as CUDA graphs (torch.compile mode "reduce-overhead"),
+    which removes the per-kernel launch cost that dominates small networks on a GPU; needs static shapes (no --her,
+    num_envs*num_steps a multiple of num_minibatches)"""
 
     # --- network ---------------------------------------------------------------------------------------------------
     network: Literal["default", "mlp"] = "default"

@@ -154,10 +154,6 @@ def split_config(data: dict, source: str) -> tuple[dict, Curriculum]:
 REMOVED_KEYS = {
     "env_groups": (1, "stepping envs in groups did not pay on any machine measured; see docs/benchmarks/small-envs.md"),
 }
-# keys of earlier versions that a saved config (checkpoint, config.json) may hold at any value, since no value changed
-# what the run learned; a config file naming them gets the unknown-key error. compile (issue 31): torch.compile of
-# PPO's update, the eager update to float rounding, so a run saved with it resumes eager
-IGNORED_SAVED_KEYS = ("compile",)
 
 
 def _config_path_from_argv(argv: Sequence[str]) -> Optional[str]:
@@ -310,12 +306,10 @@ def args_to_dict(args: Any) -> dict:
 
 
 def args_from_dict(data: dict) -> Args:
-    """Rebuild Args from a saved resolved config (a checkpoint or config.json); unknown keys are an error (but
-    IGNORED_SAVED_KEYS)."""
+    """Rebuild Args from a saved resolved config (a checkpoint or config.json); unknown keys are an error."""
     if not isinstance(data, dict):
         raise UserError(f"saved config: expected an object, got {type(data).__name__}")
-    fields, _ = split_config({k: v for k, v in data.items() if k not in ("config", "resume", *IGNORED_SAVED_KEYS)},
-                             "saved config")
+    fields, _ = split_config({k: v for k, v in data.items() if k not in ("config", "resume")}, "saved config")
     if fields.get("ewc", "none") != "none" and "ewc_fisher" not in fields:
         fields["ewc_fisher"] = "true"  # saved before --ewc_fisher existed: the run (and its EWC state) used the true Fisher
     if fields.get("nap") and "nap_project_heads" not in fields:

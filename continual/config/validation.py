@@ -4,6 +4,9 @@ env allows (its action space, a goal space for --her). Each problem is one UserE
 from __future__ import annotations
 
 import math
+import shutil
+
+import torch
 
 from continual import specs
 from continual.config.args import Args
@@ -122,6 +125,7 @@ def validate_args(args: Args) -> None:
             raise UserError(f"vector_env: {blocked}")
     if args.bf16:
         require(args, specs.BF16, "bf16")
+    validate_compile_args(args)
     validate_her_args(args)
     validate_ewc_args(args)
     validate_plasticity_args(args)
@@ -129,6 +133,26 @@ def validate_args(args: Args) -> None:
     validate_pnc_args(args)
     # builds the env once: Box actions need PPO, no HER, no C-CHAIN
     validate_action_space(args.architecture, args.backend, args.env_id, args.her, args.c_chain)
+
+
+def validate_compile_args(args: Args) -> None:
+    """--compile / --cudagraphs (continual/training/accel.py): the agent compiles its steps; CUDA graphs need a GPU and
+    shapes that stay the same from one update to the next."""
+    if args.cudagraphs and not args.compile:
+        raise UserError("cudagraphs: replays the steps that --compile compiles; add --compile")
+    if not args.compile:
+        return
+    require(args, specs.COMPILE, "compile")  # not PPO_CBP: its unit tracking hooks modules a graph would skip
+    if args.cudagraphs and args.her:  # relabelled samples change the minibatch size every update
+        raise UserError("cudagraphs: needs static shapes; --her changes the minibatch size every update")
+    if args.cudagraphs and args.rollout_size() % args.num_minibatches:
+        raise UserError(f"cudagraphs: needs static shapes; num_envs*num_steps={args.rollout_size()} is not a multiple "
+                        f"of num_minibatches={args.num_minibatches} (the last minibatch would be smaller)")
+    on_cuda = args.cuda and torch.cuda.is_available()
+    if args.cudagraphs and not on_cuda:
+        raise UserError("cudagraphs: needs a CUDA device (none available, or --no-cuda)")
+    if not on_cuda and not (shutil.which("c++") or shutil.which("g++")):
+        raise UserError("compile: torch.compile on a CPU needs a C++ compiler (c++ or g++ on PATH); none found")
 
 
 def validate_network_args(args: Args) -> None:

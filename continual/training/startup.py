@@ -40,7 +40,9 @@ RESUME_OVERRIDABLE = {"resume", "verbose", "total_timesteps", "progress_bar", "t
                       "eval_every", "eval_at_switches", "eval_final_only", "eval_episodes", "eval_modifs", "eval_greedy", "eval_num_envs",
                       "eval_seed", "eval_reseed", "eval_max_episode_steps", "eval_background", "metrics", "plots",
                       # where IMPALA's actors run (a run resumed on another cluster, or on one machine)
-                      "actor_backend", "ray_address", "actor_max_restarts"}
+                      "actor_backend", "ray_address", "actor_max_restarts",
+                      # the same steps to float rounding: a run may be resumed compiled, or on another device
+                      "compile", "cudagraphs"}
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, description: Optional[str] = None,

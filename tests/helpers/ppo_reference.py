@@ -48,7 +48,12 @@ def run_case(case: str, workdir: str, extra: tuple[str, ...] = (), config: dict 
                           text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
     if proc.returncode != 0:
         raise RuntimeError(f"{case} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    run_dir = os.path.join(runs, case)
+    return read_run(os.path.join(runs, case))
+
+
+def read_run(run_dir: str) -> dict:
+    """A finished run's episodes (step, env, return, length), iterations (step, TD loss: DQN) and a summary of its
+    final weights, as the references hold them."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     episodes = [[r["global_step"], r.get("env"), r["return"], r["length"]] for r in records if r["kind"] == "episode"]
