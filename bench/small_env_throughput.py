@@ -18,10 +18,12 @@ Workloads (`--workloads`):
                                                  MinAtar's CNN)
   cartpole_default                               PPO's defaults on CartPole-v1 (Gymnasium backend)
   a2c_breakout / impala_breakout                 A2C (16 envs x 5 steps) and IMPALA (2 actors) on MinAtar Breakout
+  gymnax512 / freeway64                          configs/minatar_ppo_gymnax.json at 512 envs; pixel Freeway, 64 envs
 `--base REV` runs each workload from a worktree of REV too (a workload REV cannot run is reported as such);
 `--sb3` adds Stable-Baselines3 PPO on the *_purejaxrl workloads: the same envs (our MinAtar env stack in SB3's
 DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU), with torch's default thread count
-(SB3's own default) or `--sb3_threads N`.
+(SB3's own default) or `--sb3_threads N`. `--variant NAME=FLAGS` runs each workload of this tree again with FLAGS
+added, as the kind NAME (`ours_vs_NAME` ratios), e.g. `--variant compile=--compile` (docs/benchmarks/gpu.md).
 
     python bench/small_env_throughput.py --base 0f4f8ee --sb3 --repeats 3 --json bench/results/small_env_throughput.json
 """
@@ -54,9 +56,11 @@ WORKLOADS = {
     "a2c_breakout": ["--architecture", "A2C", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_envs", "16",
                      "--num_steps", "5"],
     "impala_breakout": ["--architecture", "IMPALA", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_actors", "2"],
+    "gymnax512": ["--config", "configs/minatar_ppo_gymnax.json", "--num_envs", "512"],  # issue 51's GPU rows
+    "freeway64": ["--env_id", "ALE/Freeway-v5", "--num_envs", "64"],
 }
 BATCH = {"breakout_purejaxrl": 8192, "breakout_purejaxrl_2threads": 8192, "spaceinvaders_purejaxrl": 8192,
-         "a2c_breakout": 80}
+         "a2c_breakout": 80, "gymnax512": 65536, "freeway64": 8192}
 
 
 def steady_state(run_dir: str, warmup: int) -> dict:
@@ -81,10 +85,10 @@ def steady_state(run_dir: str, warmup: int) -> dict:
             "seconds_per_iteration": {k: common.median(v) for k, v in parts.items()}}
 
 
-def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, tag: str) -> dict:
+def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, tag: str, extra: tuple = ()) -> dict:
     batch = BATCH.get(workload, 1024)
     runs = os.path.join(tmp, "runs")
-    cmd = common.train_command([*WORKLOADS[workload], "--total_timesteps", str(batch * iterations),
+    cmd = common.train_command([*WORKLOADS[workload], *extra, "--total_timesteps", str(batch * iterations),
                                 "--checkpoint_every", "0", "--eval_every", "0"], runs, tag)
     r = common.run(cmd, cwd=tree, check=False)  # the tree measured: this one, or a worktree of --base
     if r["rc"] != 0:
@@ -138,6 +142,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=8, help="iterations per run (for A2C/IMPALA: logged iterations)")
     p.add_argument("--warmup", type=int, default=2, help="first iterations left out")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS", help="this tree with FLAGS too")
     p.add_argument("--sb3_threads", type=int, default=0, help="SB3's torch threads (0: torch's default, SB3's)")
     p.add_argument("--sb3-worker", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the results as JSON here")
@@ -152,7 +157,8 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="small_env_")
     trees = {"ours": ROOT}
     base_sha = common.revision_or_exit(p, args.base) if args.base else None
-    kinds = [(w, t) for w in args.workloads for t in [*trees, *(["base"] if base_sha else [])]]
+    variants = {name: tuple(flags.split()) for name, _, flags in (v.partition("=") for v in args.variant)}
+    kinds = [(w, t) for w in args.workloads for t in [*trees, *(["base"] if base_sha else []), *variants]]
     if args.sb3:
         kinds += [(w, "sb3") for w in args.workloads if w.endswith("_purejaxrl")]
     results: dict = {f"{w}/{t}": [] for w, t in kinds}
@@ -171,7 +177,8 @@ def main() -> None:
                     out = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
                            else {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]})
                 else:
-                    out = run_ours(trees[t], w, args.iterations, args.warmup, tmp, f"{w}_{t}_{r}")
+                    out = run_ours(trees.get(t, ROOT), w, args.iterations, args.warmup, tmp, f"{w}_{t}_{r}",
+                                   variants.get(t, ()))
                 results[f"{w}/{t}"].append(out)
                 shown = f"{out['sps']:.0f} steps/s" if "sps" in out else out["error"]
                 print(f"repeat {r + 1} {w}/{t}: {shown} (load {out['load_before']})", flush=True)
@@ -179,7 +186,7 @@ def main() -> None:
     summary, rows = {}, []
     for w in args.workloads:
         med = {}
-        for t in [*trees, "sb3"]:
+        for t in [*trees, *variants, "sb3"]:
             runs = [x for x in results.get(f"{w}/{t}", []) if "sps" in x]
             if runs:
                 parts = {k: common.median([x["seconds_per_iteration"][k] for x in runs])
@@ -207,6 +214,7 @@ def main() -> None:
     common.print_table(f"steady-state steps/s, medians of {args.repeats} round-robin repeats",
                        ["workload", "ours", "base", "ours/base", "SB3", "ours/SB3", "ours env/act/learn/other s",
                         "outside env/forward/update", "outside env/update base / ours"], rows)
+    print("\n".join(f"{k}: {v}" for k, v in summary.items() if "/ours_vs_" in k and k.split("_vs_")[1] in variants))
     info["loadavg_end"] = common.loadavg()
     info["wall_s"] = time.time() - t0
     common.write_json(args.json, {"benchmark": "small_env_throughput", "command": " ".join([sys.executable] + sys.argv),
