@@ -91,7 +91,7 @@ def test_compiled_act_and_loss_are_one_graph_each_with_the_eager_numbers():
 def test_a_compiled_run_plays_the_games_of_the_eager_run(tmp_path, monkeypatch, flags):
     """The pinned MinAtar case (Breakout then SpaceInvaders) trained in-process with --compile: the eager games
     exactly and the eager weights to float rounding, and the compiled graphs ran (dynamo's counters: two graphs, no
-    break, no recompile at the game switch). The eager run: on a CPU the pinned reference (recorded eager), with
+    break, no recompile at the game switch; with CUDA, no step skipped its CUDA graph). The eager run: on a CPU the pinned reference (recorded eager), with
     CUDA an eager run of the case on the GPU (the device check, docs/benchmarks/gpu.md). On a CPU the cudagraphs case
     runs the --cudagraphs code path (mode "reduce-overhead", a graph-tree step per call) with validation bypassed,
     and torch.compile skips the CUDA graphs themselves."""
@@ -111,8 +111,11 @@ def test_a_compiled_run_plays_the_games_of_the_eager_run(tmp_path, monkeypatch, 
         with open(os.path.join(DATA, "ppo_reference_minatar.json")) as f:
             expected = json.load(f)
     graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    skips = counters["inductor"]["cudagraph_skips"]
     ppo.main([*argv, "--run_name", "compiled", *flags])
     assert counters["stats"]["unique_graphs"] - graphs == 2 and sum(counters["graph_break"].values()) == breaks
+    if torch.cuda.is_available() and "--cudagraphs" in flags:  # recorded and replayed, not skipped (inductor warns)
+        assert counters["inductor"]["cudagraph_skips"] == skips
     got = read_run(str(tmp_path / "runs" / "compiled"))
     assert got["episodes"] == expected["episodes"] and len(got["episodes"]) > 20
     for name, w in expected["weights"].items():
