@@ -286,7 +286,7 @@ def main() -> None:
     p.add_argument("--markdown", help="write the table as markdown to this path (for bench/RESULTS.md)")
     p.add_argument("--reanalyze", metavar="JSON", help="summarise the runs of an earlier --json output again")
     # internal: one training run
-    # (any impala_a<N>: bench/gpu_throughput.py runs more actors than KINDS lists)
+    # (any impala_a<N>: a GPU machine runs more actors than KINDS lists)
     p.add_argument("--worker", type=worker_kind, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)

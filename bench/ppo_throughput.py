@@ -424,7 +424,7 @@ def main() -> None:
     p.add_argument("--learning-rate", type=float, default=2.5e-4)
     p.add_argument("--sb3-clip-range-vf", type=float, default=0.1,
                    help="SB3 value clipping (ours clips the value loss with clip_coef=0.1, as CleanRL)")
-    p.add_argument("--sb3-device", default="cpu", help="SB3's torch device (bench/gpu_throughput.py passes cuda)")
+    p.add_argument("--sb3-device", default="cpu", help="SB3's torch device (cuda on a GPU machine)")
     p.add_argument("--omp-wait-policy", choices=["PASSIVE", "ACTIVE"],
                    help="set OMP_WAIT_POLICY for every training run (diagnostic; default: unset, as in normal use)")
     p.add_argument("--quiet-below", type=float, default=None,
