@@ -37,9 +37,68 @@ def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict |
     return proc
 
 
+# warnings a fresh interpreter does not print (Python's default filters); run_main writes any other as a line
+SILENT_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def run_main(script: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`script`'s `main(argv)` (a repository script, e.g. "eval.py", "agents/ppo.py") in this process, from the
+    repository root, for tests of what a run does rather than of its process: it spares a second import of torch
+    (about 5 s of CPU a run). Returns what run_script returns, with what the process would have printed: stdout,
+    stderr, a line per warning, a traceback and exit code 1 for an uncaught exception. Torch's thread count and the
+    SIGINT/SIGTERM handlers are given back as they were. Kills, signals, faults and anything a process shows (output at
+    import time, the exit status a shell sees) need run_script."""
+    import contextlib
+    import io
+    import signal
+    import traceback
+    import warnings
+
+    import torch
+
+    module = importlib.import_module(os.path.splitext(script)[0].replace("/", "."))
+    out, err = io.StringIO(), io.StringIO()
+    cwd, sys_argv, threads = os.getcwd(), sys.argv, torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def show(message, category, filename, lineno, file=None, line=None):  # in order, among the other lines
+        if not issubclass(category, SILENT_WARNINGS):
+            err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    code = 0
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.simplefilter("default")  # once per place, as in a fresh process
+        warnings.showwarning = show
+        os.chdir(ROOT)
+        sys.argv = [script, *argv]
+        try:
+            module.main(list(argv))
+        except SystemExit as e:  # as the interpreter reports it
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os.chdir(cwd)
+            sys.argv = sys_argv
+            torch.set_num_threads(threads)
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+    proc = subprocess.CompletedProcess([script, *argv], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"{script} {list(argv)} exited {code} (in-process)\nstdout:\n{proc.stdout[-3000:]}\n"
+                             f"stderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
 def exit_2(main, argv: list[str], capsys) -> tuple[str, str]:
     """A script's `main(argv)` on bad input, in-process (no second torch import): it exits with code 2; returns
-    (stdout, stderr) for the caller to check its one line. tests/test_bad_input.py runs the scripts themselves."""
+    (stdout, stderr) for the caller to check its one line. tests/test_bad_input.py runs whole scripts (run_main, a few
+    as subprocesses)."""
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     out, err = capsys.readouterr()

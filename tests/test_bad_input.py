@@ -1,18 +1,21 @@
-"""Malformed input never gives a traceback: each case runs the real scripts as subprocesses.
+"""Malformed input never gives a traceback.
 
 Every case must exit with code 2, print exactly one non-empty stderr line starting with "error:" that names the
 offending field or token (and at most 3 lines in all, stdout included: nothing is printed before the input is
 validated), print no "Traceback", and leave the runs directory (and any run directory or evaluation
 output it points at) exactly as it was.
 
-The cases run in a pool of two threads (one subprocess each); a tiny real CartPole training run makes one valid
+Most cases call the script's `main(argv)` in this process, through `run_main` in tests/conftest.py (stdout and
+stderr captured; a warning counts as a line, an uncaught exception as a traceback), which spares each a second
+import of torch. The cases in SUBPROCESS run the real scripts as subprocesses: one of each script (the training example,
+agents/ppo.py, eval.py) and of each kind of input (a config file, a flag, a checkpoint), for what only a process
+shows: output at import time and the exit status a shell sees. A tiny real CartPole training run makes one valid
 checkpoint per module for the --resume and eval.py cases. A case that depends on something this machine cannot
 provide (a read-only directory when running as root) is skipped with the reason.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import dataclasses
 import datetime
@@ -24,17 +27,17 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
 
+from conftest import run_main
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN = "continual_training_example.py"
 EVAL = "eval.py"
-CASE_TIMEOUT_S = 60
-WORKERS = 2
+CASE_TIMEOUT_S = 60  # a subprocess case
 
 # --------------------------------------------------------------------------------------------------------------------
 # case model
@@ -648,6 +651,10 @@ CORE = {
     "eval-weights-do-not-fit-env",
 }
 assert CORE <= {c.id for c in CASES}, sorted(CORE - {c.id for c in CASES})
+# run as real subprocesses (the rest in-process): each script once, a config file, a flag, a checkpoint
+SUBPROCESS = {"json-invalid-syntax", "cli-unknown-flag", "resume-truncated-checkpoint",
+              "resume-impala-run-with-the-ppo-file", "eval-missing-checkpoint"}
+assert SUBPROCESS <= CORE, sorted(SUBPROCESS - CORE)
 for _c in CASES:
     _c.slow = _c.id not in CORE
 
@@ -694,11 +701,23 @@ def snapshot(folder: Path, files_only: bool = False) -> dict[str, tuple[int, int
     return out
 
 
+def run_as_process(script: str, argv: list[str]) -> tuple[Optional[int], str, str, bool]:
+    """`python script argv` from the repository root: (exit code, stdout, stderr, timed out)."""
+    try:
+        proc = subprocess.run([sys.executable, script, *argv], cwd=REPO_ROOT, env=subprocess_env(),
+                              capture_output=True, text=True, timeout=CASE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        return proc.returncode, proc.stdout, proc.stderr, False
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return None, out, err, True
+
+
 def make_checkpoint(base: Path) -> Path:
     runs = base / "runs"
-    cmd = [sys.executable, TRAIN, "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
-           "--num_steps", "32", "--total_timesteps", "128", "--no-progress-bar", "--no-cuda", "--runs_dir", str(runs)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    argv = ["--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2", "--num_steps", "32",
+            "--total_timesteps", "128", "--no-progress-bar", "--no-cuda", "--runs_dir", str(runs)]
+    proc = run_main(TRAIN, *argv, check=False)
     found = sorted(glob.glob(str(runs / "*" / "checkpoints" / "*.cleanrl_model")))
     if proc.returncode != 0 or len(found) != 1:
         raise RuntimeError(f"could not make the shared checkpoint (exit {proc.returncode}, found {found}):\n"
@@ -707,24 +726,17 @@ def make_checkpoint(base: Path) -> Path:
 
 
 class Runner:
-    def __init__(self, base: Path, cases: list[Case]):
-        self.base = base
-        self._ckpt_future: concurrent.futures.Future = concurrent.futures.Future()
-        if any(c.needs_checkpoint for c in cases):
-            threading.Thread(target=self._make_checkpoint, daemon=True).start()
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
-        # cases that wait for the checkpoint go last, so both workers are busy while it trains
-        ordered = sorted(cases, key=lambda c: c.needs_checkpoint)
-        self.futures = {c.id: self.pool.submit(self.run_case, c) for c in ordered}
+    """Runs one case at a time (in this process, or as a subprocess for those in SUBPROCESS); the shared checkpoint
+    is trained on the first case that needs it."""
 
-    def _make_checkpoint(self) -> None:
-        try:
-            self._ckpt_future.set_result(make_checkpoint(self.base / "_checkpoint"))
-        except BaseException as e:  # reported by every case that needs it
-            self._ckpt_future.set_exception(e)
+    def __init__(self, base: Path):
+        self.base = base
+        self._checkpoint: Optional[Path] = None
 
     def checkpoint(self) -> Path:
-        return self._ckpt_future.result(timeout=300)
+        if self._checkpoint is None:
+            self._checkpoint = make_checkpoint(self.base / "_checkpoint")
+        return self._checkpoint
 
     def run_case(self, c: Case) -> Result:
         case_dir = self.base / c.id
@@ -739,34 +751,26 @@ class Runner:
             argv = ["--runs_dir", str(runs_dir), *argv]
         watched = [runs_dir, *ctx.watch]
         before = {str(w): snapshot(w, c.files_only) for w in watched}
-        cmd = [sys.executable, c.script, *argv]
+        timed_out = False
         try:
-            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True,
-                                  timeout=CASE_TIMEOUT_S, stdin=subprocess.DEVNULL)
-            rc, out, err, timed_out = proc.returncode, proc.stdout, proc.stderr, False
-        except subprocess.TimeoutExpired as e:
-            rc, timed_out = None, True
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            if c.id in SUBPROCESS:
+                rc, out, err, timed_out = run_as_process(c.script, argv)
+            else:
+                proc = run_main(c.script, *argv, check=False)
+                rc, out, err = proc.returncode, proc.stdout, proc.stderr
         finally:
             for w in ctx.case_dir.rglob("*"):  # make read-only test folders removable again
                 if w.is_dir() and not os.access(w, os.W_OK):
                     w.chmod(stat.S_IRWXU)
         changed = [w for w in before if snapshot(Path(w), c.files_only) != before[w]]
-        return Result(cmd, rc, out, err, changed, timed_out=timed_out)
+        how = "python" if c.id in SUBPROCESS else "in-process main():"
+        return Result([how, c.script, *argv], rc, out, err, changed, timed_out=timed_out)
 
 
 @pytest.fixture(scope="module")
-def bad_input_results(request, tmp_path_factory):
-    """Runs the selected cases (only those; `-k` works) two at a time; maps case id -> Future[Result]."""
-    selected: list[Case] = []
-    for item in request.session.items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and item.module is request.module and "case" in callspec.params:
-            selected.append(callspec.params["case"])
-    runner = Runner(tmp_path_factory.mktemp("bad_input"), selected)
-    yield runner.futures
-    runner.pool.shutdown(wait=True, cancel_futures=True)
+def bad_input_runner(tmp_path_factory):
+    """One runner for the module: the cases that need a checkpoint share one training run."""
+    return Runner(tmp_path_factory.mktemp("bad_input"))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -776,8 +780,8 @@ def bad_input_results(request, tmp_path_factory):
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
                                   for c in CASES])
-def test_bad_input(case: Case, bad_input_results):
-    result: Result = bad_input_results[case.id].result(timeout=CASE_TIMEOUT_S * len(CASES) + 600)
+def test_bad_input(case: Case, bad_input_runner):
+    result = bad_input_runner.run_case(case)
     if result.skip:
         pytest.skip(result.skip)
     info = result.describe()
