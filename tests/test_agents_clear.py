@@ -24,7 +24,7 @@ import torch
 import continual_training_example
 import eval as eval_script
 from agents import clear, impala
-from conftest import exit_2, run_script, write_config
+from conftest import exit_2, run_main, write_config
 from continual.config.args import Args
 from continual.training.checkpoint import load_checkpoint, save_checkpoint
 from continual.training.session import StateRegistry
@@ -298,8 +298,8 @@ def test_resume_from_a_switch_checkpoint_keeps_the_schedule_and_the_buffer(tmp_p
     cfg = write_config(tmp_path, SWITCHING, "cfg.json")
     runs = str(tmp_path / "runs")
     full = os.path.join(runs, "full")
-    run_script("continual_training_example.py", "--architecture", "CLEAR", "--config", str(cfg), "--runs_dir", runs,
-               "--run_name", "full", "--save_agent_with_switch", "--checkpoint_minutes", "0", "--no-progress-bar")
+    run_main("continual_training_example.py", "--architecture", "CLEAR", "--config", str(cfg), "--runs_dir", runs,
+             "--run_name", "full", "--save_agent_with_switch", "--checkpoint_minutes", "0", "--no-progress-bar")
     switch = glob.glob(os.path.join(full, "checkpoints", "switch__*step800.cleanrl_model"))
     assert len(switch) == 1
     cut = os.path.join(runs, "cut")
@@ -307,8 +307,8 @@ def test_resume_from_a_switch_checkpoint_keeps_the_schedule_and_the_buffer(tmp_p
     for f in glob.glob(os.path.join(cut, "checkpoints", "*")):
         if "step800" not in f:
             os.unlink(f)
-    run_script("continual_training_example.py", "--resume", os.path.join(cut, "checkpoints",
-                                                                       os.path.basename(switch[0])), "--no-progress-bar")
+    run_main("continual_training_example.py", "--resume", os.path.join(cut, "checkpoints",
+                                                                     os.path.basename(switch[0])), "--no-progress-bar")
 
     def schedule(run):
         recs = read_metrics(os.path.join(run, "metrics.jsonl"))

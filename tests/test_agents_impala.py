@@ -19,7 +19,7 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from conftest import ROOT, run_script, write_config
+from conftest import ROOT, run_main, run_script, write_config
 from continual.config.loading import args_from_dict
 from continual.testing.processes import alive, descendants
 from continual.training.checkpoint import load_checkpoint
@@ -111,11 +111,11 @@ def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
     })
     runs = str(tmp_path / "runs")
     run_dir = os.path.join(runs, "fw")
-    first = run_script("continual_training_example.py", "--architecture", "IMPALA", "--config", cfg, "--runs_dir", runs,
-                       "--run_name", "fw", "--save_agent_with_switch", "--total_timesteps", "320", "--no-progress-bar")
+    first = run_main("continual_training_example.py", "--architecture", "IMPALA", "--config", cfg, "--runs_dir", runs,
+                     "--run_name", "fw", "--save_agent_with_switch", "--total_timesteps", "320", "--no-progress-bar")
     assert "2 actors x 1 envs, 32 steps per update" in first.stdout
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "final__step320.cleanrl_model"))
-    run_script("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "800", "--no-progress-bar")
+    run_main("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "800", "--no-progress-bar")
 
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     assert [r["global_step"] for r in records if r["kind"] == "iteration"] == list(range(32, 801, 32))
@@ -140,8 +140,8 @@ def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
     assert len(state["reward_scalers"]) == 2 and "optimizer" in state
 
     out = str(tmp_path / "fw_eval")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "all_green_cars", "--eval_episodes", "2",
-               "--num_envs", "2", "--eval_max_episode_steps", "100", "--output", out)
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "", "all_green_cars", "--eval_episodes", "2",
+             "--num_envs", "2", "--eval_max_episode_steps", "100", "--output", out)
     result = json.load(open(out + ".json"))
     assert result["architecture"] == "IMPALA" and result["global_step"] == 800
     assert [r["modification"] for r in result["results"]] == ["", "all_green_cars"]
@@ -334,7 +334,7 @@ def test_ctrl_c_on_the_process_group_checkpoints_and_resume_finishes(tmp_path):
     state, _ = load_policy(interrupted[0])
     assert 0 < state["global_step"] < total
 
-    run_script("agents/impala.py", "--resume", run_dir, "--no-progress-bar")
+    run_main("agents/impala.py", "--resume", run_dir, "--no-progress-bar")
     steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
     assert steps == list(range(80, total + 1, 80))
     assert os.path.exists(os.path.join(run_dir, "checkpoints", f"final__step{total}.cleanrl_model"))
@@ -371,8 +371,8 @@ def test_impala_learns_cartpole(tmp_path):
     cfg.pop("modification_factory_kwargs")
     path = write_config(tmp_path, cfg)
     runs = str(tmp_path / "runs")
-    run_script("agents/impala.py", "--config", path, "--total_timesteps", "200000", "--seed", "1", "--runs_dir", runs,
-               "--run_name", "learn", "--no-progress-bar")
+    run_main("agents/impala.py", "--config", path, "--total_timesteps", "200000", "--seed", "1", "--runs_dir", runs,
+             "--run_name", "learn", "--no-progress-bar")
     records = read_metrics(os.path.join(runs, "learn", "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     assert np.mean(returns[-20:]) >= 400, returns[-20:]
@@ -384,9 +384,9 @@ def test_impala_continual_evaluation(tmp_path):
     import csv
 
     runs = str(tmp_path / "runs")
-    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
-               "--total_timesteps", "12000", "--eval_every", "4000", "--eval_episodes", "2", "--seed", "3",
-               "--runs_dir", runs, "--run_name", "ev", "--no-progress-bar", "--no-metrics")
+    run_main("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+             "--total_timesteps", "12000", "--eval_every", "4000", "--eval_episodes", "2", "--seed", "3",
+             "--runs_dir", runs, "--run_name", "ev", "--no-progress-bar", "--no-metrics")
     run = os.path.join(runs, "ev")
     rows = list(csv.DictReader(open(os.path.join(run, "eval_table.csv"))))
     steps = sorted({int(r["step"]) for r in rows})
@@ -407,16 +407,16 @@ def test_impala_with_plasticity_injection_runs_checkpoints_and_evaluates(tmp_pat
     import torch
 
     runs = str(tmp_path / "runs")
-    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
-               "--total_timesteps", "6000", "--plasticity_injection", "every", "--injection_every", "2000", "--redo",
-               "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init", "--seed", "3",
-               "--runs_dir", runs, "--run_name", "pi", "--no-progress-bar", "--no-metrics")
+    run_main("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+             "--total_timesteps", "6000", "--plasticity_injection", "every", "--injection_every", "2000", "--redo",
+             "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init", "--seed", "3",
+             "--runs_dir", runs, "--run_name", "pi", "--no-progress-bar", "--no-metrics")
     run = os.path.join(runs, "pi")
     state = torch.load(glob.glob(os.path.join(run, "checkpoints", "final__*.cleanrl_model"))[0], weights_only=True)
     n = state["plasticity_methods"]["inject_count"]
     assert n >= 2 and "actor." + "old." * (n - 1) + "new.weight" in state["model"]
-    proc = run_script("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
-                      str(tmp_path / "ev.csv"))
+    proc = run_main("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
+                    str(tmp_path / "ev.csv"))
     assert proc.returncode == 0
 
 
@@ -426,15 +426,15 @@ def test_impala_with_plasticity_methods_runs_checkpoints_and_evaluates(tmp_path)
     import torch
 
     runs = str(tmp_path / "runs")
-    run_script("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
-               "--total_timesteps", "6000", "--redo", "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init",
-               "--parseval", "--nap", "--reset_layers", "1", "--reset_every", "3000", "--seed", "3",
-               "--runs_dir", runs, "--run_name", "pl", "--no-progress-bar", "--no-metrics")
+    run_main("agents/impala.py", "--config", os.path.join(ROOT, "configs", "impala_cartpole.json"),
+             "--total_timesteps", "6000", "--redo", "--redo_every", "1000", "--redo_tau", "0.5", "--l2_init",
+             "--parseval", "--nap", "--reset_layers", "1", "--reset_every", "3000", "--seed", "3",
+             "--runs_dir", runs, "--run_name", "pl", "--no-progress-bar", "--no-metrics")
     run = os.path.join(runs, "pl")
     final = glob.glob(os.path.join(run, "checkpoints", "final__*.cleanrl_model"))
     state = torch.load(final[0], weights_only=True)
     assert state["plasticity_methods"]["redo_count"] >= 5 and state["plasticity_methods"]["reset_count"] == 2
     assert len(state["plasticity_methods"]["nap_norms"]) > 0 and "network.2.weight" in state["model"]  # LayerNorm
-    proc = run_script("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
-                      str(tmp_path / "ev.csv"))
+    proc = run_main("eval.py", "--agent_path", run, "--modifs", "", "--eval_episodes", "1", "--output",
+                    str(tmp_path / "ev.csv"))
     assert proc.returncode == 0

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import continual_training_example
 import eval as eval_script
 from agents import pnc
-from conftest import exit_2, run_script, write_config
+from conftest import exit_2, run_main, run_script, write_config
 from continual.config.args import Args
 from continual.curricula import make_run_factory
 from continual.evaluation.table import read_eval_table
@@ -403,8 +403,8 @@ def test_resume_continues_the_uninterrupted_records(full_run, start):
     tmp, run_dir = full_run
     copy = str(tmp / f"resumed_{start}")
     shutil.copytree(run_dir, copy)
-    run_script("continual_training_example.py", "--resume", os.path.join(copy, "checkpoints", start + ".cleanrl_model"),
-               "--no-progress-bar")
+    run_main("continual_training_example.py", "--resume", os.path.join(copy, "checkpoints", start + ".cleanrl_model"),
+             "--no-progress-bar")
 
     def view(d):
         recs = read_metrics(os.path.join(d, "metrics.jsonl"))
@@ -425,8 +425,8 @@ def test_resume_continues_the_uninterrupted_records(full_run, start):
 def test_eval_py_plays_the_knowledge_base(full_run):
     tmp, run_dir = full_run
     out = str(tmp / "eval_out")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "gravity=15", "--eval_episodes", "2",
-               "--num_envs", "2", "--output", out)
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "", "gravity=15", "--eval_episodes", "2",
+             "--num_envs", "2", "--output", out)
     result = json.load(open(out + ".json"))
     assert result["architecture"] == "PNC" and result["global_step"] == 1024
     assert [r["episodes"] for r in result["results"]] == [2, 2]

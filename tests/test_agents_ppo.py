@@ -1,4 +1,5 @@
-"""Continual PPO end to end: subprocess smoke runs, run directory, checkpoints, resume, eval.py, W&B offline."""
+"""Continual PPO end to end: smoke runs (in-process; as subprocesses where the process matters: signals, W&B),
+run directory, checkpoints, resume, eval.py, W&B offline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, assert_resume_matches, run_script, write_config
+from conftest import ROOT, assert_resume_matches, run_main, run_script, write_config
 from continual.training.tracking import read_metrics
 
 CARTPOLE_CURRICULUM = {
@@ -45,9 +46,9 @@ def cartpole_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cartpole")
     cfg = write_config(tmp, CARTPOLE_CURRICULUM)
     runs = str(tmp / "runs")
-    proc = run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "cp",
-                      "--save_agent_with_switch", "--checkpoint_every", "512", "--keep_checkpoints", "2",
-                      "--no-progress-bar")
+    proc = run_main("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "cp",
+                    "--save_agent_with_switch", "--checkpoint_every", "512", "--keep_checkpoints", "2",
+                    "--no-progress-bar")
     return os.path.join(runs, "cp"), proc
 
 
@@ -101,8 +102,8 @@ def test_checkpoints_at_switches_periodic_and_final(cartpole_run):
 def test_eval_prints_a_row_per_modification(cartpole_run, tmp_path):
     run_dir, _ = cartpole_run
     out = str(tmp_path / "evalout")
-    proc = run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "gravity=15", "--eval_episodes", "3",
-                      "--greedy", "--output", out)
+    proc = run_main("eval.py", "--agent_path", run_dir, "--modifs", "", "gravity=15", "--eval_episodes", "3",
+                    "--greedy", "--output", out)
     assert "(none)" in proc.stdout and "gravity=15" in proc.stdout
     result = json.load(open(out + ".json"))
     rows = {r["modification"]: r for r in result["results"]}
@@ -114,7 +115,7 @@ def test_eval_prints_a_row_per_modification(cartpole_run, tmp_path):
 def test_eval_all_regimes_evaluates_every_regime_of_the_curriculum(cartpole_run, tmp_path):
     run_dir, _ = cartpole_run
     out = str(tmp_path / "all")
-    run_script("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
+    run_main("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
     mods = {r["modification"] for r in json.load(open(out + ".json"))["results"]}
     assert mods == {"", "gravity=15", "length=0.8"}
 
@@ -127,8 +128,8 @@ def test_interrupted_run_resumes_with_the_same_schedule(tmp_path):
         "switching_thresholds": [1536, 3072, 4608]}}
     cfg = write_config(tmp_path, data)
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "full",
-               "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "full",
+             "--no-progress-bar")
 
     env = {**os.environ, "WANDB_MODE": "offline"}
     proc = subprocess.Popen([sys.executable, "continual_training_example.py", "--config", cfg, "--runs_dir", runs,
@@ -148,7 +149,7 @@ def test_interrupted_run_resumes_with_the_same_schedule(tmp_path):
     cut_step = torch.load(interrupted[0], weights_only=True)["global_step"]
     assert 0 < cut_step < 6144
 
-    run_script("continual_training_example.py", "--resume", os.path.join(runs, "cut"), "--no-progress-bar")
+    run_main("continual_training_example.py", "--resume", os.path.join(runs, "cut"), "--no-progress-bar")
 
     full = read_metrics(os.path.join(runs, "full", "metrics.jsonl"))
     cut = read_metrics(metrics)
@@ -165,7 +166,7 @@ def test_interrupted_run_resumes_with_the_same_schedule(tmp_path):
 
 def test_resume_refuses_to_change_the_run(cartpole_run):
     run_dir, _ = cartpole_run
-    proc = run_script("continual_training_example.py", "--resume", run_dir, "--learning_rate", "0.1", check=False)
+    proc = run_main("continual_training_example.py", "--resume", run_dir, "--learning_rate", "0.1", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and "learning_rate" in proc.stderr
 
@@ -173,9 +174,9 @@ def test_resume_refuses_to_change_the_run(cartpole_run):
 def test_existing_run_directory_is_never_overwritten(cartpole_run):
     run_dir, _ = cartpole_run
     before = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
-    proc = run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
-                      "--runs_dir", os.path.dirname(run_dir), "--run_name", "cp", "--total_timesteps", "2048",
-                      check=False)
+    proc = run_main("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                    "--runs_dir", os.path.dirname(run_dir), "--run_name", "cp", "--total_timesteps", "2048",
+                    check=False)
     assert proc.returncode == 2 and "already exists" in proc.stderr
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == before
 
@@ -202,8 +203,8 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
                                         "switching_thresholds": [256]},
     })
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "fw",
-               "--capture_video", "--save_agent_with_switch", "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "fw",
+             "--capture_video", "--save_agent_with_switch", "--no-progress-bar")
     run_dir = os.path.join(runs, "fw")
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"] == \
@@ -217,8 +218,8 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "switch__no_modif__step256.cleanrl_model"))
 
     out = str(tmp_path / "fw_eval")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
-               "--eval_episodes", "2", "--eval_max_episode_steps", "100", "--output", out)
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "all_green_cars", "disable_cars",
+             "--eval_episodes", "2", "--eval_max_episode_steps", "100", "--output", out)
     rows = json.load(open(out + ".json"))["results"]
     assert [r["modification"] for r in rows] == ["all_green_cars", "disable_cars"]
     assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
@@ -231,8 +232,8 @@ def test_ppo_learns_cartpole(tmp_path):
     cfg.pop("modification_factory_kwargs")
     path = write_config(tmp_path, cfg)
     runs = str(tmp_path / "runs")
-    run_script("agents/ppo.py", "--config", path, "--total_timesteps", "100000", "--seed", "1", "--runs_dir", runs,
-               "--no-progress-bar")
+    run_main("agents/ppo.py", "--config", path, "--total_timesteps", "100000", "--seed", "1", "--runs_dir", runs,
+             "--no-progress-bar")
     records = read_metrics(os.path.join(only_run_dir(runs), "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
     assert np.mean(returns[-20:]) >= 400, returns[-20:]
@@ -474,11 +475,11 @@ def test_mlp_network_trains_and_evaluates_on_minatar(tmp_path, arch):
               "--checkpoint_every", "512"]
     if arch == "IMPALA":
         common += ["--num_actors", "2", "--unroll_length", "32", "--batch_size", "4"]
-    run_script(*common)
+    (run_script if arch == "IMPALA" else run_main)(*common)  # IMPALA's actors: a process of its own
     run_dir = os.path.join(runs, "m")
     state = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final*"))[0], weights_only=False)
     assert any(k.startswith("critic_network.") for k in state["model"])
-    proc = run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "2", "--output", str(tmp_path / "e"))
+    proc = run_main("eval.py", "--agent_path", run_dir, "--eval_episodes", "2", "--output", str(tmp_path / "e"))
     assert json.load(open(str(tmp_path / "e") + ".json"))["results"][0]["episodes"] == 2
     assert proc.returncode == 0
 
@@ -507,9 +508,9 @@ def test_the_rollout_is_cleanrls_loop_without_a_her_branch():
 @pytest.mark.parametrize("arch", ["PPO", "PPO_CBP"])
 def test_adam_betas_reach_the_optimizer_and_its_checkpoint(tmp_path, arch):
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--architecture", arch, "--env_id", "CartPole-v1", "--backend",
-               "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", runs,
-               "--run_name", "b", "--no-progress-bar", "--adam_beta1", "0.99", "--adam_beta2", "0.99")
+    run_main("continual_training_example.py", "--architecture", arch, "--env_id", "CartPole-v1", "--backend",
+             "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", runs,
+             "--run_name", "b", "--no-progress-bar", "--adam_beta1", "0.99", "--adam_beta2", "0.99")
     state = torch.load(glob.glob(os.path.join(runs, "b", "checkpoints", "final*"))[0], weights_only=True)
     groups = state["optimizer"]["param_groups"]
     assert [tuple(g["betas"]) for g in groups] == [(0.99, 0.99)] * len(groups)

@@ -15,7 +15,7 @@ import torch
 
 import continual_training_example
 from agents import ppo, ppo_cbp
-from conftest import ROOT, exit_2, run_script, write_config
+from conftest import ROOT, exit_2, run_main, run_script, write_config
 from continual.config.args import Args
 from continual.envs.vector import EnvSettings, make_vector_env
 from continual.evaluation.continual import PolicyActor
@@ -176,17 +176,17 @@ PENDULUM = {
 def test_pendulum_curriculum_checkpoint_resume_and_eval(tmp_path, architecture):
     cfg = write_config(tmp_path, PENDULUM, "pendulum.json")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", str(cfg), "--architecture", architecture,
-               "--runs_dir", runs, "--run_name", "p", "--total_timesteps", "1024", "--no-progress-bar",
-               "--eval_every", "256", "--eval_episodes", "2", "--eval_modifs", "g=5", "--eval_max_episode_steps", "20")
+    run_main("continual_training_example.py", "--config", str(cfg), "--architecture", architecture,
+             "--runs_dir", runs, "--run_name", "p", "--total_timesteps", "1024", "--no-progress-bar",
+             "--eval_every", "256", "--eval_episodes", "2", "--eval_modifs", "g=5", "--eval_max_episode_steps", "20")
     run_dir = os.path.join(runs, "p")
     first = torch.load(os.path.join(run_dir, "checkpoints", "final__step1024.cleanrl_model"), weights_only=True)
     assert first["continuous"] and first["n_actions"] == 1 and "actor_logstd" in first["model"]
     assert float(first["model"]["obs_count"]) > 0
 
     # episodes last 200 steps per env: both regimes complete some before step 1024 (a resume restarts them)
-    proc = run_script("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "1280",
-                      "--no-progress-bar")
+    proc = run_main("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "1280",
+                    "--no-progress-bar")
     assert "Traceback" not in proc.stderr
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     assert [(r["global_step"], r["modification"]) for r in records if r["kind"] == "switch"] == [(512, "g=15")]
@@ -202,14 +202,14 @@ def test_pendulum_curriculum_checkpoint_resume_and_eval(tmp_path, architecture):
     assert final["modification"] == "g=15"
     assert not torch.equal(final["model"]["actor_logstd"], first["model"]["actor_logstd"])  # it trained on
     out = str(tmp_path / "evalout")
-    proc = run_script("eval.py", "--agent_path", run_dir, "--modifs", "", "g=15", "max_torque=1",
-                      "--eval_episodes", "2", "--output", out)
+    proc = run_main("eval.py", "--agent_path", run_dir, "--modifs", "", "g=15", "max_torque=1",
+                    "--eval_episodes", "2", "--output", out)
     rows = {r["modification"]: r for r in json.load(open(out + ".json"))["results"]}
     assert set(rows) == {"", "g=15", "max_torque=1"}
     assert all(r["episodes"] == 2 and r["mean_length"] == 200 and -3000 < r["mean"] <= 0 for r in rows.values())
     greedy = str(tmp_path / "greedy")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "g=15", "--eval_episodes", "2", "--greedy",
-               "--output", greedy)
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "g=15", "--eval_episodes", "2", "--greedy",
+             "--output", greedy)
     assert json.load(open(greedy + ".json"))["results"][0]["episodes"] == 2
 
 
@@ -236,10 +236,10 @@ def test_multidim_unbounded_box_learns(tmp_path):
     """Target2x2 (a 2x2 unbounded action, reward -|a - target|^2): a random policy (std 1 around 0) scores about
     8 * -(4 + 4/3) = -43 per episode; PPO must bring it near 0."""
     runs = str(tmp_path / "runs")
-    run_script("agents/ppo.py", "--env_id", "helpers.box_envs:Target2x2-v0", "--backend", "Gymnasium", "--num_envs", "4",
-               "--num_steps", "64", "--num_minibatches", "4", "--update_epochs", "10", "--learning_rate", "3e-3",
-               "--ent_coef", "0", "--reward_scaling", "none", "--clip_coef", "0.2", "--total_timesteps", "12288",
-               "--runs_dir", runs, "--run_name", "t", "--no-progress-bar", env=BOX_ENV)
+    run_main("agents/ppo.py", "--env_id", "helpers.box_envs:Target2x2-v0", "--backend", "Gymnasium", "--num_envs", "4",
+             "--num_steps", "64", "--num_minibatches", "4", "--update_epochs", "10", "--learning_rate", "3e-3",
+             "--ent_coef", "0", "--reward_scaling", "none", "--clip_coef", "0.2", "--total_timesteps", "12288",
+             "--runs_dir", runs, "--run_name", "t", "--no-progress-bar")
     episodes = [r["return"] for r in read_metrics(os.path.join(runs, "t", "metrics.jsonl")) if r["kind"] == "episode"]
     assert np.mean(episodes[:20]) < -25, episodes[:20]
     assert np.mean(episodes[-20:]) > -8, episodes[-20:]

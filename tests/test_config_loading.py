@@ -609,13 +609,13 @@ SEED_EXAMPLE = {  # the seed document's run_config.json example, verbatim
 def test_seed_example_config_reaches_its_second_phase(tmp_path):
     """The seed's example with the default 8 x 128 rollout: 2,000 steps train 2 rollouts (2,048 steps), the second
     in the second phase, and the run says how it rounded."""
-    from conftest import run_script
+    from conftest import run_main
     from continual.training.tracking import read_metrics
 
     cfg = write_config(tmp_path, SEED_EXAMPLE)
     runs = tmp_path / "runs"
-    proc = run_script("continual_training_example.py", "--config", cfg, "--runs_dir", str(runs), "--run_name", "seed",
-                      "--update_epochs", "1", "--no-progress-bar")
+    proc = run_main("continual_training_example.py", "--config", cfg, "--runs_dir", str(runs), "--run_name", "seed",
+                    "--update_epochs", "1", "--no-progress-bar")
     assert ("note: the curriculum's 2000 steps rounded up to 2048 = 2 rollouts of 1024 steps" in proc.stdout), \
         proc.stdout
     records = read_metrics(str(runs / "seed" / "metrics.jsonl"))
@@ -665,7 +665,7 @@ def test_one_config_one_schedule_under_ppo_and_impala(tmp_path, config):
 def test_ppo_and_impala_runs_switch_at_the_same_steps(tmp_path):
     """One config, trained by PPO (2 x 32-step rollouts) and IMPALA (128 steps per update): num_repetitions counts
     steps, so both see the same draws at the same steps."""
-    from conftest import run_script
+    from conftest import run_main
     from continual.training.tracking import read_metrics
 
     cfg = write_config(tmp_path, {"env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 32,
@@ -675,8 +675,8 @@ def test_ppo_and_impala_runs_switch_at_the_same_steps(tmp_path):
     runs = tmp_path / "runs"
     switches = {}
     for arch in ("PPO", "IMPALA"):
-        run_script("continual_training_example.py", "--config", cfg, "--architecture", arch, "--runs_dir", str(runs),
-                   "--run_name", arch, "--seed", "2", "--no-progress-bar")
+        run_main("continual_training_example.py", "--config", cfg, "--architecture", arch, "--runs_dir", str(runs),
+                 "--run_name", arch, "--seed", "2", "--no-progress-bar")
         switches[arch] = [(r["global_step"], r["modification"])
                           for r in read_metrics(str(runs / arch / "metrics.jsonl")) if r["kind"] == "switch"]
     factory = mf.make_factory("Random", RANDOM_STEPS, seed=2)

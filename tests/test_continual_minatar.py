@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, run_script, write_config
+from conftest import ROOT, run_main, write_config
 from continual.training.tracking import read_metrics
 
 SEQUENCE = os.path.join(ROOT, "configs", "continual_minatar.json")
@@ -43,8 +43,8 @@ AGENTS = {
 def test_every_agent_runs_continual_minatar(tmp_path, architecture):
     cfg = write_config(tmp_path, shortened(128))
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", cfg, "--architecture", architecture, "--runs_dir", runs,
-               "--run_name", "r", "--no-progress-bar", "--no-metrics", *AGENTS[architecture])
+    run_main("continual_training_example.py", "--config", cfg, "--architecture", architecture, "--runs_dir", runs,
+             "--run_name", "r", "--no-progress-bar", "--no-metrics", *AGENTS[architecture])
     run = os.path.join(runs, "r")
     recs = read_metrics(os.path.join(run, "metrics.jsonl"))
     switches = [r for r in recs if r["kind"] == "switch"]

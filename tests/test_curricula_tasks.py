@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import continual_training_example
-from conftest import exit_2, run_script, write_config
+from conftest import exit_2, run_main, write_config
 from continual.config.args import Args
 from continual.curricula import FactoryConfigError, make_factory, make_run_factory
 from continual.envs.backends import make_backend_env, task_compat
@@ -135,10 +135,10 @@ def test_minatar_sequence_trains_resumes_and_evaluates_each_task(tmp_path):
     channels + 2 task channels; eval.py evaluates the checkpoint on either task and on a game that fits."""
     config = write_config(tmp_path, sequence_config(), "seq.json")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "seq",
-               "--total_timesteps", "1024", timeout=300)
+    run_main("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "seq",
+             "--total_timesteps", "1024")
     run_dir = os.path.join(runs, "seq")
-    run_script("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "2048", timeout=300)
+    run_main("continual_training_example.py", "--resume", run_dir, "--total_timesteps", "2048")
     b, s = "env=MinAtar/Breakout", "env=MinAtar/SpaceInvaders sticky_action_prob=0"
     switches = [(r["global_step"], r["modification"]) for r in records(run_dir, "switch")]
     assert switches == [(512, s), (1024, b), (1536, s)]
@@ -154,14 +154,14 @@ def test_minatar_sequence_trains_resumes_and_evaluates_each_task(tmp_path):
     assert weights["network.0.weight"].shape[1] == 8  # input channels: SpaceInvaders' 6 (the most) + one per task
     out = str(tmp_path / "eval_out")
     agent = os.path.join(run_dir, "ppo.cleanrl_model")
-    run_script("eval.py", "--agent_path", agent, "--modifs", s, "env=MinAtar/Asterix", "--eval_episodes", "2",
-               "--output", out, "--no-progress_bar", timeout=300)  # Asterix: a game outside the sequence that fits
+    run_main("eval.py", "--agent_path", agent, "--modifs", s, "env=MinAtar/Asterix", "--eval_episodes", "2",
+             "--output", out, "--no-progress_bar")  # Asterix: a game outside the sequence that fits
     with open(out + ".json") as f:
         rows = json.load(f)["results"]
     assert [r["modification"] for r in rows] == [s, "env=MinAtar/Asterix"]
     # Seaquest's 10 channels do not fit an agent trained on 6: one line, exit 2, nothing written
-    proc = run_script("eval.py", "--agent_path", agent, "--modifs", "env=MinAtar/Seaquest", "--output",
-                      out + "2", check=False)
+    proc = run_main("eval.py", "--agent_path", agent, "--modifs", "env=MinAtar/Seaquest", "--output",
+                    out + "2", check=False)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert "MinAtar/Seaquest does not fit" in proc.stderr and not os.path.exists(out + "2.json")
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.distributions.categorical import Categorical
 
-from conftest import run_script
+from conftest import run_main
 from continual import her
 from continual.config.args import Args
 from continual.config.loading import parse_args
@@ -369,8 +369,8 @@ def test_her_with_ppo_cbp_trains_and_checkpoints_round_trip(tmp_path):
 def test_eval_reports_success_rate_and_return_for_her_agents(tmp_path):
     run_dir = train_grid(tmp_path, "evalme")
     out = str(tmp_path / "ev")
-    proc = run_script("eval.py", "--agent_path", run_dir, "--eval_episodes", "4", "--modifs", "", "slip=0.3",
-                      "--output", out, env=THREADS)
+    proc = run_main("eval.py", "--agent_path", run_dir, "--eval_episodes", "4", "--modifs", "", "slip=0.3",
+                    "--output", out)
     assert "success_rate" in proc.stdout
     result = json.load(open(out + ".json"))
     assert result["her"] == {"game_specific_goals": False, "tolerance": 0.05}

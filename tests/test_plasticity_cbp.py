@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from agents.ppo_cbp import CBPAgent
-from conftest import run_script, write_config
+from conftest import run_main, write_config
 from continual.config.args import Args
 from continual.plasticity.cbp import AdamGnT, UnitTracker, init_bound
 
@@ -367,9 +367,9 @@ CARTPOLE = {
 def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
     cfg = write_config(tmp_path, CARTPOLE, "c.json")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
-               "--replacement_rate", "0.01", "--maturity_threshold", "5", "--shrink_and_perturb",
-               "--diagnostics_every", "512", "--runs_dir", runs, "--run_name", "cbp", "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
+             "--replacement_rate", "0.01", "--maturity_threshold", "5", "--shrink_and_perturb",
+             "--diagnostics_every", "512", "--runs_dir", runs, "--run_name", "cbp", "--no-progress-bar")
     run_dir = os.path.join(runs, "cbp")
     ckpt = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final__*"))[0], weights_only=True)
     assert ckpt["architecture"] == "PPO_CBP"
@@ -380,7 +380,7 @@ def test_ppo_cbp_cartpole_smoke_with_shrink_and_perturb_and_eval(tmp_path):
     assert plast[-1]["plasticity/replaced/layer0"] > 0
     assert "plasticity/dormant_fraction/layer1" in plast[-1] and "plasticity/effective_rank" in plast[-1]
     out = str(tmp_path / "ev")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "2", "--output", out)
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "2", "--output", out)
     assert json.load(open(out + ".json"))["architecture"] == "PPO_CBP"
 
 
@@ -391,9 +391,9 @@ def test_ppo_cbp_freeway_smoke(tmp_path):
         "modification_factory_kwargs": {"num_total_steps": 256, "modifications": ["", "all_green_cars"],
                                         "switching_thresholds": [128]}}, "f.json")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
-               "--replacement_rate", "0.05", "--maturity_threshold", "1", "--shrink_and_perturb", "--runs_dir", runs,
-               "--run_name", "fw", "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", str(cfg), "--architecture", "PPO_CBP",
+             "--replacement_rate", "0.05", "--maturity_threshold", "1", "--shrink_and_perturb", "--runs_dir", runs,
+             "--run_name", "fw", "--no-progress-bar")
     ckpt = torch.load(glob.glob(os.path.join(runs, "fw", "checkpoints", "final__*"))[0], weights_only=True)
     replaced = [int(ckpt["model"][f"cbp.trackers.{i}.replaced"]) for i in range(4)]
     assert len(replaced) == 4 and sum(replaced) > 0

@@ -202,11 +202,11 @@ def test_idle_remedies_name_what_did_nothing():
 
 
 def test_a_ppo_cbp_run_that_replaced_nothing_says_so_in_one_line(tmp_path):
-    from conftest import run_script
+    from conftest import run_main
 
-    proc = run_script("continual_training_example.py", "--architecture", "PPO_CBP", "--env_id", "CartPole-v1",
-                      "--backend", "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "128",
-                      "--shrink_and_perturb", "--runs_dir", str(tmp_path), "--no-progress-bar")
+    proc = run_main("continual_training_example.py", "--architecture", "PPO_CBP", "--env_id", "CartPole-v1",
+                    "--backend", "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "128",
+                    "--shrink_and_perturb", "--runs_dir", str(tmp_path), "--no-progress-bar")
     notes = [ln for ln in proc.stdout.splitlines() if ln.startswith("note: ")]
     assert len(notes) == 2 and notes[0].startswith("note: CBP replaced 0 units in 16 optimizer updates"), notes  # 4 epochs x 4
     assert "--shrink_and_perturb did nothing" in notes[1]

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from agents import ppo
-from conftest import exit_2, run_script, write_config
+from conftest import exit_2, run_main, run_script, write_config
 from continual.config.args import Args
 from continual.config.validation import validate_ewc_args
 from continual.errors import UserError
@@ -297,8 +297,8 @@ def _ewc_state(run_dir: str, name: str) -> dict:
 def test_ppo_cartpole_gravity_switch_penalty_and_switch_checkpoint_resume(tmp_path):
     cfg = write_config(tmp_path, CARTPOLE, "cfg.json")
     runs = tmp_path / "runs"
-    run_script("agents/ppo.py", "--config", str(cfg), "--runs_dir", str(runs), "--run_name", "full", "--ewc", "ewc",
-               "--ewc_lambda", "1000", "--save_agent_with_switch", "--no-progress-bar")
+    run_main("agents/ppo.py", "--config", str(cfg), "--runs_dir", str(runs), "--run_name", "full", "--ewc", "ewc",
+             "--ewc_lambda", "1000", "--save_agent_with_switch", "--no-progress-bar")
     full = str(runs / "full")
     records = [r for r in read_metrics(os.path.join(full, "metrics.jsonl")) if r["kind"] == "iteration"]
     penalty = {r["global_step"]: r["losses/ewc_penalty"] for r in records}
@@ -314,7 +314,7 @@ def test_ppo_cartpole_gravity_switch_penalty_and_switch_checkpoint_resume(tmp_pa
 
     # resume the switch checkpoint (in a copy of the run): the switch is redone, not consolidated again
     shutil.copytree(full, runs / "resumed")
-    run_script("agents/ppo.py", "--resume", str(runs / "resumed" / "checkpoints" / switch_ckpt), "--no-progress-bar")
+    run_main("agents/ppo.py", "--resume", str(runs / "resumed" / "checkpoints" / switch_ckpt), "--no-progress-bar")
     resumed = _ewc_state(str(runs / "resumed"), "final__step1024.cleanrl_model")
     assert resumed["consolidated"] == 1 and len(resumed["anchors"]) == 1
     for part in (1, 2):  # theta* and F of the anchor: bit-identical to the uninterrupted run's

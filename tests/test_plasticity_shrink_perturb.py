@@ -9,7 +9,7 @@ import os
 import torch
 import torch.nn as nn
 
-from conftest import run_script, write_config
+from conftest import run_main, write_config
 from continual.plasticity.shrink_perturb import reset_optimizer_state, shrink_and_perturb
 
 
@@ -48,8 +48,8 @@ def test_shrink_and_perturb_changes_weights_only_at_switches(tmp_path):
     runs = str(tmp_path / "runs")
     finals = {}
     for name, extra in (("plain", []), ("sp", ["--shrink_and_perturb"])):
-        run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", name,
-                   "--no-progress-bar", *extra)
+        run_main("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", name,
+                 "--no-progress-bar", *extra)
         finals[name] = torch.load(glob.glob(os.path.join(runs, name, "checkpoints", "final__*"))[0],
                                   weights_only=True)["model"]
     for k in finals["plain"]:

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from conftest import run_script, write_config
+from conftest import run_main, write_config
 
 CURRICULUM = {
     "env_id": "CartPole-v1", "backend": "Gymnasium", "num_envs": 2, "num_steps": 64, "update_epochs": 1,
@@ -29,8 +29,8 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seed_eval")
     cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs = str(tmp / "runs")
-    proc = run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "cp",
-                      "--exp_name", "ppo_cartpole", "--no-progress-bar")
+    proc = run_main("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "cp",
+                    "--exp_name", "ppo_cartpole", "--no-progress-bar")
     return os.path.join(runs, "cp"), proc
 
 
@@ -57,8 +57,8 @@ def test_final_policy_is_a_cleanrl_state_dict(run):
 def test_eval_takes_the_final_policy_file_and_defaults_to_the_unmodified_game(run, tmp_path):
     run_dir, _ = run
     out = str(tmp_path / "plain")
-    proc = run_script("eval.py", "--agent_path", os.path.join(run_dir, "ppo_cartpole.cleanrl_model"),
-                      "--eval_episodes", "3", "--output", out)
+    proc = run_main("eval.py", "--agent_path", os.path.join(run_dir, "ppo_cartpole.cleanrl_model"),
+                    "--eval_episodes", "3", "--output", out)
     result = json.load(open(out + ".json"))
     assert [r["modification"] for r in result["results"]] == [""]  # the seed's default: no modification
     assert result["results"][0]["episodes"] == 3 and result["global_step"] == 512
@@ -70,12 +70,12 @@ def test_eval_takes_the_final_policy_file_and_defaults_to_the_unmodified_game(ru
 def test_eval_all_regimes_is_explicit(run, tmp_path):
     run_dir, _ = run
     out = str(tmp_path / "all")
-    proc = run_script("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
+    proc = run_main("eval.py", "--agent_path", run_dir, "--all_regimes", "--eval_episodes", "1", "--output", out)
     assert [r["modification"] for r in json.load(open(out + ".json"))["results"]] == ["", "gravity=15", "length=0.8"]
     assert "3/3" in proc.stderr
     out = str(tmp_path / "mod")
-    run_script("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "1", "--output", out,
-               "--no-progress-bar")
+    run_main("eval.py", "--agent_path", run_dir, "--modifs", "gravity=15", "--eval_episodes", "1", "--output", out,
+             "--no-progress-bar")
     assert [r["modification"] for r in json.load(open(out + ".json"))["results"]] == ["gravity=15"]
 
 
@@ -88,7 +88,7 @@ def test_eval_all_regimes_is_explicit(run, tmp_path):
 def test_eval_training_flag_mismatch_is_one_line(run, tmp_path, flags, message):
     run_dir, _ = run
     out = tmp_path / "never"
-    proc = run_script("eval.py", "--agent_path", run_dir, *flags, "--output", str(out), check=False)
+    proc = run_main("eval.py", "--agent_path", run_dir, *flags, "--output", str(out), check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith(message) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == "" and not os.path.exists(str(out) + ".json")
@@ -97,8 +97,8 @@ def test_eval_training_flag_mismatch_is_one_line(run, tmp_path, flags, message):
 def test_eval_matching_training_flags_are_accepted(run, tmp_path):
     run_dir, _ = run
     out = str(tmp_path / "ok")
-    run_script("eval.py", "--agent_path", run_dir, "--no-her", "--no-game-specific-goals", "--eval_episodes", "1",
-               "--output", out, "--no-progress-bar")
+    run_main("eval.py", "--agent_path", run_dir, "--no-her", "--no-game-specific-goals", "--eval_episodes", "1",
+             "--output", out, "--no-progress-bar")
     assert json.load(open(out + ".json"))["results"][0]["episodes"] == 1
 
 
@@ -107,7 +107,7 @@ def test_final_policy_without_its_config_is_a_clear_error(run, tmp_path):
     lone = tmp_path / "elsewhere" / "ppo_cartpole.cleanrl_model"
     lone.parent.mkdir()
     shutil.copy(os.path.join(run_dir, "ppo_cartpole.cleanrl_model"), lone)
-    proc = run_script("eval.py", "--agent_path", str(lone), check=False)
+    proc = run_main("eval.py", "--agent_path", str(lone), check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "plain state_dict" in proc.stderr and "config.json" in proc.stderr
 
@@ -117,19 +117,19 @@ def test_eval_plays_whole_games_whatever_the_training_cap(tmp_path):
     whole games (~2,050 agent steps) unless --eval_max_episode_steps asks for a cap; every row says which."""
     pytest.importorskip("hackatari")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--env_id", "ALE/Freeway-v5", "--backend", "HackAtari",
-               "--num_envs", "1", "--num_steps", "32", "--num_minibatches", "1", "--update_epochs", "1",
-               "--total_timesteps", "32", "--max_episode_steps", "512", "--runs_dir", runs, "--run_name", "fw",
-               "--no-progress-bar")
+    run_main("continual_training_example.py", "--env_id", "ALE/Freeway-v5", "--backend", "HackAtari",
+             "--num_envs", "1", "--num_steps", "32", "--num_minibatches", "1", "--update_epochs", "1",
+             "--total_timesteps", "32", "--max_episode_steps", "512", "--runs_dir", runs, "--run_name", "fw",
+             "--no-progress-bar")
     agent = os.path.join(runs, "fw", "ppo.cleanrl_model")
     whole = str(tmp_path / "whole")
-    proc = run_script("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--output", whole, "--no-progress-bar")
+    proc = run_main("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--output", whole, "--no-progress-bar")
     row = json.load(open(whole + ".json"))["results"][0]
     assert row["mean_length"] > 2000 and row["max_episode_steps"] is None and row["capped"] == 0, row
     assert "games: whole games" in proc.stdout
     capped = str(tmp_path / "capped")
-    proc = run_script("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--eval_max_episode_steps", "100",
-                      "--output", capped, "--no-progress-bar")
+    proc = run_main("eval.py", "--agent_path", agent, "--eval_episodes", "1", "--eval_max_episode_steps", "100",
+                    "--output", capped, "--no-progress-bar")
     result = json.load(open(capped + ".json"))
     assert result["max_episode_steps"] == 100
     assert {k: result["results"][0][k] for k in ("mean_length", "max_episode_steps", "capped")} == \

@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, run_script, write_config
+from conftest import ROOT, run_main, run_script, write_config
 from continual.errors import UserError
 from continual.testing.processes import alive as _alive
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
@@ -73,8 +73,8 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ref")
     cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs = str(tmp / "runs")
-    run_script("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "ref",
-               "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", str(cfg), "--runs_dir", runs, "--run_name", "ref",
+             "--no-progress-bar")
     return str(cfg), _schedule(os.path.join(runs, "ref"))
 
 
@@ -103,10 +103,10 @@ def _kill_and_resume(cfg: str, runs: str, name: str, how: str, seed: int) -> dic
     if ckpts:
         state = load_checkpoint(latest_checkpoint(run_dir))
         resumed_from = state["global_step"]
-        run_script("continual_training_example.py", "--resume", run_dir, "--no-progress-bar")
+        run_main("continual_training_example.py", "--resume", run_dir, "--no-progress-bar")
     else:  # killed before the first checkpoint: nothing to resume, start again
-        run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", name + "_b",
-                   "--no-progress-bar")
+        run_main("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", name + "_b",
+                 "--no-progress-bar")
         run_dir = os.path.join(runs, name + "_b")
     assert not glob.glob(os.path.join(run_dir, "checkpoints", ".tmp-*"))
     periodic = glob.glob(os.path.join(run_dir, "checkpoints", "periodic__*"))
@@ -169,7 +169,7 @@ def test_hostile_checkpoint_is_refused_without_running_code(tmp_path, monkeypatc
         load_checkpoint(str(path))
     assert not marker.exists()
     for script in (["eval.py", "--agent_path", str(path)], ["continual_training_example.py", "--resume", str(path)]):
-        proc = run_script(*script, check=False, env={"EVIL_MARKER": str(marker)})
+        proc = run_main(*script, check=False)  # EVIL_MARKER: set above
         assert proc.returncode == 2 and proc.stderr.startswith("error:") and "refused" in proc.stderr
         assert "Traceback" not in proc.stderr
     assert not marker.exists(), "unpickling ran the attacker's code"
@@ -184,8 +184,8 @@ def test_hostile_checkpoint_is_refused_without_running_code(tmp_path, monkeypatc
 def test_broken_checkpoints_give_clear_errors(tmp_path, reference):
     cfg, _ = reference
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "ok",
-               "--total_timesteps", "512", "--no-progress-bar")
+    run_main("continual_training_example.py", "--config", cfg, "--runs_dir", runs, "--run_name", "ok",
+             "--total_timesteps", "512", "--no-progress-bar")
     good = glob.glob(os.path.join(runs, "ok", "checkpoints", "final__*"))[0]
     data = open(good, "rb").read()
     cases = {"truncated": data[: len(data) // 2], "empty": b"", "garbage": os.urandom(4096)}
@@ -202,24 +202,24 @@ def test_broken_checkpoints_give_clear_errors(tmp_path, reference):
     state["format_version"] = 1
     state["architecture"] = "SAC"
     torch.save(state, tmp_path / "sac.cleanrl_model")
-    proc = run_script("eval.py", "--agent_path", str(tmp_path / "sac.cleanrl_model"), check=False)
+    proc = run_main("eval.py", "--agent_path", str(tmp_path / "sac.cleanrl_model"), check=False)
     assert proc.returncode == 2 and "SAC" in proc.stderr
     state["architecture"] = "PPO_CBP"  # says PPO_CBP, trained as PPO: inconsistent
     torch.save(state, tmp_path / "inconsistent.cleanrl_model")
-    proc = run_script("eval.py", "--agent_path", str(tmp_path / "inconsistent.cleanrl_model"), check=False)
+    proc = run_main("eval.py", "--agent_path", str(tmp_path / "inconsistent.cleanrl_model"), check=False)
     assert proc.returncode == 2 and "inconsistent" in proc.stderr and "Traceback" not in proc.stderr
     state["args"]["architecture"] = "PPO_CBP"  # consistent, but the weights of a PPO agent lack the CBP buffers
     torch.save(state, tmp_path / "wrong.cleanrl_model")
-    proc = run_script("eval.py", "--agent_path", str(tmp_path / "wrong.cleanrl_model"), check=False)
+    proc = run_main("eval.py", "--agent_path", str(tmp_path / "wrong.cleanrl_model"), check=False)
     assert proc.returncode == 2 and "do not fit" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_nan_loss_stops_the_run_after_saving_the_last_good_checkpoint(tmp_path):
     runs = str(tmp_path / "runs")
-    proc = run_script("continual_training_example.py", "--env_id", "helpers.fault_envs:NanReward-v0", "--backend",
-                      "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "2048",
-                      "--reward_scaling", "none", "--runs_dir", runs, "--run_name", "nan", "--no-progress-bar",
-                      check=False, env={"PYTHONPATH": os.path.join(ROOT, "tests")})
+    proc = run_main("continual_training_example.py", "--env_id", "helpers.fault_envs:NanReward-v0", "--backend",
+                    "Gymnasium", "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "2048",
+                    "--reward_scaling", "none", "--runs_dir", runs, "--run_name", "nan", "--no-progress-bar",
+                    check=False)
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: non-finite") and "at step" in line and "saved" in line, line

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import continual_training_example
-from conftest import ROOT, exit_2, run_script
+from conftest import ROOT, exit_2, run_main, run_script
 from continual.config.args import Args
 from continual.config.loading import parse_args
 from continual.training.checkpoint import latest_checkpoint, load_checkpoint
@@ -404,7 +404,7 @@ def test_default_run_killed_after_a_checkpoint_resumes_with_the_same_schedule(tm
             "--checkpoint_minutes", "0.001", "--no-progress-bar"]
     killed = _kill_after_first_checkpoint(run_dir, argv, random.Random(seed), total // 1024, wait_s=900)
     assert 0 < killed["resume_step"] < total or killed["iterations_at_kill"] == total // 1024
-    run_script("continual_training_example.py", "--resume", run_dir, "--no-progress-bar", timeout=1800)
+    run_main("continual_training_example.py", "--resume", run_dir, "--no-progress-bar")
     _assert_resumed_like_uninterrupted(run_dir, total)
     # the evaluation rounds of an uninterrupted run: step 0 and the end (eval_every 18432 > the budget)
     evals = read_metrics(os.path.join(run_dir, "metrics.jsonl"))

@@ -63,11 +63,11 @@ def test_retained_memory_keeps_a_minibatch_in_the_heap_across_frees():
 # --- the start of a run: a short summary, every setting in config.json ---------------------------------------------
 
 def _cartpole(tmp, *flags: str) -> subprocess.CompletedProcess:
-    from conftest import run_script
+    from conftest import run_main
 
-    return run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
-                      "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "100", "--runs_dir",
-                      str(tmp / "runs"), "--no-progress-bar", *flags)
+    return run_main("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                    "--num_envs", "2", "--num_steps", "64", "--total_timesteps", "100", "--runs_dir",
+                    str(tmp / "runs"), "--no-progress-bar", *flags)
 
 
 def test_a_run_starts_with_a_short_summary_and_keeps_every_setting_in_config_json(tmp_path):

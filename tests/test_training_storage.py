@@ -17,7 +17,7 @@ import uuid
 import pytest
 import torch
 
-from conftest import assert_resume_matches, run_script, write_config
+from conftest import assert_resume_matches, run_main, run_script, write_config
 from continual.errors import StorageError
 from continual.io import AppendFile, read_jsonl
 from continual.training.checkpoint import load_checkpoint
@@ -46,7 +46,9 @@ def _train(runs: str, name: str, *extra: str, env: dict | None = None) -> subpro
     if not os.path.exists(cfg):
         os.makedirs(runs, exist_ok=True)
         write_config(runs, CONFIG, "cfg.json")
-    return run_script(TRAIN, "--config", cfg, "--runs_dir", runs, "--run_name", name, *extra, env=env, check=False)
+    argv = ("--config", cfg, "--runs_dir", runs, "--run_name", name, *extra)
+    # a planned fault needs a process of its own (tests/helpers/trainer_faults.py); a plain run goes in-process
+    return run_script(TRAIN, *argv, env=env, check=False) if env else run_main(TRAIN, *argv, check=False)
 
 
 def _schedule(run_dir: str) -> list[tuple[int, str]]:
@@ -116,7 +118,7 @@ def test_full_disk_stops_with_one_line_and_resume_ends_like_an_uninterrupted_run
     if moment == "final_model":
         assert os.path.basename(named) == FINAL and not os.path.exists(os.path.join(run_dir, "ppo.cleanrl_model"))
 
-    proc = run_script(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
+    proc = run_main(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _schedule(run_dir) == _schedule(reference)
     assert _iteration_steps(run_dir) == list(range(ROLLOUT, TOTAL + 1, ROLLOUT))
@@ -171,7 +173,7 @@ def test_resume_run_dir_skips_a_corrupt_newest_checkpoint(tmp_path, three, damag
     run_dir, ck = _copy(three, tmp_path)
     newest = os.path.join(ck, "periodic__step768.cleanrl_model")
     damage(newest)
-    proc = run_script(TRAIN, "--resume", run_dir, "--total_timesteps", "1024", "--no-progress-bar", check=False)
+    proc = run_main(TRAIN, "--resume", run_dir, "--total_timesteps", "1024", "--no-progress-bar", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1, proc.stderr[-3000:]
@@ -185,8 +187,8 @@ def test_resume_run_dir_skips_a_corrupt_newest_checkpoint(tmp_path, three, damag
     run_dir2, ck2 = _copy(three, tmp_path / "b")
     damage(os.path.join(ck2, "periodic__step768.cleanrl_model"))
     out = str(tmp_path / "eval" / "r")
-    proc = run_script("eval.py", "--agent_path", run_dir2, "--eval_episodes", "1", "--num_envs", "1", "--output", out,
-                      "--no-cuda", check=False)
+    proc = run_main("eval.py", "--agent_path", run_dir2, "--eval_episodes", "1", "--num_envs", "1", "--output", out,
+                    "--no-cuda", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "periodic__step512" in warnings[0], proc.stderr[-3000:]
@@ -198,7 +200,7 @@ def test_every_checkpoint_corrupt_or_a_corrupt_file_named_is_one_line_exit_2(tmp
     run_dir, ck = _copy(three, tmp_path)
     _truncate(os.path.join(ck, "periodic__step768.cleanrl_model"))
     # a corrupt file named explicitly is refused even though older ones are fine
-    proc = run_script(TRAIN, "--resume", os.path.join(ck, "periodic__step768.cleanrl_model"), check=False)
+    proc = run_main(TRAIN, "--resume", os.path.join(ck, "periodic__step768.cleanrl_model"), check=False)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "truncated" in lines[0], proc.stderr
     _garbage(os.path.join(ck, "periodic__step512.cleanrl_model"))
@@ -206,7 +208,7 @@ def test_every_checkpoint_corrupt_or_a_corrupt_file_named_is_one_line_exit_2(tmp
         pass  # empty
     before = sorted(os.listdir(ck))
     for script, argv in ((TRAIN, ["--resume", run_dir]), ("eval.py", ["--agent_path", run_dir, "--no-cuda"])):
-        proc = run_script(script, *argv, check=False)
+        proc = run_main(script, *argv, check=False)
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert lines[0].startswith("error: ") and "all 3 checkpoints are corrupt" in lines[0], lines[0]
@@ -236,8 +238,8 @@ def tmpfs(tmp_path):
 def test_a_real_full_tmpfs_then_more_space_and_resume(tmp_path, tmpfs, reference):
     cfg = write_config(tmp_path, CONFIG, "cfg.json")
     run_dir = os.path.join(tmpfs, "runs", "cut")
-    proc = run_script(TRAIN, "--config", cfg, "--runs_dir", os.path.join(tmpfs, "runs"), "--run_name", "cut",
-                      check=False)
+    proc = run_main(TRAIN, "--config", cfg, "--runs_dir", os.path.join(tmpfs, "runs"), "--run_name", "cut",
+                    check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
@@ -248,12 +250,12 @@ def test_a_real_full_tmpfs_then_more_space_and_resume(tmp_path, tmpfs, reference
     assert state["global_step"] == int(m.group(3))
     read_jsonl(os.path.join(run_dir, "metrics.jsonl"))  # no torn line
     # resumed on the still full disk: the same kind of stop (exit 1, one line), never "bad input" (exit 2)
-    proc = run_script(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
+    proc = run_main(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert proc.returncode == 1 and len(errors) == 1 and ERROR_LINE.match(errors[0]), proc.stderr[-3000:]
     assert load_checkpoint(ERROR_LINE.match(errors[0]).group(2))
     subprocess.run(["mount", "-o", "remount,size=8m", tmpfs], check=True)  # space is back
-    proc = run_script(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
+    proc = run_main(TRAIN, "--resume", run_dir, "--no-progress-bar", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _schedule(run_dir) == _schedule(reference)
     assert _iteration_steps(run_dir) == list(range(ROLLOUT, TOTAL + 1, ROLLOUT))

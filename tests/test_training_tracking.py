@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_main, run_script
 from continual.config.loading import parse_args
 from continual.errors import UserError
 
@@ -86,9 +86,9 @@ def test_effective_exp_name_in_wandb_config_json_and_checkpoints(tracked_run):
 
 def test_default_run_name_uses_the_effective_exp_name(tmp_path):
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
-               "--num_steps", "32", "--total_timesteps", "64", "--runs_dir", runs, "--architecture", "PPO_CBP",
-               "--no-progress-bar", timeout=600)
+    run_main("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+             "--num_steps", "32", "--total_timesteps", "64", "--runs_dir", runs, "--architecture", "PPO_CBP",
+             "--no-progress-bar")
     (name,) = os.listdir(runs)
     assert name.startswith("CartPole__ppo_cbp__s1__")
     assert json.load(open(os.path.join(runs, name, "config.json")))["exp_name"] == "ppo_cbp"
