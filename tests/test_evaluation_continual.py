@@ -16,7 +16,7 @@ import time
 import pytest
 
 import continual_training_example
-from conftest import ROOT, exit_2, run_script, write_config
+from conftest import ROOT, exit_2, run_main, write_config
 from continual.evaluation.continual import parse_eval_modifs
 from continual.testing.processes import alive
 from continual.training.tracking import read_metrics
@@ -37,24 +37,17 @@ FINAL_FLAGS = ["--eval_final_only", "--eval_episodes", "2", "--eval_modifs", "le
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same seeded run four times, in parallel: without evaluation, with it, with it in the background, with one
-    evaluation at the end only."""
+    """The same seeded run four times, one after the other in this process (on one torch thread, as every test
+    process runs): without evaluation, with it, with it in the background, with one evaluation at the end only."""
     tmp = tmp_path_factory.mktemp("ce")
     cfg = write_config(tmp, CURRICULUM, "cfg.json")
     runs_dir = str(tmp / "runs")
-    common = ["continual_training_example.py", "--config", str(cfg), "--runs_dir", runs_dir, "--no-progress-bar",
-              "--save_agent_with_switch", "--plots"]
+    common = ["--config", str(cfg), "--runs_dir", runs_dir, "--no-progress-bar", "--save_agent_with_switch", "--plots"]
     variants = {"plain": [], "fg": EVAL_FLAGS, "bg": EVAL_FLAGS + ["--eval_background"], "final": FINAL_FLAGS}
-    # one torch thread each: the three runs share the CPU (the same setting for all, so results are comparable)
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    procs = {name: subprocess.Popen([sys.executable, *common, "--run_name", name, *extra], cwd=ROOT, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, extra in variants.items()}
     out = {}
-    for name, p in procs.items():
-        stdout, stderr = p.communicate(timeout=600)
-        assert p.returncode == 0, f"{name}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
-        out[name] = (os.path.join(runs_dir, name), stdout)
+    for name, extra in variants.items():
+        proc = run_main("continual_training_example.py", *common, "--run_name", name, *extra)
+        out[name] = (os.path.join(runs_dir, name), proc.stdout)
     return out
 
 
@@ -213,8 +206,7 @@ def test_interrupted_background_run_stops_its_worker_and_resumes_the_table(tmp_p
     cut = max(eval_table(os.path.join(runs_dir, "cut")))[0]
     assert 0 < cut < 4608
 
-    run_script("continual_training_example.py", "--resume", os.path.join(runs_dir, "cut"), "--no-progress-bar",
-               env={"OMP_NUM_THREADS": "1"})
+    run_main("continual_training_example.py", "--resume", os.path.join(runs_dir, "cut"), "--no-progress-bar")
     table = eval_table(os.path.join(runs_dir, "cut"))  # asserts no duplicated (step, regime) rows
     steps = sorted({s for s, _ in table})
     assert steps[0] == 0 and steps[-1] == 4608 and set(range(0, 4609, 256)) <= set(steps)
@@ -253,8 +245,8 @@ def test_eval_matrix_mode(runs, tmp_path):
     ckpts = [os.path.join(run_dir, "checkpoints", n) for n in
              ("switch__gravity=9.8__step768.cleanrl_model", f"final__step{TOTAL}.cleanrl_model")]
     out = str(tmp_path / "m")
-    proc = run_script("eval.py", "--agent_path", *ckpts, "--modifs", "gravity=9.8", "gravity=5",
-                      "--eval_episodes", "2", "--greedy", "--output", out, env={"OMP_NUM_THREADS": "1"})
+    proc = run_main("eval.py", "--agent_path", *ckpts, "--modifs", "gravity=9.8", "gravity=5",
+                    "--eval_episodes", "2", "--greedy", "--output", out)
     assert "evaluation matrix" in proc.stdout
     with open(out + "_matrix.csv", newline="") as f:
         rows = list(csv.reader(f))

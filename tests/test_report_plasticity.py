@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import write_config
+from conftest import run_main, write_config
 from continual.config.args import Args
 from continual.envs.backends import minatar_permutation
 from continual.errors import UserError
@@ -545,16 +545,10 @@ def tiny_folder(tmp_path_factory):
                f"permute_obs={k} permute_actions={k} sticky_action_prob=0" for k in (1, 2, 3, 4)],
                "switching_thresholds": [2048, 4096, 6144]}}
     path = write_config(folder, cfg, "cfg.json")
-    procs = []
     for i, (method, flags) in enumerate([("PPO", []), ("PPO_SP", ["--shrink_and_perturb"])] * 2):
         seed = 1 + i // 2
-        procs.append(subprocess.Popen(
-            [sys.executable, "continual_training_example.py", "--config", str(path), "--seed", str(seed),
-             "--runs_dir", str(folder / "runs"), "--run_name", f"{i:03d}_{method}_seed={seed}", *flags],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "WANDB_MODE": "disabled"}))
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err.decode()[-2000:]
+        run_main("continual_training_example.py", "--config", str(path), "--seed", str(seed),
+                 "--runs_dir", str(folder / "runs"), "--run_name", f"{i:03d}_{method}_seed={seed}", *flags)
     return folder
 
 
