@@ -193,6 +193,7 @@ class PNC(Extension):
 
     def on_switch_start(self, event: SwitchEvent) -> None:
         self.ewc.on_switch_start(event)  # the KB consolidated on the ending task
+
     def phase(self, step: int) -> str:
         """The phase ("progress" or "compress") of the update that starts at agent step `step` (a multiple of the update)."""
         start, end = next((a, b) for a, b in self.visits if a <= step < b)
