@@ -155,7 +155,7 @@ def gym_parameters(env_id: str) -> dict[str, str]:
         finally:
             env.close()
         return {"mode": f"game mode, one of {modes}", "difficulty": f"difficulty, one of {diffs}"}
-    family = env_id.split("/")[-1].split("-")[0]
+    family = game_name(env_id)
     if family in CLASSIC_PARAMETERS:
         return dict(CLASSIC_PARAMETERS[family])
     try:
@@ -328,8 +328,7 @@ MINATAR_NUM_ACTIONS = 6  # MinAtar's full action set, the same in every game
 
 def minatar_module(env_id: str) -> str:
     """'MinAtar/Breakout' (or the gymnasium ids 'MinAtar/Breakout-v0'/'-v1') -> 'breakout'."""
-    prefix, _, name = env_id.partition("/")
-    game = name.split("-")[0]
+    prefix, game = env_id.partition("/")[0], game_name(env_id)
     if prefix != "MinAtar" or game not in MINATAR_GAMES:
         raise UserError(f"env_id: the MinAtar backend runs MinAtar/<Game> with Game one of "
                         f"{', '.join(MINATAR_GAMES)}, got {env_id!r}")

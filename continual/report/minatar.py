@@ -28,6 +28,7 @@ from typing import Optional
 
 from continual.errors import UserError
 from continual.evaluation.metrics import mean_ci
+from continual.modstrings import game_name
 from continual.training.tracking import read_metrics
 
 # (protocol, game) -> (label, value); only numbers we have a source for
@@ -64,7 +65,7 @@ def run_summary(run_dir: str) -> dict | None:
     total = cfg.get("resolved_total_timesteps") or cfg["total_timesteps"]
     last = its[-1]["global_step"]
     tail = [ret for s, ret in episodes if s > 0.9 * last]
-    game = cfg["env_id"].split("/")[1].split("-")[0]
+    game = game_name(cfg["env_id"])
     protocol = "gymnax" if cfg["env_id"].endswith("-v1") else "minatar"
     cap = cfg.get("max_episode_steps")
     if protocol == "gymnax" and cap != GYMNAX_CAP.get(game, 1000):
