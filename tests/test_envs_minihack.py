@@ -28,7 +28,7 @@ except UserError as e:  # .ci/run installs nle and minihack: this skips only a h
 
 from nle import nethack  # noqa: E402
 
-from conftest import ROOT, run_script, write_config  # noqa: E402
+from conftest import ROOT, run_main, run_script, write_config  # noqa: E402
 from continual.envs.backends import TaskCompat, make_backend_env, task_compat, validate_modification  # noqa: E402
 from continual.envs.vector import EnvSettings, make_vector_env  # noqa: E402
 
@@ -270,13 +270,19 @@ def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path, requ
 
 
 def test_impala_trains_on_a_minihack_sequence(tmp_path):
+    """In this process (run_main): IMPALA's actors fork from this worker's forkserver. Its evaluations (step 0, the
+    switch, the end) play games capped at 100 steps (whole games are the PPO test's): uncapped, Corridor's games last
+    ~500 steps and the evaluations took three quarters of the run."""
     config = write_config(tmp_path, sequence("IMPALA"), "seq.json")
     runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "im",
-               "--obs_mode", "pixel_crop", "--total_timesteps", "256", timeout=300)
+    run_main("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", "im",
+             "--obs_mode", "pixel_crop", "--total_timesteps", "256", "--eval_max_episode_steps", "100")
     run_dir = os.path.join(runs, "im")
     assert [r["modification"] for r in records(run_dir, "switch")] == [f"env={CORRIDOR}"]
     assert records(run_dir, "episode") and os.path.exists(os.path.join(run_dir, "impala.cleanrl_model"))
+    evals = records(run_dir, "eval")
+    assert sorted({r["global_step"] for r in evals}) == [0, 128, 256] and len(evals) == 9
+    assert all(r["max_episode_steps"] == 100 and r["mean_length"] <= 100 for r in evals)
 
 
 def test_missing_nle_is_one_line_and_exit_2(tmp_path):
