@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, assert_resume_matches, run_main, run_script, write_config
+from conftest import ROOT, assert_resume_matches, run_main, write_config
 from continual.training.tracking import read_metrics
 
 CARTPOLE_CURRICULUM = {
@@ -179,19 +179,6 @@ def test_existing_run_directory_is_never_overwritten(cartpole_run):
                     check=False)
     assert proc.returncode == 2 and "already exists" in proc.stderr
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == before
-
-
-def test_wandb_offline_run_is_created(tmp_path):
-    runs = str(tmp_path / "runs")
-    run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
-               "--num_steps", "32", "--total_timesteps", "128", "--runs_dir", runs, "--track",
-               "--save_agent_wandb", "--no-progress-bar")
-    run_dir = only_run_dir(runs)
-    offline = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
-    assert offline, os.listdir(run_dir)
-    assert glob.glob(os.path.join(offline[0], "run-*.wandb"))
-    state = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final__*"))[0], weights_only=True)
-    assert state["wandb_id"] and state["wandb_id"] in offline[0]
 
 
 def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
@@ -475,7 +462,7 @@ def test_mlp_network_trains_and_evaluates_on_minatar(tmp_path, arch):
               "--checkpoint_every", "512"]
     if arch == "IMPALA":
         common += ["--num_actors", "2", "--unroll_length", "32", "--batch_size", "4"]
-    (run_script if arch == "IMPALA" else run_main)(*common)  # IMPALA's actors: a process of its own
+    run_main(*common)
     run_dir = os.path.join(runs, "m")
     state = torch.load(glob.glob(os.path.join(run_dir, "checkpoints", "final*"))[0], weights_only=False)
     assert any(k.startswith("critic_network.") for k in state["model"])

@@ -80,6 +80,9 @@ def test_effective_exp_name_in_wandb_config_json_and_checkpoints(tracked_run):
     assert json.load(open(os.path.join(run_dir, "config.json")))["exp_name"] == "ppo"
     state = torch.load(os.path.join(run_dir, "checkpoints", "final__step128.cleanrl_model"), weights_only=True)
     assert state["args"]["exp_name"] == "ppo"
+    # the W&B run id a --resume continues, and the offline run's folder is named after it
+    (offline,) = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
+    assert state["wandb_id"] and state["wandb_id"] in offline
     artifacts = [r.artifact.name for r in records if r.WhichOneof("record_type") == "artifact"]
     assert artifacts == ["w__final__step128"]  # --save_agent_wandb
 
