@@ -151,33 +151,6 @@ def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
 # --- failures and signals -----------------------------------------------------------------------------------------
 
 
-def test_killed_actor_stops_the_run_with_a_checkpoint_and_no_orphans(tmp_path):
-    cfg = write_config(tmp_path, CARTPOLE)
-    runs = str(tmp_path / "runs")
-    run_dir = os.path.join(runs, "kill")
-    proc = start_training("agents/impala.py", "--config", cfg, "--total_timesteps", "10000000", "--runs_dir", runs,
-                          "--run_name", "kill", "--no-progress-bar")
-    pids = wait_for_iterations(proc, run_dir, 3)
-    assert pids["learner"] == proc.pid and len(pids["actors"]) == 2
-    tree = descendants(proc.pid)
-    assert set(pids["actors"]) <= tree
-    victim = pids["actors"][1]
-    os.kill(victim, signal.SIGKILL)
-    _, err = proc.communicate(timeout=90)
-
-    assert proc.returncode == 1, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: actor 1 (pid {victim}) died: exit code -9; saved "), err[-3000:]
-    assert "Traceback" not in err
-    assert wait_gone(tree | {proc.pid}) == []  # actors, forkserver, resource tracker: nothing left
-
-    saved = glob.glob(os.path.join(run_dir, "checkpoints", "crash__step*.cleanrl_model"))
-    assert len(saved) == 1 and last.endswith(saved[0])
-    state, _ = load_policy(saved[0])
-    steps = [r["global_step"] for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "iteration"]
-    assert state["global_step"] == steps[-1] > 0  # the last completed update
-
-
 # An actor SIGKILLed at any moment: the learner exits within 30 s with one line, a crash checkpoint of its last update
 # that loads, and nothing left running. The moments are continual.testing.faults test hooks (the actor kills itself at its
 # n-th visit of a point; `publish` / `broadcast_switch`: the learner kills it in the middle of that broadcast) plus
@@ -307,6 +280,7 @@ def test_killed_learner_leaves_no_actor_behind(tmp_path):
     proc = start_training("agents/impala.py", "--config", cfg, "--total_timesteps", "10000000", "--runs_dir", runs,
                           "--run_name", "learner", "--no-progress-bar")
     pids = wait_for_iterations(proc, os.path.join(runs, "learner"), 2)
+    assert pids["learner"] == proc.pid and len(pids["actors"]) == 2  # actors.json names the fleet
     tree = descendants(proc.pid)
     assert set(pids["actors"]) <= tree
     proc.kill()
