@@ -214,7 +214,8 @@ def test_a_reporting_file_names_its_tuning_experiment_and_appends_the_chosen_val
     write(tmp_path / "other.json", tuning_file(tmp_path))
     write(exp, {**data, "grid": {"flags": [*ARMS[:2], {**chosen, "chosen_from_tuning": "other.json"}],
                                  "seed": [1, 2, 3]}})
-    assert "is chosen from 'other.json', not from tuning.experiment 'tune.json'" in refused(capsys, exp, folder)
+    assert "is chosen from 'other.json', not from tuning.experiment 'tune.json'" in refused(capsys, exp, folder,
+                                                                                             through_main=True)
     write(exp, {**data, "grid": {"flags": [*ARMS[:2], chosen], "seed": [1, 2, 3]}})
     first_start(exp, folder)  # accepted: the declared sweep's chosen value
     record = json.load(open(folder / "declarations.json"))
@@ -254,9 +255,22 @@ def first_start(exp_path, folder) -> Queue:
     return q
 
 
-def refused(capsys, exp, folder) -> str:
+def refused(capsys, exp, folder, through_main: bool = False) -> str:
+    """The launcher's one-line refusal (exit 2) of `exp` on the started `folder`: through a dry run of L.main, or
+    through the checks L.main runs after validating every entry with the training CLI (~0.3 s of CPU an entry):
+    the experiment loaded as a dry run loads it, check_configs, check_declarations."""
+
+    def checks():
+        experiment = load_experiment(exp, stand_ins=True)
+        q = Queue(str(folder))
+        L.check_configs(q, experiment, experiment.entries)
+        L.check_declarations(q, experiment)
+
     with pytest.raises(SystemExit) as e:
-        exit_on_user_error(L.main)([exp, "--folder", str(folder), "--dry_run"])
+        if through_main:
+            exit_on_user_error(L.main)([exp, "--folder", str(folder), "--dry_run"])
+        else:
+            exit_on_user_error(checks)()
     out, err = capsys.readouterr()
     assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     return err
@@ -286,7 +300,7 @@ def test_the_record_refuses_changed_declarations_on_resume_and_keeps_every_revis
                        ("tuning", {**TUNING, "criterion": "highest final return"}),
                        ("reporting_seeds", [1, 2, 3, 4])):
         write(exp, {**data, key: value})
-        err = refused(capsys, exp, folder)
+        err = refused(capsys, exp, folder, through_main=key == "reporting_seeds")
         assert f"was started with other declarations (declarations.json: sha256 {rev['sha256'][:12]}" in err
         assert f"{key} changed; declarations may not change once an experiment has started" in err
     for key in ("declared", "reporting_seeds"):  # dropped (or, on a folder started without, added): changed too
