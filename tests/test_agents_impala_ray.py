@@ -4,7 +4,7 @@ restarts end the run with one line and a checkpoint; a switch reaches every acto
 left behind. Slow: a Ray node removed mid-run (ray.cluster_utils.Cluster, two nodes on this machine); a killed
 learner leaves nothing and --resume finishes; Ctrl-C and SIGTERM to the process group; P&C on Ray actors.
 
-Every training run is a subprocess in a session of its own, so that a scan of its session finds every process it
+Every run on Ray is a subprocess in a session of its own, so that a scan of its session finds every process it
 started (learner, Ray's GCS, raylet, agents and workers, also the orphaned ones)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_script, write_config
+from conftest import ROOT, run_main, run_script, write_config
 from continual.testing.processes import alive, session_members
 from continual.training.tracking import read_metrics
 
@@ -134,9 +134,9 @@ def test_ray_losses_equal_the_process_backends_at_a_lag_of_one_update(tmp_path):
     ray_its = iterations(os.path.join(runs, "ray"))
     assert [it["charts/policy_lag"] for it in ray_its] == [0.0] + [1.0] * (UPDATES - 1)  # deterministic
 
-    for attempt in range(3):
+    for attempt in range(3):  # the process backend's runs: in this process (its actors fork from the forkserver)
         name = f"process{attempt}"
-        run_script(*common, "--run_name", name, env={"PYTHONPATH": TESTS})
+        run_main(*common, "--run_name", name)
         proc_its = iterations(os.path.join(runs, name))
         compared = lag_one_prefix(proc_its)
         if compared >= MIN_COMPARED:
