@@ -293,17 +293,22 @@ def test_verify_finds_an_edited_byte_a_missing_file_and_an_extra_file_at_every_f
 
 def test_a_manifest_that_does_not_match_refuses_the_cli_and_the_launcher_in_one_line_exit_2(tmp_path, capsys):
     kept = archived_folder(tmp_path)
-    ok = subprocess.run([PY, "-m", "continual.launch.archive", "--verify", kept], capture_output=True, text=True,
-                        env=env(), cwd=REPO, timeout=300)
-    assert ok.returncode == 0 and "files of" in ok.stdout and ok.stderr == ""
+    assert A.main(["--verify", kept]) == 0
+    out, err = capsys.readouterr()
+    assert "files of" in out and err == ""
     status = os.path.join(kept, "queue", "001_seed=2.status.json")
     open(status, "w").write(open(status).read().replace('"done"', '"done" '))
-    for flag, message in (("--verify", "queue/001_seed=2.status.json was changed ("),
-                          ("--write-manifest", "has a manifest.json already")):
-        p = subprocess.run([PY, "-m", "continual.launch.archive", flag, kept], capture_output=True, text=True,
-                           env=env(), cwd=REPO, timeout=300)
-        assert p.returncode == 2 and p.stdout == "", p
-        assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and message in p.stderr, p.stderr
+    # the command line (python -m continual.launch.archive) as a process once; its other refusal in this process
+    p = subprocess.run([PY, "-m", "continual.launch.archive", "--verify", kept], capture_output=True, text=True,
+                       env=env(), cwd=REPO, timeout=300)
+    assert p.returncode == 2 and p.stdout == "", p
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and \
+        "queue/001_seed=2.status.json was changed (" in p.stderr, p.stderr
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(A.main)(["--write-manifest", kept])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "", out
+    assert err.count("\n") == 1 and err.startswith("error: ") and "has a manifest.json already" in err, err
     # the launcher refuses to go on with such an archive, creating nothing
     exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3]}})
     with pytest.raises(SystemExit) as e:
@@ -337,15 +342,19 @@ def test_a_report_reads_a_launcher_folder_without_a_manifest_only_when_told(tmp_
         A.check_manifest(q.folder)
 
 
-def test_the_report_refuses_an_archive_whose_manifest_does_not_match_in_one_line_exit_2(tmp_path):
+def test_the_report_refuses_an_archive_whose_manifest_does_not_match_in_one_line_exit_2(tmp_path, capsys):
+    """In this process: `python -m continual.report` as a process refuses in one line with exit 2 in
+    tests/test_report_robustness.py and tests/test_report_plasticity.py."""
     kept = archived_folder(tmp_path)
     os.unlink(os.path.join(kept, "runs", "002_seed=3", "eval_table.csv"))
+    capsys.readouterr()  # what archiving printed
     for kind in ("forgetting", "robustness"):
-        p = subprocess.run([PY, "-m", "continual.report", kind, kept], capture_output=True, text=True, env=env(),
-                           cwd=REPO, timeout=300)
-        assert p.returncode == 2 and p.stdout == "", p
-        assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and \
-            "runs/002_seed=3/eval_table.csv is missing" in p.stderr, p.stderr
+        with pytest.raises(SystemExit) as e:
+            report_main([kind, kept])
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "", out
+        assert err.count("\n") == 1 and err.startswith("error: ") and \
+            "runs/002_seed=3/eval_table.csv is missing" in err, err
 
 
 # --- compaction to the records a report reads ------------------------------------------------------------------------
