@@ -7,6 +7,8 @@ reworded after that report was written)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -36,12 +38,20 @@ def write_run(folder, name, env_id, seed, returns, cap=None, last_step=TOTAL):
             f.write(json.dumps({"kind": "iteration", "global_step": step, "charts/SPS": 1000 + step}) + "\n")
 
 
-def run_report(folder, out):
-    proc = subprocess.run([sys.executable, "-m", "continual.report", "minatar", folder, "--out", out], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+def run_report(folder, out, process: bool = True):
+    """`python -m continual.report minatar FOLDER --out OUT` as a process, or its main in this process: (the table
+    by (protocol, game), what it printed)."""
+    if process:
+        proc = subprocess.run([sys.executable, "-m", "continual.report", "minatar", folder, "--out", out],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        stdout = proc.stdout
+    else:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            report_main(["minatar", folder, "--out", out])
+        stdout = printed.getvalue()
     with open(os.path.join(out, "report.json")) as f:
-        return {(row["protocol"], row["game"]): row for row in json.load(f)["table"]}, proc.stdout
+        return {(row["protocol"], row["game"]): row for row in json.load(f)["table"]}, stdout
 
 
 def test_final_return_and_interval_match_an_independent_computation(tmp_path):
@@ -71,7 +81,7 @@ def test_protocol_follows_env_id_and_step_cap(tmp_path):
     write_run(folder, "f1000", "MinAtar/Freeway-v1", 1, [(950, 20.0)], cap=1000)
     write_run(folder, "f2500", "MinAtar/Freeway-v1", 1, [(950, 50.0)], cap=2500)
     write_run(folder, "fsticky", "MinAtar/Freeway", 1, [(950, 48.0)])
-    table, _ = run_report(folder, str(tmp_path / "out"))
+    table, _ = run_report(folder, str(tmp_path / "out"), process=False)
     assert set(table) == {("gymnax, 1000-step cap", "Freeway"), ("gymnax", "Freeway"), ("minatar", "Freeway")}
     assert table[("gymnax", "Freeway")]["mean"] == 50.0
     assert table[("gymnax, 1000-step cap", "Freeway")]["reference"][1] == "not measured"

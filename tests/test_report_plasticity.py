@@ -554,9 +554,8 @@ def tiny_folder(tmp_path_factory):
 
 def test_report_on_a_tiny_real_experiment(tiny_folder, tmp_path):
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "continual.report", "plasticity", str(tiny_folder), "--out", str(out),
-                           "--early", "1", "--late", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    # in this process: the command line as a process is test_bad_input_from_the_command_line's
+    report_main(["plasticity", str(tiny_folder), "--out", str(out), "--early", "1", "--late", "1"])
     report = json.loads((out / "report.json").read_text())
     assert set(report["table"]) == {"PPO", "PPO_SP"}
     for row in report["table"].values():
