@@ -19,7 +19,7 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from conftest import ROOT, run_main, run_script, write_config
+from conftest import ROOT, run_main, write_config
 from continual.config.loading import args_from_dict
 from continual.testing.processes import alive, descendants
 from continual.training.checkpoint import load_checkpoint
@@ -241,9 +241,8 @@ def test_actor_exception_is_reported_in_one_line(tmp_path):
     directory, a crash checkpoint, nothing left running."""
     cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "test_agents_impala:RaisingCartPole-v0"})
     runs = str(tmp_path / "runs")
-    proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
-                      "--run_name", "raise", "--no-progress-bar", check=False,
-                      env={"PYTHONPATH": os.path.join(ROOT, "tests")})
+    proc = run_main("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
+                    "--run_name", "raise", "--no-progress-bar", check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: actor ") and "failed: RuntimeError: env exploded (test_agents_impala.py:" in last, last
@@ -260,9 +259,8 @@ def test_actor_exception_is_reported_in_one_line(tmp_path):
 def test_nan_loss_stops_the_run_after_saving_the_last_good_update(tmp_path):
     cfg = write_config(tmp_path, {**CARTPOLE, "env_id": "helpers.fault_envs:NanReward-v0"})
     runs = str(tmp_path / "runs")
-    proc = run_script("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
-                      "--run_name", "nan", "--no-progress-bar", check=False,
-                      env={"PYTHONPATH": os.path.join(ROOT, "tests")})
+    proc = run_main("agents/impala.py", "--config", cfg, "--total_timesteps", "100000", "--runs_dir", runs,
+                    "--run_name", "nan", "--no-progress-bar", check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: non-finite") and "saved" in last, last
