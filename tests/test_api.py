@@ -97,13 +97,14 @@ def test_train_bad_kwargs_are_one_line_user_errors_and_create_nothing(tmp_path):
 
 
 def test_train_messages_are_the_cli_ones(tmp_path):
-    """A value the CLI's validation refuses gives the same line from train() as from the command line."""
-    from conftest import run_script
+    """A value the CLI's validation refuses gives the same line from train() as from the command line (its main, in
+    this process: tests/test_bad_input.py runs such refusals as processes too)."""
+    from conftest import run_main
 
     for flags, kwargs in ((["--num_envs", "0"], dict(num_envs=0)),  # validation of Args
                           (["--modifs", "wings=2"], dict(modifs="wings=2"))):  # preflight (the backend)
-        proc = run_script("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
-                          *flags, "--total_timesteps", "256", "--runs_dir", str(tmp_path), check=False)
+        proc = run_main("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium",
+                        *flags, "--total_timesteps", "256", "--runs_dir", str(tmp_path), check=False)
         assert proc.returncode == 2 and proc.stdout == ""
         with pytest.raises(UserError) as info:
             api.train(env_id="CartPole-v1", backend="Gymnasium", total_timesteps=256, runs_dir=str(tmp_path), **kwargs)
