@@ -36,7 +36,13 @@ def categorical(logits: torch.Tensor, action: Optional[torch.Tensor] = None, gre
             action = logits.argmax(-1)
         else:
             probs = torch.softmax(log_p, dim=-1)
-            action = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+            if torch.compiler.is_compiling():  # --compile: inductor would draw exponential_ from its own generator
+                action = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+            else:
+                # torch.multinomial(probs, 1, True)'s own algorithm for one draw (argmax of p / q, q ~ Exp(1), from
+                # the same generator: the same draws), without its checks of the probabilities: a dozen small
+                # operations that cost more than the draw (half of acting's sampling time for 64 envs)
+                action = probs.div(torch.empty_like(probs).exponential_()).argmax(-1)
     index, log_pmf = torch.broadcast_tensors(action.long().unsqueeze(-1), log_p)
     logprob = log_pmf.gather(-1, index[..., :1]).squeeze(-1)
     if not with_entropy:

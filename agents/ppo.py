@@ -286,12 +286,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         mb_obs, mb_inputs, mb_mean, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values)
                     clipfracs += [clipfrac.item()]
                     # EWC's penalty, L2 / L2 Init / Parseval, C-CHAIN's churn (on a permutation of its own)
-                    loss = ext.loss(loss, agent, {"batch": batch, "start": start, "size": batch["minibatch_size"],
-                                                  "main_loss": pg_loss})
-                    check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
+                    total = ext.loss(loss, agent, {"batch": batch, "start": start, "size": batch["minibatch_size"],
+                                                   "main_loss": pg_loss})
+                    check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
+                                 combined=loss)
 
                     optimizer.zero_grad()
-                    loss.backward()
+                    total.backward()
                     ext.before_step()  # gradient norms (diagnostics); C-CHAIN's next reference: these weights
                     # foreach: the norms in one call on CPU too (the same numbers)
                     nn.utils.clip_grad_norm_(agent.parameters(), args.grad_clip_norm(), foreach=True)

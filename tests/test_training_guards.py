@@ -68,6 +68,28 @@ def test_check_losses_names_first_bad_loss(bad, position, as_float):
         check_losses(11, **losses)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("position", [0, 1, 2])
+@pytest.mark.parametrize("coef", [0.0, 0.01])
+def test_check_losses_with_their_combination_names_the_same_bad_loss(bad, position, coef):
+    """`combined` (PPO's loss, pg - ent_coef * entropy + vf_coef * v): a non-finite loss makes it non-finite, even at
+    a coefficient of 0, so the same loss is named; finite losses whose combination overflows are let through, as
+    without it."""
+    values = [0.25, -3.0, 1.5]
+    values[position] = bad
+    losses = {n: torch.tensor(v) for n, v in zip(["value_loss", "policy_loss", "entropy"], values)}
+    combined = losses["policy_loss"] - coef * losses["entropy"] + losses["value_loss"] * coef
+    assert not math.isfinite(float(combined))
+    name = ["value_loss", "policy_loss", "entropy"][position]
+    with pytest.raises(TrainingError, match=rf"non-finite {name} \((nan|inf|-inf)\) at step 3"):
+        check_losses(3, combined=combined, **losses)
+    finite = {n: torch.tensor(3e38) for n in losses}
+    check_losses(3, combined=finite["value_loss"] + finite["policy_loss"], **finite)  # inf: but each loss is finite
+    with count_host_copies() as c:
+        check_losses(3, combined=torch.tensor(0.5), value_loss=torch.tensor(0.5), policy_loss=torch.tensor(0.0))
+    assert c["n"] <= 1
+
+
 def test_check_losses_accepts_plain_floats():
     check_losses(1, a=0.0, b=1e30)
     with pytest.raises(TrainingError, match="non-finite b"):

@@ -182,6 +182,56 @@ def test_the_event_file_kept_open_holds_tensorboards_own_bytes(tmp_path):
     assert after_first_record(files[True]) == after_first_record(files[False])
 
 
+def test_events_framed_together_are_tensorboards_own_records_byte_for_byte():
+    """tf_records (the gathered events written in one go): the bytes of TensorBoard's RecordWriter, record by record
+    (length, its masked CRC-32C, the data, the data's masked CRC-32C), for batches of events of mixed lengths (a
+    game's, an iteration's, empty, one long one, one alone)."""
+    import io
+    import random
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from continual.training.tracking import scalar_event, tf_records
+
+    rng = random.Random(0)
+    game = {"charts/episodic_return": 2.0, "charts/episodic_length": 31, "episodic_return_by_modif/no_modif": 2.0}
+    batches = [[scalar_event(game, 64 * i) for i in range(400)]
+               + [scalar_event({f"losses/x{k}": k / 3 for k in range(20)}, 25_600)],
+               [], [b""], [b"x" * 3000], [bytes([255]) * 9, b"a"]]
+    batches += [[rng.randbytes(rng.choice([0, 1, 8, 100, 119, 120, 500])) for _ in range(rng.choice([1, 3, 7, 50]))]
+                for _ in range(40)]
+    for events in batches:
+        reference = io.BytesIO()
+        writer = RecordWriter(reference)
+        for data in events:
+            writer.write(data)
+        assert tf_records(events) == reference.getvalue()
+
+
+def test_a_scalar_event_is_protobufs_serialization_byte_for_byte():
+    """scalar_event writes out the Event protobuf would serialize: wall time, step (0 and large), every value's tag
+    (ASCII and not, long, empty) and float32 simple value (rounded, 0, -0, tiny, infinite, NaN, beyond float32's
+    range, an int)."""
+    import random
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    from continual.training.tracking import scalar_event
+
+    rng = random.Random(1)
+    specials = [0.0, -0.0, 1e-45, 3.4e38, 1e39, -1e300, float("inf"), -float("inf"), float("nan"), 7, 1 / 3]
+    tags = ["charts/episodic_return", "episodic_return_by_modif/gravity=15", "é/ü", "x" * 300, ""]
+    for i in range(300):
+        values = {rng.choice(tags) + str(k): rng.choice([rng.uniform(-1e6, 1e6), rng.choice(specials)])
+                  for k in range(rng.choice([1, 3, 20]))}
+        step = rng.choice([0, 1, 127, 128, 64 * i, 2**40])
+        wall_time = rng.choice([1795965176.123456, 1.0, 0.5])
+        expected = Event(wall_time=wall_time, step=step, summary=Summary(value=[
+            Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])).SerializeToString()
+        assert scalar_event(values, step, wall_time) == expected, (values, step)
+
+
 def test_scalars_written_later_read_back_as_tensorboards_own_in_the_order_of_the_calls(tmp_path):
     """RunLogger: the per-game scalars and records gathered (`scalars_later`, `record_later`) and written with the next
     immediate write read back (EventAccumulator, metrics.jsonl) as SummaryWriter.add_scalar's and one line per record,

@@ -4,6 +4,7 @@ step spreads it (NumericalError says whether the weights can still be checkpoint
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -11,8 +12,12 @@ import torch.nn as nn
 from continual.errors import NumericalError
 
 
-def check_losses(step: int, **losses: torch.Tensor) -> None:
-    """Raise NumericalError naming the step and the first non-finite loss."""
+def check_losses(step: int, *, combined: Optional[torch.Tensor] = None, **losses: torch.Tensor) -> None:
+    """Raise NumericalError naming the step and the first non-finite loss. `combined`: a weighted sum of the losses
+    (PPO's loss): any non-finite loss makes it non-finite (NaN and infinities survive sums and products, by 0
+    included), so when it is finite there is nothing more to check: one float, not the losses' stack."""
+    if combined is not None and math.isfinite(float(combined.detach())):
+        return
     # called every minibatch: one host sync for all tensor losses (on a GPU each float() waits for the device); one
     # loss (DQN's, every env step): its float, without the stack's five small ops
     if len(losses) == 1:
