@@ -19,8 +19,8 @@ keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are th
 
 Spec (continual/specs.py):
 - its defaults are Args' (CleanRL's ppo_atari)
-- supports: adam_betas, bf16, box_actions, c_chain, compile, ewc, her, mlp_network, network_options, norm_obs,
-  plasticity, shrink_and_perturb, trac
+- supports: adam_betas, bf16, box_actions, c_chain, compile, ewc, fused_adam, her, mlp_network, network_options,
+  norm_obs, plasticity, shrink_and_perturb, trac
 (generated: python -m continual.specs --update-docs)
 """
 
@@ -164,8 +164,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     with session.running():
         agent = make_agent_fn(envs.single_observation_space, envs.single_action_space, args).to(device)
         set_torch_threads(args, agent.obs_shape)
-        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate, (args.adam_beta1, args.adam_beta2)),
-                                      args)  # --trac wraps it
+        optimizer = plastic_optimizer(agent.make_optimizer(args.learning_rate, (args.adam_beta1, args.adam_beta2),
+                                                           fused=args.fused_adam), args)  # --trac wraps it
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
         # what a checkpoint holds: the model and optimizer (add_continual registers them), the reward scaler; a
         # resumed run loads each now. Continual behaviour: HER, the variant's, EWC, plasticity methods, C-CHAIN,

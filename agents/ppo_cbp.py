@@ -62,7 +62,10 @@ class CBPAgent(networks.Agent):
                                         extra_in_layers=extra))
         self.cbp = CBP(trackers)
 
-    def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.9, 0.999)) -> optim.Optimizer:
+    def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                       fused: bool = False) -> optim.Optimizer:
+        if fused:  # validation refuses --fused_adam for PPO_CBP before this
+            raise ValueError("PPO_CBP's AdamGnT has no fused kernel")
         return AdamGnT(self.parameters(), lr=lr, betas=betas, eps=1e-5)  # PPO's Adam, with a step count per weight
 
 

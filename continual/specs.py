@@ -36,9 +36,10 @@ CLEAR_REPLAY = "clear_replay"    # a replay buffer of --clear_buffer_frames unde
 NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases)
 ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains with Adam
 C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
+FUSED_ADAM = "fused_adam"        # --fused_adam: torch's fused Adam kernel (the same update up to float rounding)
 
 FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
-            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN)
+            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN, FUSED_ADAM)
 
 
 def rollout_steps(args: Any) -> int:
@@ -78,7 +79,7 @@ _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}
 
 SPECS: dict[str, AgentSpec] = {s.name: s for s in (
     AgentSpec("PPO", "agents.ppo", "CleanRL's ppo_atari (Args' defaults are its values)",
-              features=_PPO_FEATURES | {COMPILE, MLP_NETWORK, NETWORK_OPTIONS, TRAC}),
+              features=_PPO_FEATURES | {COMPILE, MLP_NETWORK, NETWORK_OPTIONS, TRAC, FUSED_ADAM}),
     AgentSpec("PPO_CBP", "agents.ppo_cbp", "PPO with continual backpropagation (Dohare et al. 2024)",
               features=_PPO_FEATURES),
     AgentSpec("IMPALA", "agents.impala", "IMPALA with V-trace, actor processes and a learner (TorchBeast)",
@@ -92,7 +93,7 @@ SPECS: dict[str, AgentSpec] = {s.name: s for s in (
               features=frozenset({ACTORS, NEEDS_SWITCHES})),
     AgentSpec("DQN", "agents.dqn", "CleanRL's dqn_atari (Adam 1e-4 constant, one env, 1M replay)",
               defaults={"learning_rate": 1e-4, "anneal_lr": False, "num_envs": 1},
-              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS, C_CHAIN})),
+              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS, C_CHAIN, FUSED_ADAM})),
     AgentSpec("A2C", "agents.a2c", "synchronous A2C as baselines/SB3 (16 envs x 5 steps, RMSprop 7e-4)",
               defaults={"learning_rate": 7e-4, "num_envs": 16, "num_steps": 5, "gae_lambda": 1.0, "norm_adv": False,
                         "vf_coef": 0.25, "rmsprop_eps": 1e-5},

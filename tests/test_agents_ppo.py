@@ -503,6 +503,47 @@ def test_adam_betas_reach_the_optimizer_and_its_checkpoint(tmp_path, arch):
     assert [tuple(g["betas"]) for g in groups] == [(0.99, 0.99)] * len(groups)
 
 
+def test_fused_adam_is_ppos_adam_up_to_float_rounding(tmp_path):
+    """--fused_adam (configs/minatar_ppo.json sets it): 64 of PPO's minibatch updates of PureJaxRL's MinAtar MLPs
+    with torch's fused Adam stay within float rounding of the default (foreach) Adam's, and a run with the flag
+    trains with it (its checkpoint's optimizer is the fused one)."""
+    from agents.ppo import Agent, ppo_loss
+    from continual.config.args import Args
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    batches = [((torch.rand(256, 4, 10, 10, generator=gen) < 0.1).float(), torch.randint(0, 6, (256,), generator=gen),
+                *(torch.randn(4, 256, generator=gen) * torch.tensor([[0.1], [1], [1], [1]]) - torch.tensor(
+                    [[1.8], [0], [0], [0]]))) for _ in range(64)]
+    args = Args(clip_coef=0.2, learning_rate=5e-3)
+
+    def train(fused: bool):
+        torch.manual_seed(0)
+        agent = Agent((4, 10, 10), 6, network="mlp")
+        opt = agent.make_optimizer(args.learning_rate, fused=fused)
+        losses = []
+        for obs, actions, logprobs, advantages, returns, values in batches:
+            loss = ppo_loss(agent, args, obs, {}, torch.mean, actions, logprobs, advantages, returns, values)[0]
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5, foreach=True)
+            opt.step()
+            losses.append(float(loss.detach()))
+        return np.array(losses), [p.detach().clone() for p in agent.parameters()]
+
+    (l0, w0), (l1, w1) = train(False), train(True)
+    assert not np.array_equal(l0, l1)  # not the same kernel: the rounding differs
+    np.testing.assert_allclose(l1, l0, rtol=1e-4, atol=1e-6)
+    for a, b in zip(w0, w1):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    runs = str(tmp_path / "runs")
+    run_main("continual_training_example.py", "--env_id", "CartPole-v1", "--backend", "Gymnasium", "--num_envs", "2",
+             "--num_steps", "64", "--total_timesteps", "256", "--runs_dir", runs, "--run_name", "f",
+             "--no-progress-bar", "--fused_adam")
+    state = torch.load(glob.glob(os.path.join(runs, "f", "checkpoints", "final*"))[0], weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["fused"] is True
+
+
 def test_gae_is_cleanrls_loop_bit_for_bit():
     """agents.ppo.gae computes every step's delta and discount at once: the same bits as CleanRL's loop (written out
     here), -0.0 included, with terminations and a done last step."""

@@ -359,6 +359,8 @@ cartpole("total-timesteps-larger-than-curriculum", ("total_timesteps", "4097"), 
 cartpole("ewc-on-an-agent-without-it", ("ewc", "DQN"), {}, "--architecture", "DQN", "--ewc", "ewc")
 cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture", "IMPALA", "--bf16")
 cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
+cartpole("fused-adam-on-an-agent-without-it", ("fused_adam", "PPO_CBP"), {}, "--architecture", "PPO_CBP",
+         "--fused_adam")
 flags("cudagraphs-without-compile", ("cudagraphs", "--compile"), "--cudagraphs")
 flags("cudagraphs-without-cuda", ("cudagraphs", "CUDA"), "--compile", "--cudagraphs", "--no-cuda")
 flags("cudagraphs-with-her", ("cudagraphs", "--her"), "--compile", "--cudagraphs", "--her")

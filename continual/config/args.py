@@ -97,6 +97,11 @@ class Args:
     settings included) sets beta1 = beta2 = 0.99"""
     adam_beta2: float = 0.999
     """Adam's beta2 (PPO, PPO_CBP)"""
+    fused_adam: bool = False
+    """PPO and DQN: Adam's fused kernel (torch.optim.Adam(fused=True)), one pass over each parameter per step
+    instead of six: the same update up to float rounding (a different order of the same operations), faster where
+    the update is small (MinAtar's network at one update per env step: bench/dqn_minatar_speed.py; PPO's 64-unit
+    MLPs, configs/minatar_ppo.json: docs/benchmarks/small-envs.md)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the whole run (not reset at switches)"""
     num_steps: int = 128
@@ -412,10 +417,6 @@ class Args:
     """DQN: fraction of the run's steps over which epsilon decays linearly from start_e to end_e"""
     double_dqn: bool = False
     """DQN: Double DQN targets, Q_target(s', argmax_a Q(s', a)) (van Hasselt et al. 2016)"""
-    fused_adam: bool = False
-    """DQN: Adam's fused kernel (torch.optim.Adam(fused=True)), one pass over each parameter per step instead of
-    six: the same update up to float rounding (a different order of the same operations), faster where the update
-    is small (MinAtar's network at one update per env step: bench/dqn_minatar_speed.py)"""
     learning_starts_each_regime: bool = False
     """DQN: --learning_starts at the start of every regime: its first learning_starts agent steps act uniformly at
     random and train nothing (the buffer keeps earlier regimes' transitions), and epsilon decays from the end of the

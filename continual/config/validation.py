@@ -125,6 +125,8 @@ def validate_args(args: Args) -> None:
             raise UserError(f"vector_env: {blocked}")
     if args.bf16:
         require(args, specs.BF16, "bf16")
+    if args.fused_adam:
+        require(args, specs.FUSED_ADAM, "fused_adam")
     validate_compile_args(args)
     validate_her_args(args)
     validate_ewc_args(args)
@@ -182,7 +184,7 @@ def validate_dqn_args(args: Args) -> None:
         if not (math.isfinite(v) and 0.0 <= v <= 1.0) or (name == "tau" and v == 0):
             raise UserError(f"{name}: must be in {'(0' if name == 'tau' else '[0'}, 1], got {v}")
     for name in ("double_dqn", "reset_replay_on_switch", "epsilon_rewarm_on_switch", "save_replay_buffer",
-                 "learning_starts_each_regime", "fused_adam"):
+                 "learning_starts_each_regime"):
         if getattr(args, name):
             require(args, specs.DQN_FLAGS, name)
     if args.norm_obs:
