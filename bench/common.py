@@ -22,7 +22,6 @@ if REPO_ROOT not in sys.path:  # `python bench/x.py` puts bench/ first; the libr
     sys.path.insert(0, REPO_ROOT)
 
 from continual import console  # noqa: E402
-from continual.evaluation.metrics import bootstrap_mean  # noqa: E402
 from continual.testing.processes import alive, descendants  # noqa: E402,F401  (the bench scripts use them as common.*)
 from continual.training.tracking import read_metrics  # noqa: E402
 
@@ -78,22 +77,6 @@ def machine_info() -> dict[str, Any]:
 
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
-
-
-def quantile(xs: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default), q in [0, 1]."""
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
-
-
-# {"mean", "ci95": [lo, hi], "n"} of the finite values: a 95% percentile bootstrap of the mean (rliable's stratified
-# bootstrap with one task); one value: lo = hi = mean; none: mean and ci95 None
-bootstrap_ci = bootstrap_mean
 
 
 def rotation(names: Sequence[str], repeat: int) -> list[str]:
@@ -298,6 +281,29 @@ def _proc_ticks(pid: int) -> Optional[float]:
         return None
     rest = data[data.rfind(")") + 2:].split()
     return float(int(rest[11]) + int(rest[12]))  # utime + stime
+
+
+def iteration_cpu_s(proc, run_dir: str, first: int, last: int) -> Optional[float]:
+    """A training process's CPU seconds (utime + stime) between its `first`-th and `last`-th iteration records in
+    `run_dir`/metrics.jsonl, read every 10 ms while it runs (None if it ends before both): start-up excluded, and on a
+    loaded machine less variable than wall time. Envs stepped in worker processes are not in it."""
+    path, marks, n, offset = os.path.join(run_dir, "metrics.jsonl"), {}, 0, 0
+    while last not in marks and proc.poll() is None:
+        time.sleep(0.01)
+        ticks = _proc_ticks(proc.pid)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                new = f.read()
+        except OSError:
+            continue
+        new = new[:new.rfind(b"\n") + 1]  # whole records only
+        offset += len(new)
+        n += new.count(b'"kind": "iteration"')
+        for k in (first, last):
+            if n >= k and ticks is not None:
+                marks.setdefault(k, ticks)
+    return (marks[last] - marks[first]) / os.sysconf("SC_CLK_TCK") if len(marks) == 2 else None
 
 
 class LoadSampler:

@@ -155,24 +155,6 @@ PRESETS = {
 }
 
 
-def iteration_ticks(proc, run_dir: str, iterations: int) -> tuple[float, float]:
-    """The process's CPU clock ticks when its first and its last iteration records appear in its metrics.jsonl."""
-    seen, marks = 0, []
-    while len(marks) < 2 and proc.poll() is None:
-        try:
-            with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-                n = sum('"iteration"' in line for line in f)
-        except OSError:
-            n = 0
-        if n != seen and (n == 1 or n == iterations):
-            marks.append(common._proc_ticks(proc.pid))
-        seen = n
-        time.sleep(0.02)
-    if len(marks) < 2 or None in marks:
-        raise SystemExit("error: the run ended before its iterations could be timed")
-    return marks[0], marks[1]
-
-
 def variants(a: argparse.Namespace, tmp: str) -> dict:
     base, named = PRESETS[a.preset] if a.preset else ("", {})
     base = a.base if a.base is not None else base
@@ -187,13 +169,13 @@ def variants(a: argparse.Namespace, tmp: str) -> dict:
                   dict.fromkeys(names, names[0]))
 
     def analyse(kind: str, run_dir: str, r: dict) -> dict:
-        first, last = r["watch"]  # CPU ticks at the first and the last iteration: start-up excluded
+        if r["watch"] is None:  # CPU seconds between the first and the last iteration: start-up excluded
+            raise SystemExit("error: the run ended before its iterations could be timed")
         return {"sps": common.steady(common.metrics(run_dir, "iteration"))["sps"],
-                "cpu_s_per_1k_steps": 1000.0 * (last - first) / os.sysconf("SC_CLK_TCK")
-                / ((a.iterations - 1) * per_it[kind])}
+                "cpu_s_per_1k_steps": 1000.0 * r["watch"] / ((a.iterations - 1) * per_it[kind])}
 
-    runs = round_robin(a, kinds, tmp, analyse, watch=lambda proc, kind, run_dir: iteration_ticks(proc, run_dir,
-                                                                                                 a.iterations))
+    runs = round_robin(a, kinds, tmp, analyse,
+                       watch=lambda proc, kind, run_dir: common.iteration_cpu_s(proc, run_dir, 1, a.iterations))
     res = table(f"overhead vs {names[0]} ({base})", kinds, runs)
     cpu = {k: [r["cpu_s_per_1k_steps"] for r in v] for k, v in runs.items()}
     res["cpu_ratio"] = {k: common.median([x / y for x, y in zip(cpu[k], cpu[names[0]])]) for k in names}

@@ -86,44 +86,20 @@ def steady_state(run_dir: str, warmup: int) -> dict:
             "seconds_per_iteration": {k: common.median(v) for k, v in parts.items()}}
 
 
-def iteration_cpu(run_dir: str):
-    """A `common.run` watch: the training process's CPU seconds (utime + stime, its threads included) when each
-    iteration's record reaches the run's metrics.jsonl, read every 10 ms: {iterations logged: CPU s}. On a shared
-    machine CPU time per iteration varies less than wall time."""
-    def watch(proc) -> dict:
-        path, marks, count, tail, offset = os.path.join(run_dir, "metrics.jsonl"), {}, 0, "", 0
-        while proc.poll() is None:
-            time.sleep(0.01)
-            ticks = common._proc_ticks(proc.pid)
-            if ticks is None or not os.path.exists(path):
-                continue
-            with open(path, "rb") as f:
-                f.seek(offset)
-                new = f.read()
-            offset += len(new)
-            text, _, tail = (tail + new.decode()).rpartition("\n")  # whole lines only (the records are ASCII)
-            n = text.count('"kind": "iteration"')
-            if n:
-                count += n
-                marks[count] = ticks / os.sysconf("SC_CLK_TCK")
-        return marks
-    return watch
-
-
 def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, tag: str, extra: tuple = ()) -> dict:
     batch = BATCH.get(workload, 1024)
     runs = os.path.join(tmp, "runs")
     cmd = common.train_command([*WORKLOADS[workload], *extra, "--total_timesteps", str(batch * iterations),
                                 "--checkpoint_every", "0", "--eval_every", "0"], runs, tag)
-    # the tree measured: this one, or a worktree of --base
-    r = common.run(cmd, cwd=tree, check=False, watch=iteration_cpu(os.path.join(runs, tag)))
+    # the tree measured: this one, or a worktree of --base; CPU seconds over the iterations after warmup + 1
+    r = common.run(cmd, cwd=tree, check=False,
+                   watch=lambda proc: common.iteration_cpu_s(proc, os.path.join(runs, tag), warmup + 1, iterations))
     if r["rc"] != 0:
         return {"error": (r["log_tail"].strip().splitlines() or [f"exit {r['rc']}"])[-1],
                 "load_before": r["loadavg_start"]}
     out = steady_state(os.path.join(runs, tag), warmup)
-    cpu, first = r["watch"], warmup + 1  # the iterations of the steady state: first + 1 .. the last
-    if first in cpu and max(cpu) > first:
-        out["cpu_s_per_iteration"] = (cpu[max(cpu)] - cpu[first]) / (max(cpu) - first)
+    if r["watch"] is not None:
+        out["cpu_s_per_iteration"] = r["watch"] / (iterations - warmup - 1)
     return {**out, "load_before": r["loadavg_start"]}
 
 
@@ -224,21 +200,16 @@ def main() -> None:
                 med[t] = common.median([x["sps"] for x in runs])
                 summary[f"{w}/{t}"] = {"sps": [x["sps"] for x in runs], "median_sps": med[t],
                                        "seconds_per_iteration": parts}
-                cpu = [x["cpu_s_per_iteration"] for x in runs if "cpu_s_per_iteration" in x]
-                if cpu:
+                if cpu := [x["cpu_s_per_iteration"] for x in runs if "cpu_s_per_iteration" in x]:
                     summary[f"{w}/{t}"].update(cpu_s_per_iteration=cpu, median_cpu_s_per_iteration=common.median(cpu))
-        for t in med:
-            if t == "ours":
-                continue
-            paired = [a["sps"] / b["sps"] for a, b in zip(results[f"{w}/ours"], results[f"{w}/{t}"])
-                      if "sps" in a and "sps" in b]
+        for t in [t for t in med if t != "ours"]:
+            pairs = list(zip(results[f"{w}/ours"], results[f"{w}/{t}"]))
+            sps = [a["sps"] / b["sps"] for a, b in pairs if "sps" in a and "sps" in b]
+            cpu = [b["cpu_s_per_iteration"] / a["cpu_s_per_iteration"] for a, b in pairs  # > 1: ours needs less CPU
+                   if "cpu_s_per_iteration" in a and "cpu_s_per_iteration" in b]
             summary[f"{w}/ours_vs_{t}"] = {"ratio_of_medians": common.ratio(med.get("ours", float("nan")), med[t]),
-                                            "median_paired_ratio": common.median(paired) if paired else None}
-            cpu = [b["cpu_s_per_iteration"] / a["cpu_s_per_iteration"] for a, b in
-                   zip(results[f"{w}/ours"], results[f"{w}/{t}"]) if "cpu_s_per_iteration" in a and
-                   "cpu_s_per_iteration" in b]
-            if cpu:  # its CPU per iteration over ours: > 1 where ours needs less CPU
-                summary[f"{w}/ours_vs_{t}"]["cpu_paired_ratio"] = common.median(cpu)
+                                            "median_paired_ratio": common.median(sps) if sps else None,
+                                            **({"cpu_paired_ratio": common.median(cpu)} if cpu else {})}
         parts = summary.get(f"{w}/ours", {}).get("seconds_per_iteration")
         share = parts.get("outside") if parts else None
         base_parts = summary.get(f"{w}/base", {}).get("seconds_per_iteration")
@@ -253,11 +224,10 @@ def main() -> None:
                        ["workload", "ours", "base", "ours/base", "SB3", "ours/SB3", "ours env/act/learn/other s",
                         "outside env/forward/update", "outside env/update base / ours"], rows)
     print("\n".join(f"{k}: {v}" for k, v in summary.items() if "/ours_vs_" in k and k.split("_vs_")[1] in variants))
-    for k, v in summary.items():
-        if "median_cpu_s_per_iteration" in v:
-            paired = summary.get(k.replace("/", "/ours_vs_"), {}).get("cpu_paired_ratio")
-            print(f"{k}: {v['median_cpu_s_per_iteration']:.3f} CPU s per iteration (median)"
-                  + (f"; its CPU / ours', paired median {paired:.3f}" if paired else ""))
+    for k, v in [(k, v) for k, v in summary.items() if "median_cpu_s_per_iteration" in v]:
+        paired = summary.get(k.replace("/", "/ours_vs_"), {}).get("cpu_paired_ratio")
+        print(f"{k}: {v['median_cpu_s_per_iteration']:.3f} CPU s per iteration (median)"
+              + (f"; its CPU / ours', paired median {paired:.3f}" if paired else ""))
     info["loadavg_end"] = common.loadavg()
     info["wall_s"] = time.time() - t0
     common.write_json(args.json, {"benchmark": "small_env_throughput", "command": " ".join([sys.executable] + sys.argv),

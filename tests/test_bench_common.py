@@ -1,48 +1,18 @@
-"""bench/common.py: the bootstrap CI by hand, the one run helper (exit status, output tail, environment, CPU and
+"""bench/common.py: the one run helper (exit status, output tail, environment, CPU and
 load sampling) on real processes, and the metrics reader and steady-state rate on hand-made run directories."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
 import sys
 
-import numpy as np
 import pytest
 
 from conftest import load_bench
 
 common = load_bench("common")
-
-
-def test_bootstrap_ci_by_hand():
-    # two seeds a, b: resampled means are a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5/97.5 percentiles
-    # of 2000 draws are a and b
-    assert common.bootstrap_ci([2.0, 6.0]) == {"mean": 4.0, "ci95": [2.0, 6.0], "n": 2}
-    # 0, 0, 9: P(mean = 0) = (2/3)^3 = 0.30 > 0.025; P(mean = 9) = 1/27 = 0.037 > 0.025
-    assert common.bootstrap_ci([0.0, 0.0, 9.0]) == {"mean": 3.0, "ci95": [0.0, 9.0], "n": 3}
-    # 0, 0, 0, 8: P(mean = 8) = 1/256 < 0.025, P(mean >= 6) = P(three or four 8s) = 13/256 > 0.025 -> hi = 6
-    assert common.bootstrap_ci([0.0, 0.0, 0.0, 8.0])["ci95"] == [0.0, 6.0]
-    assert common.bootstrap_ci([5.0, float("nan")]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
-    assert common.bootstrap_ci([]) == {"mean": None, "ci95": None, "n": 0}
-
-
-def test_bootstrap_ci_against_the_exact_bootstrap_distribution():
-    # three seeds 1, 2, 3: a resample is all 1s with probability 1/27 = 3.7% > 2.5%, all 3s likewise, so the 95%
-    # percentile interval of the resampled mean is exactly [1, 3]
-    assert common.bootstrap_ci([1.0, 2.0, 3.0]) == {"mean": 2.0, "ci95": [1.0, 3.0], "n": 3}
-    # the exact bootstrap distribution of the mean of 4 values (4^4 equally likely resamples), its percentiles
-    # (numpy's linear interpolation) vs the Monte Carlo interval with many reps
-    xs = [0.0, 1.0, 4.0, 10.0]
-    exact = np.array([np.mean(c) for c in itertools.product(xs, repeat=4)])
-    lo, hi = np.percentile(exact, [2.5, 97.5])
-    d = common.bootstrap_ci(xs, reps=40000, seed=1)
-    assert (d["mean"], d["n"]) == (3.75, 4)
-    assert abs(d["ci95"][0] - lo) <= 0.25 and abs(d["ci95"][1] - hi) <= 0.25
-    assert common.bootstrap_ci([5.0, float("nan"), None]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
-    assert common.bootstrap_ci([float("nan")]) == {"mean": None, "ci95": None, "n": 0}
 
 
 def test_rotation_rotates_by_one_per_repeat():
@@ -82,6 +52,26 @@ def write_metrics(run_dir, records, cut: str = "") -> str:
         f.writelines(json.dumps(r) + "\n" for r in records)
         f.write(cut)
     return str(run_dir)
+
+
+def test_iteration_cpu_s_reads_the_process_cpu_as_iteration_records_are_logged(tmp_path):
+    """A process that logs an iteration record after each ~0.15 CPU-second of work (episode records between them,
+    each iteration record written in two pieces): the CPU seconds between its 1st and 3rd iteration are about two
+    pieces of work, and a run that ends before its 5th gives None."""
+    script = (
+        "import json, os, sys, time\n"
+        "f = open(os.path.join(sys.argv[1], 'metrics.jsonl'), 'w', buffering=1)\n"
+        "for i in range(3):\n"
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < 0.15: pass\n"
+        "    f.write(json.dumps({'kind': 'episode', 'global_step': i}) + '\\n')\n"
+        "    line = json.dumps({'kind': 'iteration', 'global_step': i}) + '\\n'\n"
+        "    f.write(line[:9]); f.flush(); time.sleep(0.05); f.write(line[9:])\n"
+        "    time.sleep(0.05)\n")
+    cmd = [sys.executable, "-c", script, str(tmp_path)]
+    r = common.run(cmd, watch=lambda proc: common.iteration_cpu_s(proc, str(tmp_path), 1, 3))
+    assert 0.2 <= r["watch"] <= 0.8, r["watch"]
+    assert common.run(cmd, watch=lambda proc: common.iteration_cpu_s(proc, str(tmp_path), 1, 5))["watch"] is None
 
 
 def test_metrics_drops_a_line_cut_by_a_crash_and_filters_by_kind(tmp_path):

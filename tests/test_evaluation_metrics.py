@@ -4,6 +4,7 @@ crafted run directory."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -475,3 +476,31 @@ def test_provenance_names_each_commit_and_every_resume():
     assert lines[0] == "- Code: aaaaaaa (2 runs); bbbbbbb (1 run); aaaaaaa-dirty (1 run)"
     assert "r2 at 4096, 8192" in lines[1]
     assert M.provenance_lines(M.provenance([("r1", starts["r1"])]))[1].startswith("- Resumed from a checkpoint: none")
+
+
+def test_bootstrap_mean_by_hand():
+    # two seeds a, b: resampled means are a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5/97.5 percentiles
+    # of 2000 draws are a and b
+    assert M.bootstrap_mean([2.0, 6.0]) == {"mean": 4.0, "ci95": [2.0, 6.0], "n": 2}
+    # 0, 0, 9: P(mean = 0) = (2/3)^3 = 0.30 > 0.025; P(mean = 9) = 1/27 = 0.037 > 0.025
+    assert M.bootstrap_mean([0.0, 0.0, 9.0]) == {"mean": 3.0, "ci95": [0.0, 9.0], "n": 3}
+    # 0, 0, 0, 8: P(mean = 8) = 1/256 < 0.025, P(mean >= 6) = P(three or four 8s) = 13/256 > 0.025 -> hi = 6
+    assert M.bootstrap_mean([0.0, 0.0, 0.0, 8.0])["ci95"] == [0.0, 6.0]
+    assert M.bootstrap_mean([5.0, float("nan")]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
+    assert M.bootstrap_mean([]) == {"mean": None, "ci95": None, "n": 0}
+
+
+def test_bootstrap_mean_against_the_exact_bootstrap_distribution():
+    # three seeds 1, 2, 3: a resample is all 1s with probability 1/27 = 3.7% > 2.5%, all 3s likewise, so the 95%
+    # percentile interval of the resampled mean is exactly [1, 3]
+    assert M.bootstrap_mean([1.0, 2.0, 3.0]) == {"mean": 2.0, "ci95": [1.0, 3.0], "n": 3}
+    # the exact bootstrap distribution of the mean of 4 values (4^4 equally likely resamples), its percentiles
+    # (numpy's linear interpolation) vs the Monte Carlo interval with many reps
+    xs = [0.0, 1.0, 4.0, 10.0]
+    exact = np.array([np.mean(c) for c in itertools.product(xs, repeat=4)])
+    lo, hi = np.percentile(exact, [2.5, 97.5])
+    d = M.bootstrap_mean(xs, reps=40000, seed=1)
+    assert (d["mean"], d["n"]) == (3.75, 4)
+    assert abs(d["ci95"][0] - lo) <= 0.25 and abs(d["ci95"][1] - hi) <= 0.25
+    assert M.bootstrap_mean([5.0, float("nan"), None]) == {"mean": 5.0, "ci95": [5.0, 5.0], "n": 1}
+    assert M.bootstrap_mean([float("nan")]) == {"mean": None, "ci95": None, "n": 0}
