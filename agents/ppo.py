@@ -59,7 +59,7 @@ from continual.training.accel import compile_step
 from continual.training.extensions import Extension
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import agent_main, set_torch_threads, start_run
+from continual.training.startup import acting_threads, agent_main, set_torch_threads, start_run
 
 
 def ewc_batch_loss(args: Args):
@@ -211,36 +211,38 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
 
             t_rollout = time.time()
             env_time = forward_time = 0.0
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                session.global_step = global_step
-                obs[step] = next_obs
-                dones[step] = next_done
+            with acting_threads(args):  # --act_threads while acting, the update's threads after
+                for step in range(args.num_steps):
+                    global_step += args.num_envs
+                    session.global_step = global_step
+                    obs[step] = next_obs
+                    dones[step] = next_done
 
-                # ALGO LOGIC: action logic
-                t_forward = time.time()
-                action, logprob, values[step] = act_step(next_obs, next_inputs)
-                forward_time += time.time() - t_forward
-                actions[step] = action
-                logprobs[step] = logprob
+                    # ALGO LOGIC: action logic
+                    t_forward = time.time()
+                    action, logprob, values[step] = act_step(next_obs, next_inputs)
+                    forward_time += time.time() - t_forward
+                    actions[step] = action
+                    logprobs[step] = logprob
 
-                # TRY NOT TO MODIFY: execute the game and log data.
-                t_env = time.time()
-                next_obs_raw, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                env_time += time.time() - t_env
-                done = np.logical_or(terminations, truncations)
-                # the next observation, the rewards to train on, the envs whose episode hit its time limit and what
-                # it ended on (HER: the goal leaves the observation, goal rewards)
-                next_obs, next_inputs, scaled, cut, final = ext.env_step(
-                    step, next_obs_raw, reward_scaler(reward, done), terminations, truncations, infos)
-                next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
-                if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
-                    final_obs, final_inputs = final
-                    with torch.no_grad():
-                        scaled[cut] += args.gamma * agent.get_value(final_obs, **final_inputs).flatten().cpu().numpy()
-                rewards[step] = torch.as_tensor(scaled, device=device)
-                for i, ep_return, ep_length in episode_stats(infos):
-                    session.episode(ep_return, ep_length, global_step, env=i)
+                    # TRY NOT TO MODIFY: execute the game and log data.
+                    t_env = time.time()
+                    next_obs_raw, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                    env_time += time.time() - t_env
+                    done = np.logical_or(terminations, truncations)
+                    # the next observation, the rewards to train on, the envs whose episode hit its time limit and what
+                    # it ended on (HER: the goal leaves the observation, goal rewards)
+                    next_obs, next_inputs, scaled, cut, final = ext.env_step(
+                        step, next_obs_raw, reward_scaler(reward, done), terminations, truncations, infos)
+                    next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
+                    if len(cut):  # time limit: bootstrap from the value of the observation the episode ended on
+                        final_obs, final_inputs = final
+                        with torch.no_grad():
+                            final_values = agent.get_value(final_obs, **final_inputs).flatten().cpu().numpy()
+                        scaled[cut] += args.gamma * final_values
+                    rewards[step] = torch.as_tensor(scaled, device=device)
+                    for i, ep_return, ep_length in episode_stats(infos):
+                        session.episode(ep_return, ep_length, global_step, env=i)
             rollout_time = time.time() - t_rollout
 
             # bootstrap value if not done

@@ -283,14 +283,13 @@ def _proc_ticks(pid: int) -> Optional[float]:
     return float(int(rest[11]) + int(rest[12]))  # utime + stime
 
 
-def iteration_cpu_s(proc, run_dir: str, first: int, last: int) -> Optional[float]:
+def iteration_cpu_s(proc, run_dir: str, first: int, last: int, tree: bool = False) -> Optional[float]:
     """A training process's CPU seconds (utime + stime) between its `first`-th and `last`-th iteration records in
-    `run_dir`/metrics.jsonl, read every 10 ms while it runs (None if it ends before both): start-up excluded, and on a
-    loaded machine less variable than wall time. Envs stepped in worker processes are not in it."""
+    `run_dir`/metrics.jsonl, looked for every 10 ms while it runs (None if it ends before both): start-up excluded, and
+    on a loaded machine less variable than wall time. With `tree`, its live descendants' too (env worker processes)."""
     path, marks, n, offset = os.path.join(run_dir, "metrics.jsonl"), {}, 0, 0
     while last not in marks and proc.poll() is None:
         time.sleep(0.01)
-        ticks = _proc_ticks(proc.pid)
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -301,9 +300,17 @@ def iteration_cpu_s(proc, run_dir: str, first: int, last: int) -> Optional[float
         offset += len(new)
         n += new.count(b'"kind": "iteration"')
         for k in (first, last):
-            if n >= k and ticks is not None:
-                marks.setdefault(k, ticks)
+            if n >= k and k not in marks:
+                ticks = tree_ticks(proc.pid) if tree else {proc.pid: _proc_ticks(proc.pid)}
+                if ticks.get(proc.pid) is not None:
+                    marks[k] = sum(t for t in ticks.values() if t is not None)
     return (marks[last] - marks[first]) / os.sysconf("SC_CLK_TCK") if len(marks) == 2 else None
+
+
+def tree_ticks(root: int) -> dict[int, float]:
+    """CPU clock ticks of `root` and its live descendants, by pid."""
+    ticks = {pid: _proc_ticks(pid) for pid in descendants(root) | {root}}
+    return {pid: t for pid, t in ticks.items() if t is not None}
 
 
 class LoadSampler:
@@ -323,20 +330,12 @@ class LoadSampler:
         self.samples: list[dict[str, float]] = []
         self._hz = os.sysconf("SC_CLK_TCK")
 
-    def _tree_ticks(self) -> dict[int, float]:
-        out = {}
-        for pid in descendants(self.root) | {self.root}:
-            t = _proc_ticks(pid)
-            if t is not None:
-                out[pid] = t
-        return out
-
     def _run(self) -> None:
         import time as _time
 
-        last_t, (last_busy, last_steal), last_tree = _time.monotonic(), _cpu_times(), self._tree_ticks()
+        last_t, (last_busy, last_steal), last_tree = _time.monotonic(), _cpu_times(), tree_ticks(self.root)
         while not self._stop.wait(self.interval):
-            now, (busy, steal), tree = _time.monotonic(), _cpu_times(), self._tree_ticks()
+            now, (busy, steal), tree = _time.monotonic(), _cpu_times(), tree_ticks(self.root)
             ours = sum(v - last_tree.get(pid, 0.0) for pid, v in tree.items())
             dt = now - last_t
             if dt > 0:

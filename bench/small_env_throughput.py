@@ -8,8 +8,9 @@ iteration's wall time minus those three); "outside env/forward/update" = (act - 
 share of an iteration that is neither the game, the acting forward pass nor the update (PPO logs time/forward_s;
 older revisions do not, so theirs is not shown). Workloads, trees and SB3 run round-robin, `--repeats` times, the order
 rotating every repeat; reported: medians, the ratio of medians and the median of paired (same-repeat) ratios, and
-the load average around every run; and the training process's CPU seconds per steady-state iteration (read from
-/proc as each iteration is logged: less load-sensitive than wall time) with the paired ratio of each kind's to ours'.
+the load average around every run; and the CPU seconds per steady-state iteration of the training process and its
+env worker processes (read from /proc as each iteration is logged: less load-sensitive than wall time) with the
+paired ratio of each kind's to ours'.
 
 Workloads (`--workloads`):
   breakout_purejaxrl / spaceinvaders_purejaxrl   configs/minatar_ppo.json: PureJaxRL's MinAtar settings (64 envs x
@@ -20,6 +21,8 @@ Workloads (`--workloads`):
   cartpole_default                               PPO's defaults on CartPole-v1 (Gymnasium backend)
   a2c_breakout / impala_breakout                 A2C (16 envs x 5 steps) and IMPALA (2 actors) on MinAtar Breakout
   gymnax512 / freeway64                          configs/minatar_ppo_gymnax.json at 512 envs; pixel Freeway, 64 envs
+  freeway_pilot                                  issue 46's pilot (configs/experiments/hackatari_freeway_pilot.json's
+                                                 flags: pixel HackAtari Freeway, CleanRL's Atari PPO, 8 envs)
 `--base REV` runs each workload from a worktree of REV too (a workload REV cannot run is reported as such);
 `--sb3` adds Stable-Baselines3 PPO on the *_purejaxrl workloads: the same envs (our MinAtar env stack in SB3's
 DummyVecEnv), the same hyperparameters and network (net_arch pi/vf 64-64, ReLU), with torch's default thread count
@@ -44,6 +47,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
 
 ROOT = common.REPO_ROOT
+
+
+def pilot_flags() -> list[str]:
+    """Issue 46's pilot (pixel HackAtari Freeway, CleanRL's Atari PPO, 8 envs): its experiment file's flags, less
+    its budget, checkpoints and name."""
+    from continual.config.loading import load_json_file
+
+    flags = load_json_file(os.path.join(ROOT, "configs", "experiments", "hackatari_freeway_pilot.json"))["flags"]
+    return [x for k, v in flags.items() if k not in ("total_timesteps", "checkpoint_every", "exp_name")
+            for x in (f"--{k}", str(v))]
+
+
 MINATAR = ["--backend", "MinAtar"]
 WORKLOADS = {
     "breakout_purejaxrl": ["--config", "configs/minatar_ppo.json", "--env_id", "MinAtar/Breakout"],
@@ -59,6 +74,7 @@ WORKLOADS = {
     "impala_breakout": ["--architecture", "IMPALA", *MINATAR, "--env_id", "MinAtar/Breakout", "--num_actors", "2"],
     "gymnax512": ["--config", "configs/minatar_ppo_gymnax.json", "--num_envs", "512"],  # issue 51's GPU rows
     "freeway64": ["--env_id", "ALE/Freeway-v5", "--num_envs", "64"],
+    "freeway_pilot": pilot_flags(),
 }
 BATCH = {"breakout_purejaxrl": 8192, "breakout_purejaxrl_2threads": 8192, "spaceinvaders_purejaxrl": 8192,
          "a2c_breakout": 80, "gymnax512": 65536, "freeway64": 8192}
@@ -93,7 +109,8 @@ def run_ours(tree: str, workload: str, iterations: int, warmup: int, tmp: str, t
                                 "--checkpoint_every", "0", "--eval_every", "0"], runs, tag)
     # the tree measured: this one, or a worktree of --base; CPU seconds over the iterations after warmup + 1
     r = common.run(cmd, cwd=tree, check=False,
-                   watch=lambda proc: common.iteration_cpu_s(proc, os.path.join(runs, tag), warmup + 1, iterations))
+                   watch=lambda proc: common.iteration_cpu_s(proc, os.path.join(runs, tag), warmup + 1, iterations,
+                                                            tree=True))
     if r["rc"] != 0:
         return {"error": (r["log_tail"].strip().splitlines() or [f"exit {r['rc']}"])[-1],
                 "load_before": r["loadavg_start"]}

@@ -37,9 +37,11 @@ NEEDS_SWITCHES = "needs_switches"  # the curriculum must switch (per-task phases
 ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains with Adam
 C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
 FUSED_ADAM = "fused_adam"        # --fused_adam: torch's fused Adam kernel (the same update up to float rounding)
+ACT_THREADS = "act_threads"      # --act_threads: torch's threads while a rollout acts
 
 FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
-            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN, FUSED_ADAM)
+            SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN, FUSED_ADAM,
+            ACT_THREADS)
 
 
 def rollout_steps(args: Any) -> int:
@@ -72,7 +74,8 @@ class AgentSpec:
         return feature in self.features
 
 
-_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB, ADAM_BETAS, C_CHAIN})
+_PPO_FEATURES = frozenset({BF16, HER, BOX_ACTIONS, NORM_OBS, PLASTICITY, EWC, SHRINK_PERTURB, ADAM_BETAS, C_CHAIN,
+                           ACT_THREADS})
 # IMPALA's family sums its losses over the batch: TorchBeast's clip of 40 (0.5 shrinks its updates ~100x) and
 # cleanba's learning rate (configs/impala_freeway.json)
 _IMPALA_DEFAULTS = {"learning_rate": 6e-4, "max_grad_norm": 40.0}

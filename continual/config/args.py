@@ -39,6 +39,10 @@ class Args:
     torch_threads: Optional[int] = None
     """CPU threads for torch (default: 1 for vector/object observations, whose small MLPs gain nothing from more and
     lose much when cores are shared; torch's default for pixels)"""
+    act_threads: int = 1
+    """CPU threads for torch while a rollout acts (PPO's act step: the forward pass over num_envs observations between
+    env steps; the update keeps --torch_threads). More threads synchronise and spin against the env workers for a
+    forward pass over a few frames; the outputs are the same bit for bit. 0: as many as the update"""
     total_timesteps: Optional[int] = None
     """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
     resume: Optional[str] = None

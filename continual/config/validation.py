@@ -89,6 +89,10 @@ def validate_args(args: Args) -> None:
         raise UserError(f"num_envs: {args.num_envs} envs cannot be split evenly between {args.num_actors} actors")
     if args.torch_threads is not None:
         positive("torch_threads")
+    if args.act_threads < 0:
+        raise UserError(f"act_threads: must be >= 0 (0: as many as the update), got {args.act_threads}")
+    if args.act_threads != Args.act_threads:
+        require(args, specs.ACT_THREADS, "act_threads")
     if args.total_timesteps is not None:
         positive("total_timesteps")
     if args.max_episode_steps is not None:

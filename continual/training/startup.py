@@ -5,6 +5,7 @@ create the run directory and logger, seed. An agent file's `main` is `agent_main
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -163,6 +164,24 @@ def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
     threads = args.torch_threads if args.torch_threads else (1 if small else None)
     if threads:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def acting_threads(args: Args):
+    """--act_threads while a rollout acts, the update's count (set_torch_threads) again after it. A forward pass over
+    num_envs frames is too small to split: a second OpenMP thread costs more in synchronisation, and in spinning
+    against the env workers that step next, than it saves (tests/test_agents_ppo.py: the same actions, log-probs and
+    values bit for bit)."""
+    update = torch.get_num_threads()
+    act = args.act_threads or update
+    if act == update:
+        yield
+        return
+    torch.set_num_threads(act)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(update)
 
 
 # glibc mallopt(3) parameters
