@@ -404,6 +404,23 @@ def test_ppo_plays_the_games_of_the_pinned_reference(tmp_path, case):
         np.testing.assert_allclose(got["weights"][name]["first"], w["first"], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def test_acting_on_one_thread_learns_what_acting_on_the_updates_threads_learns(tmp_path):
+    """--act_threads 1 (the default: the rollout's forward passes on one torch thread) and --act_threads 0 (on the
+    update's 2, as before it existed) train pixel HackAtari Freeway to the same weights bit for bit: the act step's
+    actions, log-probs and values do not depend on the thread count, and the update runs on its own 2 threads in
+    both."""
+    from helpers.ppo_reference import run_case
+
+    config = {"env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 32, "update_epochs": 1,
+              "num_minibatches": 2, "seed": 2, "checkpoint_every": 0, "total_timesteps": 128, "torch_threads": 2,
+              "vector_env": "sync"}
+    runs = []
+    for name, extra in (("one", ()), ("update", ("--act_threads", "0"))):
+        os.makedirs(tmp_path / name)
+        runs.append(run_case("freeway", str(tmp_path / name), extra, config))
+    assert runs[0]["weights"] == runs[1]["weights"]
+
+
 def test_categorical_is_torch_categorical_bit_for_bit():
     """agents.ppo.categorical: the same samples (same random stream), log-probs, entropies and gradients as
     torch.distributions.Categorical(logits=...), including -inf logits (masked actions)."""

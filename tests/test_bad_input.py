@@ -361,6 +361,9 @@ cartpole("bf16-on-an-agent-without-it", ("bf16", "IMPALA"), {}, "--architecture"
 cartpole("compile-on-an-agent-without-it", ("compile", "PPO_CBP"), {}, "--architecture", "PPO_CBP", "--compile")
 cartpole("fused-adam-on-an-agent-without-it", ("fused_adam", "PPO_CBP"), {}, "--architecture", "PPO_CBP",
          "--fused_adam")
+cartpole("act-threads-on-an-agent-without-them", ("act_threads", "DQN"), {}, "--architecture", "DQN",
+         "--act_threads", "2")
+flags("range-act-threads-negative", "act_threads", "--act_threads", "-1")
 flags("cudagraphs-without-compile", ("cudagraphs", "--compile"), "--cudagraphs")
 flags("cudagraphs-without-cuda", ("cudagraphs", "CUDA"), "--compile", "--cudagraphs", "--no-cuda")
 flags("cudagraphs-with-her", ("cudagraphs", "--her"), "--compile", "--cudagraphs", "--her")

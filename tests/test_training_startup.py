@@ -108,3 +108,20 @@ def test_the_summary_lists_what_differs_from_the_architectures_resolved_defaults
         assert absent not in text, absent
     assert "total_timesteps=500" in text and "runs_dir='/nonexistent/r'" in text
     assert "steps: 512 (4 iterations of 128 steps, 1 env)" in text
+
+
+@pytest.mark.parametrize("act_threads, inside", [(1, 1), (0, 2), (2, 2)])
+def test_acting_threads_sets_the_rollouts_threads_and_gives_the_update_its_own_back(act_threads, inside):
+    import torch
+
+    from continual.config.args import Args
+    from continual.training.startup import acting_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with acting_threads(Args(act_threads=act_threads)):
+            assert torch.get_num_threads() == inside
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
