@@ -19,8 +19,8 @@ keeps the unclipped sample. `--norm_obs` and `--reward_scaling normalize` are th
 
 Spec (continual/specs.py):
 - its defaults are Args' (CleanRL's ppo_atari)
-- supports: adam_betas, bf16, box_actions, c_chain, compile, ewc, fused_adam, her, mlp_network, network_options,
-  norm_obs, plasticity, shrink_and_perturb, trac
+- supports: act_threads, adam_betas, bf16, box_actions, c_chain, compile, ewc, fused_adam, her, mlp_network,
+  network_options, norm_obs, plasticity, shrink_and_perturb, trac
 (generated: python -m continual.specs --update-docs)
 """
 

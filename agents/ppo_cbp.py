@@ -16,7 +16,7 @@ Presets: the seed project's values are the defaults (--replacement_rate 1e-5 --m
 
 Spec (continual/specs.py):
 - its defaults are Args' (CleanRL's ppo_atari)
-- supports: adam_betas, bf16, box_actions, c_chain, ewc, her, norm_obs, plasticity, shrink_and_perturb
+- supports: act_threads, adam_betas, bf16, box_actions, c_chain, ewc, her, norm_obs, plasticity, shrink_and_perturb
 (generated: python -m continual.specs --update-docs)
 """
 

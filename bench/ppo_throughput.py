@@ -6,7 +6,6 @@
     no switches, same budget;
 (c) where the time goes: per-iteration env / act / learn seconds (ours: from metrics.jsonl; SB3: a timing callback
     and a timing VecEnv wrapper).
-(d) (`--kinds ours ours_t1`) our PPO with torch threads 1 (the env workers get the other core).
 
 Every training run is a fresh subprocess; the three kinds run round-robin (the order rotates every repeat).
 Steady-state steps/s = steps of the iterations after the first `--warmup` ones / time between the end of iteration
@@ -29,17 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (also puts the repository root on sys.path)
 
 KINDS = ("ours", "sb3", "ours_switch")
-# diagnostic kinds (not run by default): the same runs with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads sleep
-# instead of spinning when idle)
-EXTRA_KINDS = ("ours_passive", "sb3_passive", "ours_switch_passive", "ours_bf16")
-# *_t1: torch threads 1 in our process (the env workers get the other core), whatever --torch-threads says
-THREAD_KINDS = ("ours_t1",)
+EXTRA_KINDS = ("ours_bf16",)  # not run by default
 LABELS = {"ours": "ours (no switch)", "sb3": "SB3 PPO", "ours_switch": "ours (switch every 2 it.)",
-          "ours_passive": "ours, OMP PASSIVE", "sb3_passive": "SB3 PPO, OMP PASSIVE",
-          "ours_switch_passive": "ours switch, OMP PASSIVE", "ours_bf16": "ours --bf16 (no switch)",
-          "ours_t1": "ours, 1 thread"}
+          "ours_bf16": "ours --bf16 (no switch)"}
 # our worker's flags per kind
-OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"], "ours_t1": []}
+OURS_FLAGS = {"ours": [], "ours_switch": [], "ours_bf16": ["--bf16"]}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -59,9 +52,8 @@ def worker_ours(args: argparse.Namespace, switching: bool, flags: list[str]) -> 
     argv += flags
     if args.backend != "HackAtari":  # MinAtar/Gymnasium default to the sync vector env
         argv += ["--vector_env", "async"]
-    threads = 1 if args.worker.endswith("_t1") else args.torch_threads
-    if threads:
-        argv += ["--torch_threads", str(threads)]
+    if args.torch_threads:
+        argv += ["--torch_threads", str(args.torch_threads)]
     if switching:
         every = args.switch_every * batch
         thresholds = list(range(every, total, every))
@@ -235,8 +227,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
                 name = f"{kind}_r{rep}"
                 out = os.path.join(tmp, name + ".json")
                 log = os.path.join(tmp, name + ".log")
-                worker = kind.removesuffix("_passive")
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--worker-out", out,
+                cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--worker-out", out,
                        "--tmp", tmp, "--run-name", name, "--iterations", str(args.iterations),
                        "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                        "--env-id", args.env_id, "--backend", args.backend, "--seed", str(args.seed),
@@ -249,12 +240,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
                     waited = wait_quiet(sampler, args.quiet_below, args.quiet_max_wait)
                     print(f"  (waited {waited:.0f} s for other processes to use < {args.quiet_below} cores)", flush=True)
                 t = time.time()
-                env = dict(os.environ)
-                if args.omp_wait_policy:
-                    env["OMP_WAIT_POLICY"] = args.omp_wait_policy
-                if kind.endswith("_passive"):
-                    env["OMP_WAIT_POLICY"] = "PASSIVE"
-                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures, env=env)
+                run = common.run_worker(cmd, name, log, out, args.run_timeout, failures)
                 if run is None:
                     continue
                 run["analysis"] = steady(run, args.warmup)
@@ -322,11 +308,6 @@ def summarize(args: argparse.Namespace, res: dict) -> dict:
                 (sw_other if first + j in idx else plain_other).append(p["other"])
         out["switch_vs_noswitch"]["other_s_switch_iterations_median"] = common.median(sw_other)
         out["switch_vs_noswitch"]["other_s_plain_iterations_median"] = common.median(plain_other)
-    pairs = [("ours_passive", "ours"), ("sb3_passive", "sb3"), ("ours_passive", "sb3_passive"),
-             ("ours_switch_passive", "ours_passive"), ("ours_t1", "ours")]
-    out["diagnostic_ratios"] = {f"{a} / {b}": {"ratio_of_medians": common.ratio(med[a], med[b]),
-                                               "median_paired_ratio": paired(a, b)}
-                                for a, b in pairs if a in med and b in med}
     # the same comparisons restricted to runs during which other processes used < `quiet` cores
     quiet = args.quiet_below if args.quiet_below is not None else 0.5
     q = {k: [r["analysis"]["sps"] for r in v if r["load"]["foreign_cores"] < quiet] for k, v in runs.items()}
@@ -389,8 +370,6 @@ def report(args: argparse.Namespace, info: dict, s: dict) -> None:
         print(f"  non-env/act/learn time of iterations starting with a switch: median "
               f"{o['other_s_switch_iterations_median'] * 1e3:.0f} ms (other iterations "
               f"{o['other_s_plain_iterations_median'] * 1e3:.0f} ms)")
-    for name, o in s.get("diagnostic_ratios", {}).items():
-        print(f"{name}: {o['ratio_of_medians']:.2f} (paired {o['median_paired_ratio']:.2f})")
     qt = s["quiet"]
     print(f"runs with other processes < {qt['threshold_cores']} cores: " + ", ".join(
         f"{LABELS[k]} n={len(v)} median {common.fmt(qt['median_sps'][k])}" for k, v in qt["sps"].items())
@@ -416,8 +395,7 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=6, help="PPO iterations per training run")
     p.add_argument("--repeats", type=int, default=3, help="round-robin repeats of every run kind")
     p.add_argument("--warmup", type=int, default=2, help="first iterations excluded from steady-state steps/s")
-    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS + THREAD_KINDS, default=list(KINDS),
-                   help="run kinds to compare (the *_passive kinds set OMP_WAIT_POLICY=PASSIVE for that run)")
+    p.add_argument("--kinds", nargs="+", choices=KINDS + EXTRA_KINDS, default=list(KINDS), help="run kinds to compare")
     p.add_argument("--modification", default="all_green_cars", help="the regime alternated with '' in switch runs")
     p.add_argument("--switch-every", type=int, default=2, help="iterations between switches in switch runs")
     p.add_argument("--seed", type=int, default=1)
@@ -425,8 +403,6 @@ def main() -> None:
     p.add_argument("--sb3-clip-range-vf", type=float, default=0.1,
                    help="SB3 value clipping (ours clips the value loss with clip_coef=0.1, as CleanRL)")
     p.add_argument("--sb3-device", default="cpu", help="SB3's torch device (cuda on a GPU machine)")
-    p.add_argument("--omp-wait-policy", choices=["PASSIVE", "ACTIVE"],
-                   help="set OMP_WAIT_POLICY for every training run (diagnostic; default: unset, as in normal use)")
     p.add_argument("--quiet-below", type=float, default=None,
                    help="before each run, wait until other processes use fewer than this many cores (default: no wait)")
     p.add_argument("--quiet-max-wait", type=float, default=120.0, help="longest wait for --quiet-below, seconds")
@@ -437,7 +413,7 @@ def main() -> None:
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch threads of every run (ours: --torch_threads; SB3: torch.set_num_threads); default: "
                         "each program's own default")
-    p.add_argument("--worker", choices=KINDS + ("ours_bf16",) + THREAD_KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KINDS + EXTRA_KINDS, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     p.add_argument("--run-name", help=argparse.SUPPRESS)

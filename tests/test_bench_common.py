@@ -74,6 +74,27 @@ def test_iteration_cpu_s_reads_the_process_cpu_as_iteration_records_are_logged(t
     assert common.run(cmd, watch=lambda proc: common.iteration_cpu_s(proc, str(tmp_path), 1, 5))["watch"] is None
 
 
+def test_iteration_cpu_s_of_the_tree_counts_the_worker_processes(tmp_path):
+    """A process whose child burns the CPU while the parent logs its iteration records: the parent's own CPU between
+    two records is near 0, the tree's holds the child's."""
+    script = (
+        "import json, os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+        "f = open(os.path.join(sys.argv[1], 'metrics.jsonl'), 'w', buffering=1)\n"
+        "for i in range(3):\n"
+        "    time.sleep(0.6)\n"
+        "    f.write(json.dumps({'kind': 'iteration', 'global_step': i}) + '\\n')\n"
+        "time.sleep(0.3)\n"
+        "child.kill()\n")
+    cpu = {}
+    for tree in (False, True):
+        (tmp_path / str(tree)).mkdir()
+        run_dir = str(tmp_path / str(tree))
+        cpu[tree] = common.run([sys.executable, "-c", script, run_dir],
+                               watch=lambda proc: common.iteration_cpu_s(proc, run_dir, 1, 3, tree=tree))["watch"]
+    assert cpu[False] < 0.1 and cpu[True] > cpu[False] + 0.1, cpu
+
+
 def test_metrics_drops_a_line_cut_by_a_crash_and_filters_by_kind(tmp_path):
     recs = [{"kind": "iteration", "global_step": 8}, {"kind": "episode", "global_step": 9, "return": 1.0}]
     d = write_metrics(tmp_path / "run", recs, cut='{"kind": "iteration", "glo')

@@ -40,9 +40,10 @@ class Args:
     """CPU threads for torch (default: 1 for vector/object observations, whose small MLPs gain nothing from more and
     lose much when cores are shared; torch's default for pixels)"""
     act_threads: int = 1
-    """CPU threads for torch while a rollout acts (PPO's act step: the forward pass over num_envs observations between
-    env steps; the update keeps --torch_threads). More threads synchronise and spin against the env workers for a
-    forward pass over a few frames; the outputs are the same bit for bit. 0: as many as the update"""
+    """CPU threads for torch while a rollout acts (PPO's act step: a forward pass over num_envs observations between
+    env steps; the update keeps --torch_threads): more threads synchronise and spin against the env workers for too
+    little work. The same actions, log-probs and values bit for bit on this project's CPUs (tested). 0: as many as
+    the update"""
     total_timesteps: Optional[int] = None
     """agent steps (summed over envs) to train; default: the length of the curriculum (10M without one)"""
     resume: Optional[str] = None
