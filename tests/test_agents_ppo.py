@@ -409,16 +409,17 @@ def test_acting_on_one_thread_learns_what_acting_on_the_updates_threads_learns(t
     update's 2, as before it existed) train pixel HackAtari Freeway to the same weights bit for bit: the act step's
     actions, log-probs and values do not depend on the thread count, and the update runs on its own 2 threads in
     both."""
-    from helpers.ppo_reference import run_case
+    from helpers.ppo_reference import read_run
 
-    config = {"env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 32, "update_epochs": 1,
-              "num_minibatches": 2, "seed": 2, "checkpoint_every": 0, "total_timesteps": 128, "torch_threads": 2,
-              "vector_env": "sync"}
-    runs = []
+    config = write_config(tmp_path, {
+        "env_id": "ALE/Freeway-v5", "backend": "HackAtari", "num_envs": 2, "num_steps": 32, "update_epochs": 1,
+        "num_minibatches": 2, "seed": 2, "checkpoint_every": 0, "total_timesteps": 128, "torch_threads": 2,
+        "vector_env": "sync"})
+    runs = str(tmp_path / "runs")
     for name, extra in (("one", ()), ("update", ("--act_threads", "0"))):
-        os.makedirs(tmp_path / name)
-        runs.append(run_case("freeway", str(tmp_path / name), extra, config))
-    assert runs[0]["weights"] == runs[1]["weights"]
+        run_main("continual_training_example.py", "--config", config, "--runs_dir", runs, "--run_name", name,
+                 "--no-progress-bar", *extra)
+    assert read_run(os.path.join(runs, "one"))["weights"] == read_run(os.path.join(runs, "update"))["weights"]
 
 
 def test_categorical_is_torch_categorical_bit_for_bit():
