@@ -65,6 +65,8 @@ from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, default_run_name, set_torch_threads, start_run
 
+RESUME = ("resume: each seed of agents/dqn_seeds.py is a run of its own; continue one with python agents/dqn.py "
+          "--resume <its run directory>")
 # flags whose methods act on one network per hook call: not batched here (their defaults are required)
 NOT_BATCHED = ("shrink_and_perturb", "reset_optimizer_on_switch", "redo", "parseval", "layer_norm", "activation",
                "reset_layers", "nap", "plasticity_injection")
@@ -74,8 +76,7 @@ def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequen
                     resume_state: Optional[dict]) -> None:
     """Bad input, one line, before any run directory exists."""
     if resume_state is not None:
-        raise UserError("resume: each seed of agents/dqn_seeds.py is a run of its own; continue one with "
-                        "python agents/dqn.py --resume <its run directory>")
+        raise UserError(RESUME)
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserError(f"seeds: give distinct seeds (got {list(seeds)})")
     if run_names is not None and len(run_names) != len(seeds):
@@ -405,40 +406,17 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                         has_reference = c_chain and updates >= first.c_chain.schedule.first_update
                         ref_obs = torch.as_tensor(replay.gather_obs(*replay.sample_indices(
                             args.replay_batch_size, rngs)), device=device) if has_reference else None
-                        views = seed_slices(params, num_seeds)
-                        td, churn, totals = [], [], []
-                        for k, r in enumerate(runs):  # dqn.py's loss, seed by seed
-                            b_obs, b_actions, b_rewards, b_terminated, b_next = (x[k] for x in batch)
-                            with torch.no_grad():
-                                target = td_target(b_rewards, b_terminated, args.gamma,
-                                                   forward(seed_params(target_params, k), b_next),
-                                                   forward(views[k], b_next) if args.double_dqn else None)
-                            old_val = forward(views[k], b_obs).gather(1, b_actions.long().unsqueeze(1)).squeeze(1)
-                            loss = F.mse_loss(target, old_val)
-                            total = loss
-                            if has_reference:  # C-CHAIN's term (CChain.loss_terms), its coefficient the seed's own
-                                with torch.no_grad():
-                                    q_ref = forward(seed_params(ref_params, k), ref_obs[k])
-                                churn.append(q_churn(forward(views[k], ref_obs[k]), q_ref))
-                                total = loss + r.c_chain.coef * churn[-1]
-                            td.append(loss)
-                            totals.append(total)
-                            losses[k].append(loss.detach())
-                            q_means[k].append(old_val.detach().mean())
-                        td_stack = torch.stack(td).detach()
-                        if not math.isfinite(float(td_stack.sum())):  # one float for every seed's loss
-                            for k in range(num_seeds):
-                                check_losses(global_step, td_loss=td[k])
-                        optimizer.zero_grad()
-                        sum(totals).backward()  # each seed's gradient: its loss depends on its parameters only
-                        if c_chain:  # C-CHAIN's next reference: the weights before this step (CChain.before_step)
-                            assign(ref_params, lambda name, k: params[name][k])
+                        coefs = [r.c_chain.coef for r in runs] if has_reference else None
+                        td, churn, q_mean = update(forward, params, target_params, ref_params, optimizer, batch,
+                                                   ref_obs, coefs, args.gamma, args.double_dqn, global_step)
+                        if c_chain:
                             updates += 1
-                        optimizer.step()
+                        for k in range(num_seeds):
+                            losses[k].append(td[k])
+                            q_means[k].append(q_mean[k])
                         if c_chain:  # each seed's record, its coefficient recomputed (CChain.after_step)
-                            mains = td_stack.tolist()
-                            churns = torch.stack(churn).detach().tolist() if has_reference else [None] * num_seeds
-                            for r, main_loss, churn_k in zip(runs, mains, churns):
+                            churns = churn.tolist() if churn is not None else [None] * num_seeds
+                            for r, main_loss, churn_k in zip(runs, td.tolist(), churns):
                                 r.c_chain.record(main_loss, churn_k)
                     if global_step // args.target_network_frequency != previous // args.target_network_frequency:
                         assign(target_params, lambda name, k: args.tau * params[name][k] +
@@ -461,6 +439,46 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     "time/act_s": (iteration_time - sum(env_time) - learn_time) / num_seeds,
                 })
     return [r.session.run_dir for r in runs]
+
+
+def update(forward, params: dict, target_params: dict, ref_params: dict, optimizer: optim.Optimizer, batch: Sequence,
+           ref_obs: Optional[torch.Tensor], coefs: Optional[Sequence[float]], gamma: float, double_dqn: bool,
+           step: int) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    """One update of every seed. dqn.py's loss seed by seed (the Double DQN or DQN target, the MSE, and with `ref_obs`
+    C-CHAIN's coefs[k] x churn on seed k's reference batch against its `ref_params`), the losses summed over seeds for
+    one backward pass (a seed's loss depends on its own parameters only: each gets its own gradient), C-CHAIN's
+    reference set to the weights before the step (when `ref_params` has any), one Adam step. batch: (obs, actions,
+    rewards, terminated, next_obs), (K, B, ...) each. Returns (K,) tensors: the TD losses, the churn terms (None
+    without `ref_obs`) and the mean Q-values of the taken actions."""
+    num_seeds = len(batch[1])
+    views = seed_slices(params, num_seeds)
+    td, churn, totals, q_mean = [], [], [], []
+    for k in range(num_seeds):
+        b_obs, b_actions, b_rewards, b_terminated, b_next = (x[k] for x in batch)
+        with torch.no_grad():
+            target = td_target(b_rewards, b_terminated, gamma, forward(seed_params(target_params, k), b_next),
+                               forward(views[k], b_next) if double_dqn else None)
+        old_val = forward(views[k], b_obs).gather(1, b_actions.long().unsqueeze(1)).squeeze(1)
+        loss = F.mse_loss(target, old_val)
+        total = loss
+        if ref_obs is not None:  # CChain.loss_terms
+            with torch.no_grad():
+                q_ref = forward(seed_params(ref_params, k), ref_obs[k])
+            churn.append(q_churn(forward(views[k], ref_obs[k]), q_ref))
+            total = loss + coefs[k] * churn[-1]
+        td.append(loss)
+        totals.append(total)
+        q_mean.append(old_val.detach().mean())
+    td_stack = torch.stack(td).detach()
+    if not math.isfinite(float(td_stack.sum())):  # one float for every seed's loss; the message names the step
+        for loss in td:
+            check_losses(step, td_loss=loss)
+    optimizer.zero_grad()
+    sum(totals).backward()
+    if ref_params:  # C-CHAIN's next reference: the weights before this step (CChain.before_step)
+        assign(ref_params, lambda name, k: params[name][k])
+    optimizer.step()
+    return td_stack, torch.stack(churn).detach() if churn else None, torch.stack(q_mean)
 
 
 def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], list[str]]:
@@ -492,7 +510,10 @@ def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], li
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
     seeds, run_names, rest = split_seeds(list(sys.argv[1:] if argv is None else argv))
-    named = any(a.split("=")[0] in ("--run_name", "--run-name") for a in rest)
+    flags = {a.split("=")[0].replace("-", "_") for a in rest}
+    if "__resume" in flags:
+        raise UserError(RESUME)
+    named = "__run_name" in flags
 
     def train_seeds(args: Args, curriculum: Curriculum, resume_state: Optional[dict]) -> list[str]:
         # --run_name R: the seeds' runs are R__s<seed> (--run_names: one each); else dqn.py's default names

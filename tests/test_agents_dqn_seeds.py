@@ -1,0 +1,251 @@
+"""agents/dqn_seeds.py: K seeds of agents/dqn.py's DQN in one process learn what K runs of dqn.py learn.
+
+The update of every seed at once against dqn.py's update seed by seed (its loss, the real CChain extension's hooks in
+dqn.py's order, one torch Adam per seed), bit for bit and against a float64 recomputation; whole runs on real MinAtar
+games (a padded task sequence with a switch, random steps per regime, C-CHAIN, target copies, evaluations) against
+dqn.py --seed s, record by record and checkpoint by checkpoint."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from agents import dqn, dqn_seeds
+from conftest import write_config
+from continual.plasticity.c_chain import CChain, Schedule
+from continual.training.tracking import read_metrics
+
+SHAPE, ACTIONS, BATCH = (10, 10, 10), 6, 32
+# C-CHAIN's automatic coefficient from the second record on (the paper's warmup is 10,000 updates)
+QUICK = Schedule(target=0.01, initial=50.0, window=4, warmup=2)
+
+
+def _batches(rng: np.random.Generator, num_seeds: int, n: int, dtype=np.float32) -> list[tuple]:
+    """n updates' (K, B, ...) MinAtar-like batches (sparse 0/1 grids) and reference batches."""
+    def grids():
+        return (rng.random((num_seeds, BATCH) + SHAPE) < 0.1).astype(dtype)
+    return [((grids(), rng.integers(0, ACTIONS, (num_seeds, BATCH)).astype(np.int32),
+              rng.random((num_seeds, BATCH)).astype(dtype), rng.random((num_seeds, BATCH)) < 0.05, grids()), grids())
+            for _ in range(n)]
+
+
+def _dqn_updates(nets: list, batches: list, c_chain: bool, fused: bool, target_every: int) -> dict:
+    """dqn.py's update loop, seed by seed: its loss, the CChain extension's hooks in its order, its Adam."""
+    out = {"td": [], "churn": [], "coef": []}
+    runs = []
+    for net in nets:
+        opt = torch.optim.Adam(net.parameters(), lr=3e-4, **({"fused": True} if fused else {"foreach": True}))
+        target = copy.deepcopy(net)
+        runs.append((net, opt, target, CChain(net, QUICK, dqn.CONTINUAL.c_chain) if c_chain else None))
+    for i, (batch, ref) in enumerate(batches):
+        td, churn, coef = [], [], []
+        for k, (net, opt, target, ext) in enumerate(runs):
+            b_obs, b_actions, b_rewards, b_terminated, b_next = (torch.as_tensor(x[k]) for x in batch)
+            with torch.no_grad():
+                y = dqn.td_target(b_rewards, b_terminated, 0.99, target(b_next), net(b_next))
+            loss = torch.nn.functional.mse_loss(y, net(b_obs).gather(1, b_actions.long().unsqueeze(1)).squeeze(1))
+            total = loss
+            if ext is not None:
+                coef.append(ext.coef)
+                total = ext.loss(loss, net, {"main_loss": loss, "reference_obs": lambda k=k: torch.as_tensor(ref[k])})
+                churn.append(ext._record[1])
+            opt.zero_grad()
+            total.backward()
+            if ext is not None:
+                ext.before_step()
+            opt.step()
+            if ext is not None:
+                ext.after_step(opt)
+            td.append(loss.detach())
+            if (i + 1) % target_every == 0:
+                target.load_state_dict(net.state_dict())
+        out["td"].append(torch.stack(td))
+        out["churn"].append(None if not churn or churn[0] is None else torch.stack([c.detach() for c in churn]))
+        out["coef"].append(coef)
+    out["params"] = [{n: p.detach() for n, p in net.named_parameters()} for net, *_ in runs]
+    return out
+
+
+def _seeds_updates(nets: list, batches: list, c_chain: bool, fused: bool, target_every: int) -> dict:
+    """The same updates through dqn_seeds.update: stacked parameters, one Adam, C-CHAIN's coefficients per seed."""
+    from continual.plasticity.c_chain import AutoCoefficient
+    params = dqn_seeds.stack(nets, split_unaligned=fused)
+    for t in dqn_seeds.leaves(params):
+        t.requires_grad_()
+    target_params = dqn_seeds.stack(nets)
+    ref_params = dqn_seeds.stack(nets) if c_chain else {}
+    coefficients = [AutoCoefficient(QUICK) for _ in nets]
+    opt = torch.optim.Adam(dqn_seeds.leaves(params), lr=3e-4, **({"fused": True} if fused else {"foreach": True}))
+    forward = dqn_seeds.seed_forward(nets[0])
+    out = {"td": [], "churn": [], "coef": []}
+    for i, (batch, ref) in enumerate(batches):
+        with_ref = c_chain and i >= QUICK.first_update
+        coefs = [c.coef for c in coefficients]
+        td, churn, _ = dqn_seeds.update(forward, params, target_params, ref_params, opt,
+                                        [torch.as_tensor(x) for x in batch], torch.as_tensor(ref) if with_ref else None,
+                                        coefs if with_ref else None, 0.99, True, step=i)
+        if c_chain:
+            for c, main, ch in zip(coefficients, td.tolist(), churn.tolist() if with_ref else [None] * len(nets)):
+                c.record(main, ch)
+        if (i + 1) % target_every == 0:
+            dqn_seeds.assign(target_params, lambda name, k: params[name][k])
+        out["td"].append(td)
+        out["churn"].append(churn)
+        out["coef"].append(coefs if c_chain else [])
+    out["params"] = [{n: dqn_seeds.seed_params(params, k)[n].detach() for n in params} for k in range(len(nets))]
+    out["grads"] = params
+    return out
+
+
+class Float64QNetwork(dqn.QNetwork):
+    """dqn.QNetwork computing in float64 (its features() casts inputs to float32)."""
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x.double())
+
+
+def _nets(num_seeds: int, dtype=torch.float32) -> list:
+    nets = []
+    for k in range(num_seeds):
+        torch.manual_seed(100 + k)
+        nets.append((Float64QNetwork if dtype == torch.float64 else dqn.QNetwork)(SHAPE, ACTIONS).to(dtype))
+    return nets
+
+
+@pytest.mark.parametrize("c_chain", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_update_of_k_seeds_is_dqns_update_of_each(c_chain, fused):
+    """12 updates of 3 seeds (a target copy every 4, C-CHAIN's term from the second, its automatic coefficient from
+    the third): every seed's TD losses, churn terms, coefficients and weights equal, bit for bit, those of dqn.py's
+    update with the seed's own network, optimizer and CChain extension (fused Adam: the unaligned head biases stay
+    per seed, dqn_seeds.ALIGNED)."""
+    torch.set_num_threads(1)
+    batches = _batches(np.random.default_rng(0), 3, 12)
+    ref = _dqn_updates(_nets(3), batches, c_chain, fused, target_every=4)
+    got = _seeds_updates(_nets(3), batches, c_chain, fused, target_every=4)
+    for i in range(len(batches)):
+        assert torch.equal(got["td"][i], ref["td"][i]), i
+        assert (got["churn"][i] is None) == (ref["churn"][i] is None), i
+        if got["churn"][i] is not None:
+            assert torch.equal(got["churn"][i], ref["churn"][i]), i
+        assert got["coef"][i] == ref["coef"][i], i
+    if c_chain:
+        assert ref["coef"][-1][0] != QUICK.initial  # the automatic coefficient took over
+    for k in range(3):
+        for name, p in ref["params"][k].items():
+            assert torch.equal(got["params"][k][name], p), (k, name)
+
+
+def test_the_update_against_a_float64_recomputation():
+    """One Double DQN + C-CHAIN update (its second, with a reference) of 3 seeds: the float32 losses and each seed's
+    gradient against dqn.py's update computed in float64."""
+    torch.set_num_threads(1)
+    batches = _batches(np.random.default_rng(1), 3, 2)
+    got = _seeds_updates(_nets(3), batches, True, False, target_every=100)
+    batches64 = [(tuple(x.astype(np.float64) if x.dtype == np.float32 else x for x in b), r.astype(np.float64))
+                 for b, r in batches]
+    nets64 = _nets(3, torch.float64)
+    ref = _dqn_updates(nets64, batches64, True, False, target_every=100)
+    np.testing.assert_allclose(got["td"][1].numpy(), ref["td"][1].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got["churn"][1].numpy(), ref["churn"][1].numpy(), rtol=1e-4)
+    for k, net in enumerate(nets64):
+        for name, p in net.named_parameters():
+            g = got["grads"][name]
+            g = g[k].grad if isinstance(g, list) else g.grad[k]
+            np.testing.assert_allclose(g.numpy(), p.grad.numpy(), rtol=1e-3, atol=1e-6, err_msg=f"{k} {name}")
+
+
+# --- whole runs ---------------------------------------------------------------------------------------------------
+# Continual MinAtar's protocol in small: a sequence of two games padded to 10 channels, random steps and no training
+# at the start of each, one update per env step, Double DQN, C-CHAIN, fused Adam, target copies, greedy evaluations
+RUN = {
+    "backend": "MinAtar", "env_id": "MinAtar/SpaceInvaders", "num_envs": 1, "num_steps": 100,
+    "learning_rate": 0.0003, "anneal_lr": False, "reward_scaling": "none", "buffer_size": 2000,
+    "learning_starts": 100, "learning_starts_each_regime": True, "train_frequency": 1,
+    "target_network_frequency": 150, "replay_batch_size": 32, "start_e": 1.0, "end_e": 0.1,
+    "exploration_fraction": 0.25, "double_dqn": True, "c_chain": True, "fused_adam": True, "torch_threads": 1,
+    "eval_every": 200, "eval_episodes": 2, "eval_greedy": True, "checkpoint_every": 300, "keep_checkpoints": 5,
+    "modification_factory": "TaskSequence",
+    "modification_factory_kwargs": {"cycles": 1, "tasks": [{"env_id": "MinAtar/SpaceInvaders", "steps": 400},
+                                                           {"env_id": "MinAtar/Asterix", "steps": 400}]},
+}
+VARYING = ("time", "seconds", "eval_seconds", "total_seconds", "time_share", "charts/SPS", "time/env_s", "time/learn_s", "time/act_s", "code_revision")
+
+
+def _records(run: str) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in VARYING} for r in read_metrics(os.path.join(run, "metrics.jsonl"))]
+
+
+def _eval_rows(run: str) -> list[dict]:
+    with open(os.path.join(run, "eval_table.csv"), newline="") as f:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+
+
+def _same(a, b, where: str) -> None:
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            _same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif torch.is_tensor(a):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b or (a != a and b != b), where  # NaN == NaN
+
+
+def test_each_seed_is_its_dqn_run(tmp_path):
+    """Two seeds in one process against `agents/dqn.py --seed s` for each: every record of metrics.jsonl (episodes,
+    iterations' losses, C-CHAIN's coefficient, diagnostics, evaluations, the switch), the evaluation table, config.json
+    and every checkpoint (weights, target, Adam state, C-CHAIN's reference and records, the seed's generator) are the
+    same, bit for bit; only timings and the run names differ."""
+    cfg = write_config(tmp_path, RUN, "run.json")
+    runs = str(tmp_path / "runs")
+    common = ["--config", str(cfg), "--runs_dir", runs, "--no-progress-bar", "--checkpoint_minutes", "0",
+              "--no-metrics"]
+    got = dqn_seeds.main([*common, "--seeds", "4", "9", "--run_name", "seeds"])
+    assert got == [os.path.join(runs, "seeds__s4"), os.path.join(runs, "seeds__s9")]
+    for seed, run in zip((4, 9), got):
+        alone = dqn.main([*common, "--seed", str(seed), "--run_name", f"alone{seed}"])
+        records = _records(run)
+        assert records == _records(alone)
+        assert sum(r["kind"] == "switch" for r in records) == 1 and sum(r["kind"] == "eval" for r in records) >= 5
+        assert [r["charts/updates"] for r in records if r["kind"] == "iteration"][-1] == 100
+        assert _eval_rows(run) == _eval_rows(alone)
+        configs = []
+        for folder in (run, alone):
+            with open(os.path.join(folder, "config.json")) as f:
+                configs.append({k: v for k, v in json.load(f).items() if k not in ("run_name", "code_revision")})
+        assert configs[0] == configs[1] and configs[0]["seed"] == seed
+        names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(run, "checkpoints", "*")))
+        assert names == sorted(os.path.basename(p) for p in glob.glob(os.path.join(alone, "checkpoints", "*")))
+        assert len(names) >= 3
+        for name in names:
+            a, b = (torch.load(os.path.join(f, "checkpoints", name), weights_only=False) for f in (run, alone))
+            for state in (a, b):
+                state["args"].pop("run_name")
+                del state["rng"]["torch"], state["rng"]["python"]  # the process's globals, never drawn in the loop
+                state.pop("wandb_id", None)
+            _same(a, b, name)
+
+
+@pytest.mark.parametrize("flags, field", [(["--resume", "x"], "resume"), (["--redo"], "redo"),
+                                          (["--seeds", "1", "1"], "seeds"), (["--seeds", "one"], "seeds"),
+                                          (["--seeds", "1", "2", "--run_names", "a"], "run_names")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, flags, field):
+    with pytest.raises(SystemExit) as e:
+        dqn_seeds.main(["--backend", "MinAtar", "--env_id", "MinAtar/Breakout", "--modifs", "", "--runs_dir",
+                        str(tmp_path / "runs"), *flags])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {field}") and "\n" not in err, err
+    assert not os.path.exists(tmp_path / "runs")
