@@ -113,7 +113,7 @@ class StackedReplay:
         self.row = np.arange(len(self.buffers))[:, None]
 
     def sample_indices(self, batch_size: int, rngs: Sequence[np.random.Generator]) -> tuple[np.ndarray, np.ndarray]:
-        """(env, slot) arrays of shape (K, batch_size), seed k's drawn by dqn.ReplayBuffer.sample_indices from rngs[k]."""
+        """(env, slot) arrays of shape (K, batch_size), seed k's drawn by ReplayBuffer.sample_indices from rngs[k]."""
         drawn = [rb.sample_indices(batch_size, rng) for rb, rng in zip(self.buffers, rngs)]
         return np.stack([e for e, _ in drawn]), np.stack([s for _, s in drawn])
 
@@ -122,7 +122,7 @@ class StackedReplay:
                            (slots[:, :, None] + np.arange(-self.k, last)) % self.n]
 
     def gather(self, envs: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """dqn.ReplayBuffer.gather for every seed at once: (obs, actions, rewards, terminated, next_obs), (K, B, ...)."""
+        """ReplayBuffer.gather for every seed at once: (obs, actions, rewards, terminated, next_obs), (K, B, ...)."""
         window = self._window(envs, slots, 1)
         shape = envs.shape + self.obs_shape
         at = (self.row, envs, slots)
@@ -211,7 +211,8 @@ def seed_optimizer_state(stacked_opt: optim.Optimizer, params: dict[str, object]
         stacked = not isinstance(v, list)
         state = stacked_opt.state.get(v if stacked else v[k])
         if state:
-            opt.state[p] = {key: (x[k] if stacked and key != "step" else x).detach().clone() for key, x in state.items()}
+            opt.state[p] = {key: (x[k] if stacked and key != "step" else x).detach().clone()
+                            for key, x in state.items()}
     opt.param_groups[0]["lr"] = stacked_opt.param_groups[0]["lr"]
 
 

@@ -1,22 +1,21 @@
 """Benchmark: DQN on MinAtar at one train step per env step (C-CHAIN's Continual MinAtar protocol), steps per CPU
-second and per wall second, this tree against another revision (same run, round-robin).
+second and per wall second, this tree against another revision or K seeds in one process (same run, round-robin).
 
 Each measurement is two fresh runs of `agents/dqn.py` (`configs/c_chain_minatar.json`'s DQN: one env, Double DQN,
-batch 32, Adam lr 3e-4, 100k replay, target copy every 1,000 steps, one torch thread) on MinAtar SpaceInvaders
-that differ only in length: `--learning_starts` random steps, then `--short` or `--short + --steps` training steps.
-As in the experiment, observations are zero-padded to Seaquest's 10 channels (a task sequence of SpaceInvaders, then
-Seaquest, cut by --total_timesteps before the switch; `--no-padded`: SpaceInvaders' own 6 channels).
-Their difference in CPU seconds (user + system of the process, from getrusage) and in wall seconds is the cost of
-`--steps` steady-state training steps, start-up, imports and the random phase cancelling out. CPU seconds are the
-figure to read on a shared machine (wall time there depends on the other processes; `uptime` is printed around each
-run). Evaluation and checkpoints are off.
-
-Variants (`--variants`): vanilla (the experiment's Double DQN), c_chain (+ --c_chain), and any of them with extra
-flags after a colon, e.g. `vanilla:--fused_adam`. `--base REV` runs the variants that exist there from a worktree
-of REV too (flags a revision does not know are skipped for it).
+batch 32, Adam lr 3e-4, 100k replay, target copy every 1,000 steps, one torch thread) on MinAtar SpaceInvaders,
+zero-padded to Seaquest's 10 channels as in the experiment (`--no-padded`: its own 6), that differ only in length:
+`--learning_starts` random steps, then `--short` or `--short + --steps` training steps. Their difference in CPU
+seconds (user + system, getrusage) and wall seconds is the cost of `--steps` steady-state steps, start-up and the
+random phase cancelling out. CPU seconds are the figure to read on a shared machine (load printed around each run).
+Evaluation and checkpoints are off. Variants (`--variants`): vanilla (the experiment's Double DQN), c_chain, either
+with extra flags after a colon (`vanilla:--fused_adam`). `--base REV`: the variants REV knows, from a worktree of it.
+`--seeds 0 2 4`: each variant as agents/dqn.py (0) and as agents/dqn_seeds.py with K seeds in one process, in steps
+per CPU second per seed (K x steps / CPU s); every other repeat runs in reverse order.
 
     python bench/dqn_minatar_speed.py --steps 20000 --repeats 3 --variants vanilla c_chain --base HEAD~3 \\
         --json bench/results/dqn_minatar_speed.json
+    python bench/dqn_minatar_speed.py --steps 5000 --repeats 3 --variants vanilla:--fused_adam c_chain:--fused_adam \\
+        --seeds 0 1 2 4 6
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -66,26 +64,28 @@ def game_flags(padded: bool, tmp: str) -> list[str]:
     return ["--config", path]
 
 
-def one_run(tree: str, total: int, learning_starts: int, flags: list[str], tmp: str, name: str) -> dict:
-    cmd = [sys.executable, os.path.join(tree, "agents", "dqn.py"), *FLAGS, "--learning_starts", str(learning_starts),
-           "--total_timesteps", str(total), *flags, "--runs_dir", tmp, "--run_name", name, "--no-progress-bar"]
+def one_run(tree: str, total: int, learning_starts: int, flags: list[str], tmp: str, name: str, seeds: int) -> dict:
+    script = ["dqn_seeds.py", "--seeds", *map(str, range(1, seeds + 1))] if seeds else ["dqn.py"]
+    cmd = [sys.executable, os.path.join(tree, "agents", script[0]), *script[1:], *FLAGS,
+           "--learning_starts", str(learning_starts), "--total_timesteps", str(total), *flags, "--runs_dir", tmp,
+           "--run_name", name, "--no-progress-bar"]
     r = common.run(cmd, cwd=tree)
     return {"wall_s": r["wall_s"], "load": r["loadavg_start"]}
 
 
-def measure(tree: str, variant: str, args: argparse.Namespace, tmp: str, tag: str) -> dict:
+def measure(tree: str, variant: str, args: argparse.Namespace, tmp: str, tag: str, seeds: int) -> dict:
     flags = game_flags(args.padded, tmp) + variant_flags(variant)
     short = args.learning_starts + args.short
     out = {}
     for label, total in (("short", short), ("long", short + args.steps)):
         before = common._children_cpu()
-        r = one_run(tree, total, args.learning_starts, flags, tmp, f"{tag}_{label}")
+        r = one_run(tree, total, args.learning_starts, flags, tmp, f"{tag}_{label}", seeds)
         r["cpu_s"] = common._children_cpu() - before
         out[label] = r
     cpu = out["long"]["cpu_s"] - out["short"]["cpu_s"]
     wall = out["long"]["wall_s"] - out["short"]["wall_s"]
-    return {"variant": variant, "tree": tag.split("_")[0], "cpu_s": cpu, "wall_s": wall,
-            "steps_per_cpu_s": args.steps / cpu, "steps_per_wall_s": args.steps / wall,
+    return {"variant": variant, "tree": tag.split("_")[0], "seeds": seeds, "cpu_s": cpu, "wall_s": wall,
+            "steps_per_cpu_s": max(seeds, 1) * args.steps / cpu, "steps_per_wall_s": max(seeds, 1) * args.steps / wall,
             "load": [out["short"]["load"], out["long"]["load"], common.loadavg()]}
 
 
@@ -96,6 +96,7 @@ def main() -> None:
     p.add_argument("--learning_starts", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--variants", nargs="+", default=["vanilla", "c_chain"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="0: agents/dqn.py; K: dqn_seeds.py, K seeds")
     p.add_argument("--padded", action=argparse.BooleanOptionalAction, default=True,
                    help="observations zero-padded to 10 channels, as in Continual MinAtar")
     p.add_argument("--base", default=None, help="also measure this git revision (a temporary worktree)")
@@ -109,30 +110,29 @@ def main() -> None:
         trees = [("this", common.REPO_ROOT)]
         if base_sha:
             trees.append(("base", stack.enter_context(common.revision_tree(base_sha, tmp))))
+        runs = [(t, v, k) for t in trees for v in args.variants for k in args.seeds]
         for rep in range(args.repeats):
-            order = trees if rep % 2 == 0 else trees[::-1]
-            for tname, tree in order:
-                for v in args.variants:
-                    if not knows(tree, variant_flags(v)):
-                        continue
-                    row = measure(tree, v, args, tmp, f"{tname}_{v.replace(':', '_').replace(' ', '')}_{rep}")
-                    row["repeat"] = rep
-                    rows.append(row)
-                    print(f"  {tname:5s} {v:28s} repeat {rep}: {row['steps_per_cpu_s']:7.1f} steps/CPU-s, "
-                          f"{row['steps_per_wall_s']:7.1f} steps/s wall (load {row['load'][0]} -> "
-                          f"{row['load'][-1]})", flush=True)
+            for (tname, tree), v, k in (runs if rep % 2 == 0 else runs[::-1]):
+                if not knows(tree, variant_flags(v)) or k and not os.path.exists(f"{tree}/agents/dqn_seeds.py"):
+                    continue
+                row = measure(tree, v, args, tmp, f"{tname}_{v.replace(':', '_').replace(' ', '')}_{k}_{rep}", k)
+                row["repeat"] = rep
+                rows.append(row)
+                print(f"  {tname:5s} {v:28s} seeds {k} repeat {rep}: {row['steps_per_cpu_s']:7.1f} steps/CPU-s, "
+                      f"{row['steps_per_wall_s']:7.1f} steps/s wall (load {row['load'][0]} -> "
+                      f"{row['load'][-1]})", flush=True)
     table = []
-    for tname, _ in trees:
-        for v in args.variants:
-            xs = [r for r in rows if r["tree"] == tname and r["variant"] == v]
-            if xs:
-                table.append([tname, v, common.fmt(common.median([r["steps_per_cpu_s"] for r in xs])),
-                              common.fmt(common.median([r["steps_per_wall_s"] for r in xs])), len(xs)])
-    common.print_table("DQN on MinAtar, one train step per env step (medians)",
-                       ["tree", "variant", "steps/CPU-s", "steps/s wall", "repeats"], table)
+    for (tname, _), v, k in runs:
+        xs = [r for r in rows if (r["tree"], r["variant"], r["seeds"]) == (tname, v, k)]
+        alone = [r["steps_per_cpu_s"] for r in rows if (r["tree"], r["variant"], r["seeds"]) == (tname, v, 0)]
+        if xs:
+            cpu = common.median([r["steps_per_cpu_s"] for r in xs])
+            table.append([tname, v, k or "dqn.py", common.fmt(cpu), common.fmt(cpu / common.median(alone)) if alone
+                          else "", common.fmt(common.median([r["steps_per_wall_s"] for r in xs])), len(xs)])
+    common.print_table("DQN on MinAtar, one train step per env step (medians; per seed)",
+                       ["tree", "variant", "seeds", "steps/CPU-s", "x dqn.py", "steps/s wall", "repeats"], table)
     common.write_json(args.json, {"machine": info, "args": vars(args), "base": base_sha,
-                                  "head": subprocess.run(["git", "rev-parse", "HEAD"], cwd=common.REPO_ROOT,
-                                                         capture_output=True, text=True).stdout.strip(),
+                                  "head": common.resolve_revision("HEAD"),
                                   "rows": rows})
 
 

@@ -176,7 +176,8 @@ RUN = {
     "modification_factory_kwargs": {"cycles": 1, "tasks": [{"env_id": "MinAtar/SpaceInvaders", "steps": 400},
                                                            {"env_id": "MinAtar/Asterix", "steps": 400}]},
 }
-VARYING = ("time", "seconds", "eval_seconds", "total_seconds", "time_share", "charts/SPS", "time/env_s", "time/learn_s", "time/act_s", "code_revision")
+VARYING = ("time", "seconds", "eval_seconds", "total_seconds", "time_share", "charts/SPS", "time/env_s", "time/learn_s",
+           "time/act_s", "code_revision")
 
 
 def _records(run: str) -> list[dict]:
