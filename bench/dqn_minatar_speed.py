@@ -4,10 +4,10 @@ second and per wall second, this tree against another revision or K seeds in one
 Each measurement is two fresh runs of `agents/dqn.py` (`configs/c_chain_minatar.json`'s DQN: one env, Double DQN,
 batch 32, Adam lr 3e-4, 100k replay, target copy every 1,000 steps, one torch thread) on MinAtar SpaceInvaders,
 zero-padded to Seaquest's 10 channels as in the experiment (`--no-padded`: its own 6), that differ only in length:
-`--learning_starts` random steps, then `--short` or `--short + --steps` training steps. Their difference in CPU
-seconds (user + system, getrusage) and wall seconds is the cost of `--steps` steady-state steps, start-up and the
-random phase cancelling out. CPU seconds are the figure to read on a shared machine (load printed around each run).
-Evaluation and checkpoints are off. Variants (`--variants`): vanilla (the experiment's Double DQN), c_chain, either
+`--learning_starts` random steps, then `--short` or `--short + --steps` training steps (both totals multiples of
+1,000: a run rounds up to whole 1,000-step iterations). Their difference in CPU seconds (user + system, getrusage)
+and wall seconds is the cost of `--steps` steady-state steps, start-up and the random phase cancelling out. CPU
+seconds are the figure to read on a shared machine (load printed around each run); no evaluation, no checkpoints. Variants (`--variants`): vanilla (the experiment's Double DQN), c_chain, either
 with extra flags after a colon (`vanilla:--fused_adam`). `--base REV`: the variants REV knows, from a worktree of it.
 `--seeds 0 2 4`: each variant as agents/dqn.py (0) and as agents/dqn_seeds.py with K seeds in one process, in steps
 per CPU second per seed (K x steps / CPU s); every other repeat runs in reverse order.
