@@ -63,7 +63,7 @@ from continual.plasticity.c_chain import CChain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import agent_main, default_run_name, set_torch_threads, start_run
+from continual.training.startup import agent_main, default_run_name, preflight, set_torch_threads, start_run
 
 RESUME = ("resume: each seed of agents/dqn_seeds.py is a run of its own; continue one with python agents/dqn.py "
           "--resume <its run directory>")
@@ -282,7 +282,8 @@ def all_running(seeds: Sequence[Seed]):
             with session.running():
                 yield
         except SystemExit:  # the signal's exit: after the other seeds have saved too
-            pass
+            if session.stop_signal is None:
+                raise
     with contextlib.ExitStack() as stack:
         for session in sessions:
             stack.enter_context(exit_later(session))
@@ -298,11 +299,13 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     check_supported(args, seeds, run_names, resume_state)
     iteration_size = args.rollout_size()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    each = [seed_args(args, s, run_names[k] if run_names else None) for k, s in enumerate(seeds)]
+    for a in each:  # every seed's checks (its run directory free, ...) before any is created
+        preflight(a, curriculum, None, iteration_size)
     runs: list[Seed] = []
     try:
-        for k, s in enumerate(seeds):
-            runs.append(build_seed(seed_args(args, s, run_names[k] if run_names else None), curriculum, device,
-                                   iteration_size))
+        for a in each:
+            runs.append(build_seed(a, curriculum, device, iteration_size))
     except BaseException:
         for run in runs:  # the seeds already started: closed as their runs would be
             with contextlib.suppress(Exception):

@@ -256,12 +256,15 @@ def test_each_seed_is_its_dqn_run(tmp_path, data, seeds, switches):
 
 @pytest.mark.parametrize("flags, field", [(["--resume", "x"], "resume"), (["--redo"], "redo"),
                                           (["--seeds", "1", "1"], "seeds"), (["--seeds", "one"], "seeds"),
-                                          (["--seeds", "1", "2", "--run_names", "a"], "run_names")])
+                                          (["--seeds", "1", "2", "--run_names", "a"], "run_names"),
+                                          # the second seed's run directory exists: the first is not created either
+                                          (["--seeds", "1", "2", "--run_names", "a", "taken"], "run directory")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, flags, field):
+    os.makedirs(tmp_path / "runs" / "taken")
     with pytest.raises(SystemExit) as e:
         dqn_seeds.main(["--backend", "MinAtar", "--env_id", "MinAtar/Breakout", "--modifs", "", "--runs_dir",
                         str(tmp_path / "runs"), *flags])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {field}") and "\n" not in err, err
-    assert not os.path.exists(tmp_path / "runs")
+    assert os.listdir(tmp_path / "runs") == ["taken"]
