@@ -1,30 +1,32 @@
 """Several seeds of agents/dqn.py's DQN trained in one process: `python agents/dqn_seeds.py --seeds 1 2 3 4 <dqn.py's
 flags>`.
 
-At one update per env step (C-CHAIN's Continual MinAtar) a MinAtar DQN spends much of each update on work that does
-not grow with the batch: Adam's per-parameter Python, batch sampling, the loss check, the acting forward at batch 1,
-small kernels (docs/benchmarks/dqn-a2c.md). Here K seeds share that work: their parameters are stacked along a
-leading seed axis and one update serves all of them.
+At one update per env step (C-CHAIN's Continual MinAtar) part of each update is work around the network's kernels:
+Adam's per-parameter calls, batch sampling, the loss check, the backward engine's call, the extension hooks
+(docs/benchmarks/dqn-a2c.md). Here K seeds share that work in one update of them all.
 
 Each seed is a whole agents/dqn.py run (`--seed s`): its own RunSession (run directory, config.json with its seed,
 metrics.jsonl, TensorBoard, evaluations, checkpoints), its own envs, numpy generator, replay buffer, reward scaler,
 exploration coins, C-CHAIN coefficient and records, built in dqn.py's order from its own seed. What is shared:
 
-- the networks: every seed's online, target and C-CHAIN reference parameters stacked into (K, ...) tensors, applied
-  with torch.func.vmap over functional_call of dqn.QNetwork (the same function, seed by seed);
-- the update: each seed's TD loss (+ coef_k x churn_k) summed over seeds, so one backward pass gives every seed its
-  own gradient (a seed's loss depends on its parameters only), and one Adam over the stacked tensors (Adam is
-  elementwise: K Adams with the same step count, tests/test_agents_dqn_seeds.py);
+- the parameters: every seed's online, target and C-CHAIN reference weights stacked into (K, ...) tensors (with
+  --fused_adam, a parameter whose size is not a multiple of ALIGNED stays one tensor per seed);
+- the update (`update`): dqn.py's loss seed by seed on that seed's slices, with the kernels dqn.QNetwork's modules
+  call (`seed_forward`), the losses summed over seeds so that one backward pass gives every seed its own gradient (a
+  seed's loss depends on its parameters only), one Adam step over the stacked tensors (Adam is elementwise: K Adams
+  with the same step count);
 - the replay storage: dqn.ReplayBuffer per seed, its arrays slices of one (K, ...) array per field; each seed draws
-  its indices with its own generator (dqn.py's draws), one fancy index gathers every seed's batch;
-- the acting forward: one batched forward for the seeds that act greedily at this step.
+  its indices with its own generator (dqn.py's draws), one fancy index gathers every seed's batch.
+
+Stacking the seeds into the kernels themselves (torch.func.vmap, grouped convolutions) was measured no faster on a
+CPU, where MinAtar's kernels at batch 32 are compute-bound, and it changes the floats; seed by seed, each seed's run
+is dqn.py's bit for bit: tests/test_agents_dqn_seeds.py compares the update with dqn.py's (and its CChain
+extension's) and whole MinAtar runs record by record and checkpoint by checkpoint.
 
 The per-seed networks the sessions hold (dqn.py's `q_network`, `target_network`, optimizer, C-CHAIN's reference) are
 copies, refreshed from the stacked tensors at the end of every iteration, before the session logs, evaluates and
 checkpoints: a seed's checkpoint is a dqn.py checkpoint (python agents/dqn.py --resume <its run> continues that seed
-alone). Within float rounding (batched kernels round differently from single ones) each seed learns what dqn.py
---seed s learns: the same draws, batches, targets and updates (tests/test_agents_dqn_seeds.py compares a short
-MinAtar run seed by seed, and the update against dqn.py's to float tolerance).
+alone).
 
 Not batched (refused in one line): the plasticity methods and network options, shrink & perturb, the optimizer reset
 at switches, --resume (a seed resumes alone with agents/dqn.py). The extension hooks dqn.py calls every update
