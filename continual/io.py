@@ -167,7 +167,21 @@ def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """The records of a JSONL file; see `read_jsonl_lines`."""
+    """The records of a JSONL file; see `read_jsonl_lines`. A whole file is decoded as one JSON array (one call
+    into the C decoder, ~2x faster than a call a line on a run's ~26k records); anything else, a cut or damaged line,
+    takes the line-by-line path and its rule."""
+    found = jsonl_file(path)
+    if found is None:
+        return []
+    with (gzip.open(found, "rt") if found.endswith(".gz") else open(found)) as f:
+        lines = [line for line in f if line.strip()]
+    try:
+        records = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        records = None
+    # a line holding "{..}, {..}" decodes here as two records: the count and the types catch it
+    if records is not None and len(records) == len(lines) and all(type(r) is dict for r in records):
+        return records
     return [rec for _, rec in read_jsonl_lines(path)]
 
 

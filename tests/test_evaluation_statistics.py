@@ -175,6 +175,34 @@ def test_permutation_p_of_the_mean_difference_is_the_enumerated_one(alternative)
     assert mc.method == "permutation, 20000 random" and mc.p == pytest.approx(r.p, abs=0.02)
 
 
+def test_exact_permutation_is_scipys_bit_for_bit():
+    """The enumerated splits give scipy.stats.permutation_test's exact p and statistic to the bit (its null from the
+    same arrays, its 100-eps tolerance), with ties and without, for both statistics and every alternative."""
+    from scipy import stats
+
+    def diff(a, b, axis=-1):
+        return a.mean(axis=-1) - b.mean(axis=-1)
+
+    def u(a, b, axis=-1):
+        return S._poi(a, b) * a.shape[-1] * b.shape[-1]
+    rng = np.random.default_rng(1)
+    cases = [(rng.normal(size=nx), rng.normal(size=ny)) for nx, ny in rng.integers(2, 8, (8, 2))]
+    cases += [(a.round(1), b.round(1)) for a, b in cases]  # ties
+    cases += [(rng.integers(0, 3, nx) / 3, rng.integers(0, 3, ny) / 3) for nx, ny in rng.integers(2, 8, (8, 2))]
+    cases.append((rng.normal(size=8), rng.normal(0.3, 1, size=8)))  # C(16, 8) = 12,870 splits
+    for x, y in cases:
+        for statistic in (diff, u):
+            for alternative in ("less", "greater", "two-sided"):
+                ref = stats.permutation_test((x, y), statistic, permutation_type="independent", vectorized=True,
+                                             n_resamples=np.inf, alternative=alternative)
+                got = S._exact_permutation(x, y, statistic, alternative)
+                assert got == (float(ref.pvalue), float(ref.statistic)), (x, y, statistic, alternative)
+    # the splits themselves: each once, each side ascending, in itertools' order
+    ix, iy = S._splits(3, 2)
+    assert [tuple(r) for r in ix] == list(itertools.combinations(range(5), 3))
+    assert [sorted(set(range(5)) - set(a)) for a in ix.tolist()] == iy.tolist()
+
+
 def test_probability_of_improvement_is_the_double_loop_on_run_scores():
     rng = np.random.default_rng(3)
     x, y = rng.normal(0.2, 0.1, (5, 2)).round(1), rng.normal(0.1, 0.1, (6, 2)).round(1)  # rounding makes ties

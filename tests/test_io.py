@@ -117,7 +117,8 @@ def test_jsonl_a_cut_last_line_is_dropped(tmp_path, tail):
     assert [v.start for v in metrics.load_run(str(tmp_path)).visits] == [0, 16]
 
 
-@pytest.mark.parametrize("middle", ['{"kind": "episode", "glo\n', "garbage\n", "[1, 2]\n"])
+@pytest.mark.parametrize("middle", ['{"kind": "episode", "glo\n', "garbage\n", "[1, 2]\n",
+                                    '{"kind": "episode"}, {"kind": "episode"}\n', '{"kind": "episode", "a": [1\n'])
 def test_jsonl_a_damaged_line_elsewhere_is_an_error_naming_it(tmp_path, middle):
     path = _jsonl(tmp_path, middle=middle)
     for read in (cio.read_jsonl, tracking.read_metrics):
