@@ -317,7 +317,7 @@ def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = N
             if len(a) >= 2 and len(b) >= 2:
                 c[key] = statistics.compare(a, b, lower_is_better=lower).as_dict()
         comparisons[f"{x} vs {y}"] = c
-    result = {"folder": folder, "declared": {k: v for k, v in decl.items() if not k.startswith("_")},
+    result = {"folder": folder, "runs": [r.name for r in runs], "declared": {k: v for k, v in decl.items() if not k.startswith("_")},
               "post_hoc": sorted(post_hoc_labels(decl)), "protocol": protocol(runs),
               "normalisation": ({"kind": "fixed", "ranges": fixed} if fixed else
                                 {"kind": "reference_runs", "reference_final_return": ref_scores}),
