@@ -336,14 +336,15 @@ def test_sigterm_on_the_process_group_checkpoints_and_leaves_nothing(tmp_path):
 
 
 def test_impala_learns_cartpole(tmp_path):
-    """Learning check: IMPALA reaches a mean return >= 400 on CartPole within 200k steps (configs/impala_cartpole.json
-    without its curriculum, seed 1; ~15-20 s of training on 2 cores, ~30 s with start-up)."""
+    """Learning check: IMPALA reaches a mean return >= 400 on CartPole within 120k steps (configs/impala_cartpole.json
+    without its curriculum, seed 1; an untrained agent scores ~20). The actors are asynchronous, so runs differ: a
+    200k run at a load of ~6 played 500s from ~75k steps on."""
     cfg = json.load(open(os.path.join(ROOT, "configs", "impala_cartpole.json")))
     cfg.pop("modification_factory")
     cfg.pop("modification_factory_kwargs")
     path = write_config(tmp_path, cfg)
     runs = str(tmp_path / "runs")
-    run_main("agents/impala.py", "--config", path, "--total_timesteps", "200000", "--seed", "1", "--runs_dir", runs,
+    run_main("agents/impala.py", "--config", path, "--total_timesteps", "120000", "--seed", "1", "--runs_dir", runs,
              "--run_name", "learn", "--no-progress-bar")
     records = read_metrics(os.path.join(runs, "learn", "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
