@@ -277,7 +277,7 @@ def _switches(run_dir: Path) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("how", [pytest.param("file", marks=pytest.mark.slow), "mapping"])
 def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, seed_style_file: Path,
                                                                      tmp_path: Path) -> None:
-    from conftest import run_script
+    from conftest import run_main, run_script
 
     if how == "file":
         name, script = f"{seed_style_file}:SeedStyleFactory", ["continual_training_example.py"]
@@ -289,7 +289,16 @@ def test_seed_style_factory_trains_and_resumes_with_the_same_schedule(how: str, 
         "num_total_steps": 1024, "modifications": SEED_MODS}}, "cfg.json")
     runs = tmp_path / "runs"
     common = ["--runs_dir", str(runs), "--no-progress-bar", "--seed", "5"]
-    run_script(*script, "--config", str(cfg), "--run_name", "full", *common)
+    if how == "file":
+        run_script(*script, "--config", str(cfg), "--run_name", "full", *common)
+    else:  # the uninterrupted run in this process (a process less); the launcher registers it for the two below
+        ns: dict[str, Any] = {}
+        exec(SEED_STYLE_MODULE, ns)
+        mf.modification_factory_mapping["SeedStyleFactory"] = ns["SeedStyleFactory"]
+        try:
+            run_main("continual_training_example.py", "--config", str(cfg), "--run_name", "full", *common)
+        finally:
+            del mf.modification_factory_mapping["SeedStyleFactory"]
     run_script(*script, "--config", str(cfg), "--run_name", "cut", "--total_timesteps", "320", *common)
     run_script(*script, "--resume", str(runs / "cut"), "--total_timesteps", "1024", "--no-progress-bar")
 
