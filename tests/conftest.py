@@ -186,7 +186,10 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Tests that share a module-scoped fixture of their module (one training run, the bad-input cases) run on one
     xdist worker: each worker that ran one of them would run the fixture again. Then the `xdist_group`s (these, Ray's)
     are applied as xdist does under `--dist loadgroup`, on the structured node id where xdist 3.8 only sets the old
-    string one: with pytest 9.2 its groups are ignored otherwise (pytest-dev/pytest-xdist#1386)."""
+    string one: with pytest 9.2 its groups are ignored otherwise (pytest-dev/pytest-xdist#1386). First of all, the
+    tests marked `long` go to the front: xdist hands the single tests out in collection order after the groups, and
+    one of a minute near the end (the default run's kill test was 25th from last) leaves the other worker idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         if item.get_closest_marker("xdist_group") is None and info is not None and any(

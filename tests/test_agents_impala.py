@@ -99,6 +99,7 @@ def load_policy(path: str):
 # --- HackAtari smoke run ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_freeway_two_regimes_checkpoint_resume_and_eval(tmp_path):
     """2 actors x 1 env, unroll 16, batch 2 (32 steps per update); the switch at 320 reaches both actors; the first
     run stops at 320, --resume continues to 800 with the same schedule; eval.py reads the IMPALA checkpoint."""
@@ -339,6 +340,7 @@ def test_sigterm_on_the_process_group_checkpoints_and_leaves_nothing(tmp_path):
 # --- learning check -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_impala_learns_cartpole(tmp_path):
     """Learning check: IMPALA reaches a mean return >= 400 on CartPole within 120k steps (configs/impala_cartpole.json
     without its curriculum, seed 1; an untrained agent scores ~20). The actors are asynchronous, so runs differ: a

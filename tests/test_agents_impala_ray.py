@@ -117,6 +117,7 @@ def lag_one_prefix(its: list[dict]) -> int:
     return len(its)
 
 
+@pytest.mark.long
 def test_ray_losses_equal_the_process_backends_at_a_lag_of_one_update(tmp_path):
     """One actor, max_in_flight 1, weights broadcast after every update: the learner asks for unroll k+1 with the
     weights of update k-1 as soon as unroll k arrives (before training on it), so every update trains on an unroll
@@ -158,6 +159,7 @@ def test_ray_losses_equal_the_process_backends_at_a_lag_of_one_update(tmp_path):
 # --- faults ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_killed_ray_actor_is_restarted_and_the_run_completes(tmp_path, session_cleanup):
     """SIGKILL of a Ray actor's process mid-run: its unroll in flight is dropped, the death is printed and recorded,
     Ray restarts it, the run trains on with it to the end, and no process of the run is left afterwards."""
@@ -189,6 +191,7 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_completes(tmp_path, session
     assert wait_session_gone(proc.pid) == []
 
 
+@pytest.mark.long
 def test_used_up_restarts_end_the_run_with_one_line_and_a_checkpoint(tmp_path, session_cleanup):
     """Actor 1 kills itself at its 30th env step (a continual.testing.faults hook), in its first process and again in
     the one Ray restarts (--actor_max_restarts 1): the second death ends the run with one line naming it and the
@@ -223,6 +226,7 @@ SWITCHING = {**SLOW, "env_id": "CartPole-v1", "modification_factory": "Sequentia
                                              "switching_thresholds": [1600]}}
 
 
+@pytest.mark.long
 def test_clear_on_ray_actors_switches_every_actor_at_the_learners_step(tmp_path):
     """CLEAR (its replay in the learner) with 2 Ray actors through a switch at step 1600: the switch is recorded at
     1600, no game of the new regime ends before it, and a few updates later no unroll of the old regime is left

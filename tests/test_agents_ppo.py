@@ -212,6 +212,7 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
     assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
 
 
+@pytest.mark.long
 def test_ppo_learns_cartpole(tmp_path):
     """Learning check: PPO on CartPole reaches a mean return >= 400 within 64k steps (fixed seed; an untrained agent
     scores ~20). Seed 1 plays 500s from ~47k steps (490 for the last 20 games at 64k); the check ran 100k steps until

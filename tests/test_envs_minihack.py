@@ -227,6 +227,7 @@ def leftovers(tmp: str, marker: str) -> tuple[list[str], list[int]]:
     return sorted(f for f in os.listdir(tmp) if not f.startswith("torchinductor_")), pids
 
 
+@pytest.mark.long
 def test_ppo_sequence_trains_resumes_evaluates_and_leaves_nothing(tmp_path, request):
     """Room <-> Corridor x 2 cycles (512 steps) with PPO in worker processes: stopped at 256 and resumed; the
     switches land on the schedule, rewards are CORA's unclipped ones, the held-out task is evaluated; eval.py

@@ -394,6 +394,7 @@ def _assert_resumed_like_uninterrupted(run_dir: str, total: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [16])  # kills about halfway through the last rollout, after the second checkpoint
+@pytest.mark.long
 def test_default_run_killed_after_a_checkpoint_resumes_with_the_same_schedule(tmp_path, seed):
     """The shipped run_config.json and default flags; only the budget (3 rollouts) and the checkpoint interval (every
     iteration) are lowered so that this runs in a couple of minutes."""
