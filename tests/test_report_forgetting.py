@@ -214,6 +214,7 @@ def _contains(new, old) -> bool:
     return new == old
 
 
+@pytest.mark.long  # ~17 CPU-seconds: handed out first (tests/conftest.py)
 def test_committed_v2_report_is_reproduced_byte_for_byte(tmp_path, monkeypatch):
     """Forgetting v2's committed report (bench/results/forgetting_minatar_v2, its command on
     docs/results/forgetting.md) comes out of the runs it names byte for byte: report.md, report.json, curves.png
