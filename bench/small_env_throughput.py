@@ -35,9 +35,11 @@ added, as the kind NAME (`ours_vs_NAME` ratios), e.g. `--variant compile=--compi
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,6 +180,7 @@ def main() -> None:
     info = common.machine_info()
     common.print_machine(info)
     tmp = tempfile.mkdtemp(prefix="small_env_")
+    atexit.register(shutil.rmtree, tmp, True)  # the runs' folders: only their numbers are kept
     trees = {"ours": ROOT}
     base_sha = common.revision_or_exit(p, args.base) if args.base else None
     variants = {name: tuple(flags.split()) for name, _, flags in (v.partition("=") for v in args.variant)}
