@@ -102,6 +102,8 @@ def main() -> None:
     p.add_argument("--base", default=None, help="also measure this git revision (a temporary worktree)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    if args.short % 1000 or args.steps % 1000 or args.short < 0 or args.steps <= 0:
+        p.error("--short and --steps must be multiples of 1,000 (a run rounds up to whole 1,000-step iterations)")
     base_sha = common.revision_or_exit(p, args.base) if args.base else None
     info = common.machine_info()
     common.print_machine(info)
