@@ -57,7 +57,7 @@ import torch.optim as optim
 
 from agents.dqn import CONTINUAL, RegimeStart, ReplayBuffer, checkpoint_replay, linear_schedule, make_agent, td_target
 from continual.config.args import Args, default_args
-from continual.config.loading import Curriculum
+from continual.config.loading import Curriculum, load_json_file
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import UserError, exit_on_user_error
 from continual.methods import add_continual
@@ -89,11 +89,27 @@ def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequen
         raise UserError(f"{changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
 
 
-def seed_args(args: Args, seed: int, run_name: Optional[str]) -> Args:
-    """What `python agents/dqn.py --seed <seed> --run_name <run_name>` would run with (None: dqn.py's default name)."""
-    out = dataclasses.replace(args, seed=seed)
+def seed_args(args: Args, seed: int, run_name: Optional[str], config: Optional[str] = None) -> Args:
+    """What `python agents/dqn.py --seed <seed> --run_name <run_name>` would run with (None: dqn.py's default name);
+    `config`: the seed's own config file (recorded in its config.json, as its own dqn.py run records it)."""
+    out = dataclasses.replace(args, seed=seed, config=config or args.config)
     out.run_name = run_name if run_name is not None else default_run_name(out)
     return out
+
+
+def check_configs(args: Args, seeds: Sequence[int], configs: Optional[Sequence[str]]) -> None:
+    """--configs (the launcher's entries, one config file per seed): each the --config file but for its seed, so that
+    the seed runs what the --config file says and records its own file, as its own run would."""
+    if configs is None:
+        return
+    if len(configs) != len(seeds) or args.config is None:
+        raise UserError(f"configs: one per seed ({len(seeds)} seeds, {len(configs)} configs), with --config")
+
+    def but_seed(path: str) -> dict:
+        return {k: v for k, v in load_json_file(path, "config").items() if k != "seed"}
+    for seed, path in zip(seeds, configs):
+        if but_seed(path) != but_seed(args.config) or load_json_file(path, "config").get("seed", seed) != seed:
+            raise UserError(f"configs: {path!r} is not {args.config!r} with seed {seed}")
 
 
 class StackedReplay:
@@ -296,12 +312,14 @@ def all_running(seeds: Sequence[Seed]):
 
 
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, seeds: Sequence[int] = (),
-          run_names: Optional[Sequence[str]] = None) -> list[str]:
+          run_names: Optional[Sequence[str]] = None, configs: Optional[Sequence[str]] = None) -> list[str]:
     seeds = list(seeds) or [args.seed]
     check_supported(args, seeds, run_names, resume_state)
+    check_configs(args, seeds, configs)
     iteration_size = args.rollout_size()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    each = [seed_args(args, s, run_names[k] if run_names else None) for k, s in enumerate(seeds)]
+    each = [seed_args(args, s, run_names[k] if run_names else None, configs[k] if configs else None)
+            for k, s in enumerate(seeds)]
     for a in each:  # every seed's checks (its run directory free, ...) before any is created
         preflight(a, curriculum, None, iteration_size)
     runs: list[Seed] = []
@@ -487,16 +505,20 @@ def update(forward, params: dict, target_params: dict, ref_params: dict, optimiz
     return td_stack, torch.stack(churn).detach() if churn else None, torch.stack(q_mean)
 
 
-def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], list[str]]:
-    """--seeds S [S ...] and --run_names N [N ...] out of the command line; the rest is dqn.py's flags."""
+def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], Optional[list[str]], list[str]]:
+    """--seeds S [S ...], --run_names N [N ...] and --configs C [C ...] out of the command line; the rest is dqn.py's
+    flags."""
     seeds: list[int] = []
     names: Optional[list[str]] = None
+    configs: Optional[list[str]] = None
     rest: list[str] = []
     target = None
     for a in argv:
-        if a in ("--seeds", "--run_names", "--run-names"):
+        if a in ("--seeds", "--run_names", "--run-names", "--configs"):
             target = seeds if a == "--seeds" else []
-            if a != "--seeds":
+            if a == "--configs":
+                configs = target
+            elif a != "--seeds":
                 names = target
             continue
         if target is not None and not a.startswith("--"):
@@ -510,12 +532,12 @@ def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], li
             continue
         target = None
         rest.append(a)
-    return seeds, names, rest
+    return seeds, names, configs, rest
 
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
-    seeds, run_names, rest = split_seeds(list(sys.argv[1:] if argv is None else argv))
+    seeds, run_names, configs, rest = split_seeds(list(sys.argv[1:] if argv is None else argv))
     flags = {a.split("=")[0].replace("-", "_") for a in rest}
     if "__resume" in flags:
         raise UserError(RESUME)
@@ -524,7 +546,7 @@ def main(argv: Optional[Sequence[str]] = None) -> list[str]:
     def train_seeds(args: Args, curriculum: Curriculum, resume_state: Optional[dict]) -> list[str]:
         # --run_name R: the seeds' runs are R__s<seed> (--run_names: one each); else dqn.py's default names
         names = run_names or ([f"{args.run_name}__s{s}" for s in seeds or [args.seed]] if named else None)
-        return train(args, curriculum, resume_state, seeds, names)
+        return train(args, curriculum, resume_state, seeds, names, configs)
     return agent_main(train_seeds, "DQN", __doc__, rest)
 
 

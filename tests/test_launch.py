@@ -72,6 +72,11 @@ BAD = [
     ({"grid": {"seed": [1], "modifs": ["", "gravityy=3"]}, "flags": CARTPOLE},
      "entry 1 (seed=1, modifs=gravityy=3): "),
     ({"grid": {"seed": [1]}, "flags": CARTPOLE, "max_retries": -1}, "max_retries must be an integer >= 0"),
+    ({"grid": {"seed": [1]}, "flags": CARTPOLE, "seeds_per_process": 0}, "seeds_per_process must be an integer >= 1"),
+    ({"grid": {"architecture": ["DQN", "PPO"], "seed": [1, 2]}, "flags": CARTPOLE, "seeds_per_process": 2},
+     "entry 2 (architecture=PPO, seed=1): seeds_per_process: only DQN runs are grouped"),
+    ({"grid": {"seed": [1, 2]}, "flags": {**CARTPOLE, "architecture": "DQN", "layer_norm": True},
+      "seeds_per_process": 2}, "entry 0 (seed=1): seeds_per_process: layer_norm: not batched across seeds"),
 ]
 
 
@@ -443,6 +448,93 @@ def test_sigterm_stops_the_runs_releases_claims_and_a_rerun_resumes(tmp_path):
     assert "stopped by the launcher" in open(q.log_path("000_seed=1")).read()
     assert subprocess.run(cmd, capture_output=True, env=env(), cwd=REPO, timeout=300).returncode == 0
     assert [x[1] for x in attempts(run_dir)] == ["fresh", "resume", "end"]
+
+
+# --- seeds_per_process: an arm's DQN seeds in one process ------------------------------------------------------------
+
+# two MinAtar games, C-CHAIN's protocol in small (random steps per task, an update per step, Double DQN, fused Adam)
+MINATAR_DQN = {"architecture": "DQN", "backend": "MinAtar", "env_id": "MinAtar/SpaceInvaders", "num_envs": 1,
+               "num_steps": 100, "reward_scaling": "none", "buffer_size": 1000, "learning_starts": 100,
+               "learning_starts_each_regime": True, "train_frequency": 1, "target_network_frequency": 100,
+               "exploration_fraction": 0.25, "double_dqn": True, "fused_adam": True, "torch_threads": 1,
+               "eval_every": 200, "eval_episodes": 1, "eval_greedy": True, "checkpoint_every": 100,
+               "checkpoint_minutes": 0, "keep_checkpoints": 5, "modification_factory": "TaskSequence",
+               "modification_factory_kwargs": {"cycles": 1, "tasks": [{"env_id": "MinAtar/SpaceInvaders", "steps": 200},
+                                                                       {"env_id": "MinAtar/Asterix", "steps": 200}]}}
+
+
+def _kill_group(config: str, runs: list, done) -> None:
+    """SIGKILL the agents/dqn_seeds.py process started with `config` once each of `runs` has a whole periodic
+    checkpoint (the process is this test's: its command line names the test's folder)."""
+    from continual.training.checkpoint import looks_complete
+
+    while not done.is_set():
+        if all(any(map(looks_complete, glob.glob(os.path.join(r, "checkpoints", "periodic__*")))) for r in runs):
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().decode(errors="replace").split("\0")
+                except OSError:
+                    continue
+                if any(a.endswith("dqn_seeds.py") for a in argv) and config in argv:
+                    os.kill(int(pid), signal.SIGKILL)
+                    return
+        time.sleep(0.05)
+
+
+def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_alone(tmp_path, ray_shutdown):
+    """seeds_per_process 2 on 2 seeds x 2 DQN arms (MinAtar, a switch): each arm's seeds run in one agents/dqn_seeds.py
+    process, each seed's run directory bit for bit what its entry's own job writes (the training script on the
+    entry's config, here in-process); the C-CHAIN group is killed after its first checkpoints: each of its seeds is
+    retried alone, resumed from its own checkpoint; the archive and the aggregate read the runs."""
+    import threading
+
+    import continual_training_example
+    from continual.evaluation import metrics
+    from continual.launch import archive
+    from helpers.run_records import assert_same_run, records
+
+    exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 2, "grid": {"seed": [1, 2], "flags": [
+        {"name": "vanilla", "exp_name": "Double DQN"}, {"name": "c_chain", "exp_name": "C-CHAIN", "c_chain": True}]}})
+    folder, kept = str(tmp_path / "f"), str(tmp_path / "kept")
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    vanilla, c_chain = names[0::2], names[1::2]  # seed 1's entries, then seed 2's
+    done = threading.Event()
+    killer = threading.Thread(target=_kill_group, args=(q.config_path(c_chain[0]), [q.run_dir(n) for n in c_chain],
+                                                        done))
+    killer.start()
+    try:
+        assert L.main([exp, "--folder", folder, "--num_cpus", "2", "--archive", kept, "--no-aggregate"]) == 0
+    finally:
+        done.set()
+        killer.join()
+    for group in (vanilla, c_chain):
+        assert f"dqn_seeds.py --seeds 1 2 --run_names {' '.join(group)} " in launches(q.log_path(group[0]))[0]
+        assert "with 2 seeds in one process" in open(q.log_path(group[1])).read()
+    assert all(q.status(n)["state"] == "done" for n in names)
+    for n in vanilla:
+        alone = continual_training_example.main(["--config", q.config_path(n), "--runs_dir", str(tmp_path / "alone"),
+                                                 "--run_name", n])
+        assert sum(r["kind"] == "switch" for r in assert_same_run(q.run_dir(n), alone, differ=("runs_dir",))) == 1
+    for n in c_chain:  # killed with its group, then alone from its own checkpoint
+        last = launches(q.log_path(n))[-1]
+        assert q.status(n)["attempts"] == 1 and f"--resume {q.run_dir(n)}" in last and "dqn_seeds" not in last
+        steps = [r["global_step"] for r in records(q.run_dir(n)) if r["kind"] == "iteration"]
+        assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous run, no step twice
+    assert archive.verify_manifest(kept) == [] and sorted(os.listdir(os.path.join(kept, "runs"))) == names
+    agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--out", str(tmp_path / "aggregate.json")])
+    assert set(agg["groups"]) == {"Double DQN", "C-CHAIN"}
+
+
+def test_seeds_per_process_needs_agents_dqn_seeds_beside_the_script(tmp_path, capsys):
+    script = fake_script(tmp_path / "s", {})
+    exp = write(tmp_path / "e.json", {"flags": {**CARTPOLE, "architecture": "DQN"}, "grid": {"seed": [1, 2]},
+                                      "seeds_per_process": 2})
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(tmp_path / "f"), "--script", script])
+    assert e.value.code == 2 and "seeds_per_process: no " in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(

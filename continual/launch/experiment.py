@@ -7,6 +7,7 @@
       "grid": {"seed": [1, 2, 3], "architecture": ["PPO", "PPO_CBP"]},
       "runs": [{"name": "sp", "shrink_and_perturb": true}],   # optional; each one is crossed with the grid
       "cpus_per_run": 1, "gpus_per_run": 0, "max_retries": 2,
+      "seeds_per_process": 6,                         # optional: DQN only, see below
       "declared": {...}, "tuning": {...}, "reporting_seeds": [...], "post_hoc": [...],  # optional: declarations.py
       "placeholders": {"BUDGET": {"value": null, "set_by": "pilot.json", "rule": "...", "dry_run": 1048576}}
     }
@@ -19,6 +20,9 @@ a flag value (at any depth, e.g. a curriculum's thresholds) written "$BUDGET", "
 integer multiple or exact fraction of its value. Until its "value" is set, a launch refuses the file in one line
 (exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the
 grid's last key varies fastest); `--resume-id N` names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
+"seeds_per_process": K (DQN only: a file with another architecture is refused) runs up to K pending entries that
+differ only by their seed in one process, `agents/dqn_seeds.py --seeds ...` (each seed's run directory is the one its
+own entry would write, bit for bit); it changes how entries run, not what they learn.
 What the file declares before any run (primary metric, compared pairs, normalisation, evaluation, the tuning and
 reporting seeds, the chosen value of a sweep, post-hoc arms) and the rules the launcher enforces on it:
 continual/launch/declarations.py.
@@ -42,7 +46,7 @@ from continual.launch.declarations import CHOSEN, Declarations
 from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
-            "placeholders", *declarations.KEYS)
+            "placeholders", "seeds_per_process", *declarations.KEYS)
 PLACEHOLDER_KEYS = ("value", "set_by", "rule", "dry_run", "what")
 PLACEHOLDER_USE = re.compile(r"^(?:(\d+)\*)?\$([A-Za-z_][A-Za-z0-9_]*)(?:/(\d+))?$")  # "$B", "3*$B", "$B/20"
 RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
@@ -66,6 +70,7 @@ class Experiment:
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
     max_retries: int = DEFAULT_MAX_RETRIES
+    seeds_per_process: int = 1  # DQN: up to this many entries of one arm (differing by seed) in one process
     script: Optional[str] = None  # the training script named in the file (absolute)
     declarations: Declarations = dataclasses.field(default_factory=Declarations)
     placeholders: dict = dataclasses.field(default_factory=dict)  # NAME -> {value, set_by, rule, dry_run}
@@ -248,6 +253,7 @@ def load_experiment(path: str, resolve_chosen: bool = True, stand_ins: bool = Fa
         cpus_per_run=_number(data, "cpus_per_run", 1.0, path, minimum=0.01),
         gpus_per_run=_number(data, "gpus_per_run", 0.0, path),
         max_retries=int(_number(data, "max_retries", DEFAULT_MAX_RETRIES, path, integer=True)), script=script,
+        seeds_per_process=int(_number(data, "seeds_per_process", 1, path, integer=True, minimum=1)),
         declarations=decl, placeholders=dict(data.get("placeholders", {})))
 
 
@@ -258,6 +264,19 @@ def run_config(entry: Entry, group: str) -> dict:
     cfg.setdefault("progress_bar", False)
     cfg.setdefault("wandb_group", group)
     return cfg
+
+
+def check_groupable(args: Any) -> None:
+    """seeds_per_process: an entry agents/dqn_seeds.py can run with other seeds (bad input: a UserError)."""
+    if args.architecture != "DQN":
+        raise UserError(f"seeds_per_process: only DQN runs are grouped (agents/dqn_seeds.py), this entry is "
+                        f"{args.architecture}: drop the key, or put the DQN arms in a file of their own")
+    from agents.dqn_seeds import check_supported  # lazily: the launcher imports no agent otherwise
+
+    try:
+        check_supported(args, [args.seed], None, None)
+    except UserError as e:
+        raise UserError(f"seeds_per_process: {e}") from None
 
 
 def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[Any, Any], None]] = None) -> None:
@@ -274,6 +293,8 @@ def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[An
                 args, curriculum = parse_args(["--config", path, "--runs_dir", os.path.join(tmp, "runs"),
                                                "--run_name", entry.name])
                 preflight(args, curriculum)
+                if experiment.seeds_per_process > 1:
+                    check_groupable(args)
                 if check is not None:
                     check(args, curriculum)
             except UserError as e:

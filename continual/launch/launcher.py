@@ -41,7 +41,7 @@ from continual.evaluation import metrics, plots
 from continual.io import atomic_write_json
 from continual.launch import archive, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
-from continual.launch.queue import DONE, FAILED, Queue
+from continual.launch.queue import DONE, FAILED, Claim, Queue
 from continual.training.checkpoint import SUFFIX, looks_complete
 
 SCRIPT = "continual_training_example.py"
@@ -81,6 +81,11 @@ class LaunchArgs:
     others"""
     dry_run: bool = False
     """check the experiment and list its entries, then exit (creates nothing)"""
+
+
+def seeds_script(script: str) -> str:
+    """agents/dqn_seeds.py of the training script's checkout (seeds_per_process)."""
+    return os.path.join(os.path.dirname(script), "agents", "dqn_seeds.py")
 
 
 def find_script(given: Optional[str], experiment_path: str) -> str:
@@ -155,12 +160,18 @@ def last_error(log_path: str) -> str:
 
 @dataclasses.dataclass
 class Job:
-    entry: Entry
-    claim: object
+    """One Ray task: one entry, or a group of entries of one arm that differ by seed (seeds_per_process), run by
+    agents/dqn_seeds.py. The launcher holds every entry's claim; the task holds none."""
+    entries: list[Entry]
+    claims: list[Claim]
     ref: object = None
     where: str = ""
     started: float = 0.0
     lost: int = 0
+
+    @property
+    def entry(self) -> Entry:  # the one the job is known by: its log, its stop file
+        return self.entries[0]
 
 
 class Launcher:
@@ -168,7 +179,11 @@ class Launcher:
                  retry_failed: bool, console: Console, kept: Optional[Queue] = None):
         self.exp, self.entries, self.queue, self.script, self.kept = exp, list(entries), queue, script, kept
         self.max_retries, self.retry_failed, self.console = max_retries, retry_failed, console
-        self.jobs: dict[str, Job] = {}
+        self.jobs: dict[str, Job] = {}  # by the name of its first entry
+        self.returned: list[Entry] = []  # entries of a group given back to the loop (a claim taken over)
+        # seeds_per_process: entries whose configurations differ only by their seed are one arm
+        self.arm = {e.name: json.dumps({k: v for k, v in run_config(e, exp.name).items() if k != "seed"},
+                                       sort_keys=True) for e in self.entries}
         self.note: dict[str, str] = {}  # entry -> what this launcher knows (other launcher, skipped, ...)
         self.task = ray_runner.remote_run(exp.cpus_per_run, exp.gpus_per_run)
         paths = [os.path.dirname(script)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -176,63 +191,95 @@ class Launcher:
                     **{k: v for k, v in os.environ.items() if k.startswith("WANDB_")}}
 
     # --- one entry ---------------------------------------------------------------------------------------------
-    def argv(self, entry: Entry) -> list[str]:
-        run_dir = self.queue.run_dir(entry.name)
+    def resumable(self, entry: Entry) -> bool:
         # damaged files (a full disk, a partial copy) are not bad input: resume from the newest whole checkpoint (the
-        # run skips newer corrupt ones itself); with none whole, start again as below
-        if any(looks_complete(f) for f in glob.glob(os.path.join(run_dir, "checkpoints", "*" + SUFFIX))):
-            return [self.script, "--resume", run_dir]
-        if os.path.lexists(run_dir):  # started, but lost before its first whole checkpoint: start again, keep the remains
-            k = 1
-            while os.path.lexists(f"{run_dir}.incomplete{k}"):
-                k += 1
-            shutil.move(run_dir, f"{run_dir}.incomplete{k}")
-        return [self.script, "--config", self.queue.config_path(entry.name), "--runs_dir",
-                os.path.dirname(run_dir), "--run_name", entry.name]
+        # run skips newer corrupt ones itself); with none whole, start again
+        return any(looks_complete(f) for f in glob.glob(os.path.join(self.queue.run_dir(entry.name), "checkpoints",
+                                                                     "*" + SUFFIX)))
+
+    def argv(self, entries: Sequence[Entry]) -> list[str]:
+        """One entry: the training script, resumed from its checkpoint or started; several (fresh, of one arm):
+        agents/dqn_seeds.py beside it, each seed in the run directory its entry would have."""
+        if len(entries) == 1 and self.resumable(entries[0]):
+            return [self.script, "--resume", self.queue.run_dir(entries[0].name)]
+        for entry in entries:
+            run_dir = self.queue.run_dir(entry.name)
+            if os.path.lexists(run_dir):  # started, lost before its first whole checkpoint: start again, keep the remains
+                k = 1
+                while os.path.lexists(f"{run_dir}.incomplete{k}"):
+                    k += 1
+                shutil.move(run_dir, f"{run_dir}.incomplete{k}")
+        first = entries[0]
+        where = ["--config", self.queue.config_path(first.name), "--runs_dir",
+                 os.path.dirname(self.queue.run_dir(first.name))]
+        if len(entries) == 1:
+            return [self.script, *where, "--run_name", first.name]
+        # the entries' configurations differ only by the seed: the first's with each seed is each one's
+        return [seeds_script(self.script), "--seeds", *(str(e.config["seed"]) for e in entries),
+                "--run_names", *(e.name for e in entries),
+                "--configs", *(self.queue.config_path(e.name) for e in entries), *where]
 
     def stop_path(self, entry: Entry) -> str:
         return os.path.join(self.queue.dir, entry.name + ".stop")
 
     def submit(self, job: Job) -> None:
-        argv = self.argv(job.entry)
+        argv = self.argv(job.entries)
         if os.path.exists(self.stop_path(job.entry)):
             os.unlink(self.stop_path(job.entry))
+        for e in job.entries[1:]:  # the group's output is in its first entry's log
+            with open(self.queue.log_path(e.name), "a") as log:
+                log.write(f"\n=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} with {len(job.entries)} seeds in one "
+                          f"process: its output is in {self.queue.log_path(job.entry.name)}\n")
         job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder,
                                    self.stop_path(job.entry))
         job.started, job.where = time.time(), ""
-        self.queue.set_status(job.entry.name, state="running", resumed="--resume" in argv)
+        for e in job.entries:
+            self.queue.set_status(e.name, state="running", resumed="--resume" in argv)
+
+    def split(self, job: Job) -> list[Job]:
+        """A group's entries as jobs of one entry each, with their claims (one entry's job: itself): after a group
+        fails, each entry goes on alone, resumed from its own checkpoint (agents/dqn_seeds.py writes dqn.py's)."""
+        if len(job.entries) == 1:
+            return [job]
+        del self.jobs[job.entry.name]
+        jobs = [Job([e], [c], where=job.where, lost=job.lost) for e, c in zip(job.entries, job.claims)]
+        self.jobs.update((j.entry.name, j) for j in jobs)
+        return jobs
 
     def finish(self, job: Job) -> None:
         """The task of `job` returned or failed: done, retry, or failed."""
         import ray
 
-        name = job.entry.name
         try:
             res = ray.get(job.ref)
         except ray.exceptions.RayError as e:  # the worker or its node died: not the run's fault
             job.lost += 1
             msg = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
-            if job.lost <= LOST_LIMIT:
-                self.queue.set_status(name, state="lost", error=f"ray: {msg}")
-                self.submit(job)
-                return
-            self.give_up(job, f"lost {job.lost} times: {msg}", None)
+            for one in self.split(job):
+                if one.lost <= LOST_LIMIT:
+                    self.queue.set_status(one.entry.name, state="lost", error=f"ray: {msg}")
+                    self.submit(one)
+                else:
+                    self.give_up(one, f"lost {one.lost} times: {msg}", None)
             return
         job.where = ray_runner.node_of(res)
         rc = res["returncode"]
-        st = self.queue.status(name)
         if rc == 0:
-            self.queue.set_status(name, state=DONE, returncode=0, where=job.where, error="")
+            for e in job.entries:
+                self.queue.set_status(e.name, state=DONE, returncode=0, where=job.where, error="")
             self.release(job)
-            self.keep(name)
+            for e in job.entries:
+                self.keep(e.name)
             return
-        attempts = int(st.get("attempts", 0)) + 1
-        error = last_error(self.queue.log_path(name)) or f"exit code {rc}"
-        self.queue.set_status(name, attempts=attempts, returncode=rc, error=error)
-        if rc == USER_ERROR_EXIT or attempts > self.max_retries:
-            self.give_up(job, error, rc)
-        else:
-            self.submit(job)
+        error = last_error(self.queue.log_path(job.entry.name)) or f"exit code {rc}"
+        for one in self.split(job):
+            name = one.entry.name
+            attempts = int(self.queue.status(name).get("attempts", 0)) + 1
+            self.queue.set_status(name, attempts=attempts, returncode=rc, error=error)
+            if rc == USER_ERROR_EXIT or attempts > self.max_retries:
+                self.give_up(one, error, rc)
+            else:
+                self.submit(one)
 
     def keep(self, name: str) -> None:
         """Archive a finished entry (--archive); a failure is noted, not fatal: the next launch archives it."""
@@ -244,11 +291,13 @@ class Launcher:
             self.note[name] = f"not archived: {one_line(str(e))[:120]}"
 
     def give_up(self, job: Job, error: str, rc: Optional[int]) -> None:
-        self.queue.set_status(job.entry.name, state=FAILED, error=error, returncode=rc)
+        for e in job.entries:
+            self.queue.set_status(e.name, state=FAILED, error=error, returncode=rc)
         self.release(job)
 
     def release(self, job: Job) -> None:
-        job.claim.release()
+        for claim in job.claims:
+            claim.release()
         del self.jobs[job.entry.name]
 
     # --- the loop ----------------------------------------------------------------------------------------------
@@ -256,7 +305,11 @@ class Launcher:
         st = self.queue.status(entry.name).get("state")
         return st == DONE or (st == FAILED and not self.retry_failed)
 
-    def try_start(self, entry: Entry) -> bool:
+    def running(self) -> set[str]:
+        return {e.name for job in self.jobs.values() for e in job.entries}
+
+    def try_claim(self, entry: Entry) -> Union[Claim, bool]:
+        """The entry's claim; False when another launcher holds it, True when it is settled meanwhile."""
         claim = self.queue.claim(entry.name)
         if claim is None:
             owner = self.queue.owner(entry.name) or {}
@@ -265,10 +318,41 @@ class Launcher:
         if self.settled(entry):  # finished by another launcher since we looked
             claim.release()
             return True
-        if self.queue.status(entry.name).get("state") == FAILED:  # --retry_failed: a fresh retry budget
-            self.queue.set_status(entry.name, attempts=0)
-        self.note.pop(entry.name, None)
-        job = Job(entry, claim)
+        return claim
+
+    def group_size(self, waiting: Sequence[Entry], free: int) -> int:
+        """seeds_per_process, but no more than keeps every free slot busy (on a cluster with more slots than groups,
+        smaller groups finish sooner)."""
+        running = self.running()
+        left = sum(e.name not in running and not self.settled(e) for e in waiting)
+        return min(self.exp.seeds_per_process, -(-left // max(free, 1)))
+
+    def try_start(self, entry: Entry, size: int = 1) -> bool:
+        """Claim and run `entry`, with up to size - 1 other pending entries of its arm (seeds_per_process)."""
+        claim = self.try_claim(entry)
+        if isinstance(claim, bool):
+            return claim
+        members, claims = [entry], [claim]
+        if size > 1 and "seed" in entry.config and not self.resumable(entry):
+            # seeds_per_process: the other pending entries of its arm that start afresh (agents/dqn_seeds.py does not
+            # resume: an entry with a checkpoint goes on alone)
+            running = self.running()
+            for other in self.entries:
+                if len(members) == size:
+                    break
+                if other.name in running or self.arm[other.name] != self.arm[entry.name] or \
+                        other.config.get("seed") in {None, *(m.config["seed"] for m in members)} or self.settled(other) or \
+                        self.resumable(other):
+                    continue
+                claim = self.try_claim(other)
+                if isinstance(claim, Claim):
+                    members.append(other)
+                    claims.append(claim)
+        for e in members:
+            if self.queue.status(e.name).get("state") == FAILED:  # --retry_failed: a fresh retry budget
+                self.queue.set_status(e.name, attempts=0)
+            self.note.pop(e.name, None)
+        job = Job(members, claims)
         self.jobs[entry.name] = job
         self.submit(job)
         return True
@@ -287,11 +371,15 @@ class Launcher:
         while todo or self.jobs:
             if time.time() - slots_at > 5:
                 slots, slots_at = self.slots(), time.time()
+            todo += self.returned
+            self.returned = []
             waiting = []
-            for e in todo:
-                if self.settled(e):
+            for i, e in enumerate(todo):
+                if self.settled(e) or e.name in self.running():  # started with its group
                     continue
-                if len(self.jobs) >= slots or not self.try_start(e):
+                free = slots - len(self.jobs)
+                size = self.group_size(todo[i:], free) if self.exp.seeds_per_process > 1 and free > 0 else 1
+                if free <= 0 or not self.try_start(e, size):
                     waiting.append(e)
             todo = waiting
             refs = {job.ref: job for job in self.jobs.values()}
@@ -299,12 +387,20 @@ class Launcher:
             for ref in ready:
                 self.finish(refs[ref])
             for job in list(self.jobs.values()):
-                if not self.queue.still_mine(job.claim):  # judged dead and taken over: the new owner runs it
+                lost = [e for e, c in zip(job.entries, job.claims) if not self.queue.still_mine(c)]
+                if lost:  # judged dead and taken over: the new owner runs it
                     ray.cancel(job.ref, force=True)
-                    self.note[job.entry.name] = "taken over by another launcher"
+                    for e in lost:
+                        self.note[e.name] = "taken over by another launcher"
                     del self.jobs[job.entry.name]
+                    # the rest of a group: released, to be claimed again (by this launcher, or the one that took over)
+                    for e, c in zip(job.entries, job.claims):
+                        if e not in lost:
+                            c.release()
+                            self.returned.append(e)
                 else:
-                    job.claim.beat()
+                    for claim in job.claims:
+                        claim.beat()
             if live is not None:
                 live.update(self.table())
             if not refs and todo:
@@ -327,18 +423,20 @@ class Launcher:
                 job.where = ray_runner.node_of(res)
             except Exception:  # noqa: BLE001  (lost, or still stopping: its checkpoint decides the next launch)
                 ray.cancel(job.ref, force=True)
-            self.queue.set_status(job.entry.name, state=state, where=job.where)
+            for e in job.entries:
+                self.queue.set_status(e.name, state=state, where=job.where)
             try:
                 os.unlink(self.stop_path(job.entry))
             except FileNotFoundError:
                 pass
-            job.claim.release()
+            for claim in job.claims:
+                claim.release()
         self.jobs.clear()
 
     def row(self, e: Entry) -> tuple[str, str, str, str, str]:
         """An entry's state, step, steps/s, last training return and node or note, as the table shows them."""
         st = self.queue.status(e.name)
-        state = "running" if e.name in self.jobs else st.get("state", "pending")
+        state = "running" if e.name in self.running() else st.get("state", "pending")
         if state == "running" and st.get("state") == "lost":
             state = "resumed (node lost)"
         elif state == "running" and st.get("attempts"):
@@ -457,6 +555,9 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
     exp = load_experiment(args.experiment, stand_ins=args.dry_run)
     script = find_script(args.script or exp.script, args.experiment)
+    if exp.seeds_per_process > 1 and not os.path.isfile(seeds_script(script)):
+        raise UserError(f"seeds_per_process: no {seeds_script(script)} beside the training script {script} (the seeds "
+                        f"of a group run in it)")
     entries = exp.entries
     if args.resume_id is not None:
         if not 0 <= args.resume_id < len(entries):
