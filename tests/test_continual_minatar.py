@@ -67,6 +67,7 @@ def test_the_experiment_file_expands_in_the_declared_order_with_the_paper_codes_
     arms = [bool(e.config.get("c_chain")) for e in exp.entries]
     # seeds 1-5 of both arms are entries 0-9, then 6-10, then 11-12
     assert seeds == [s for s in range(1, 13) for _ in range(2)] and arms == [False, True] * 12
+    assert exp.seeds_per_process == 5  # how they run (seeds 1-5, 6-10, 11-12 of an arm a process), not what they learn
     for e in exp.entries:
         c = e.config
         assert (c["architecture"], c["double_dqn"], c["learning_rate"], c["replay_batch_size"], c["buffer_size"],

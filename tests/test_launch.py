@@ -495,7 +495,7 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
     from helpers.run_records import assert_same_run, records
 
     exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 2, "grid": {"seed": [1, 2], "flags": [
-        {"name": "vanilla", "exp_name": "Double DQN"}, {"name": "c_chain", "exp_name": "C-CHAIN", "c_chain": True}]}})
+        {"name": "vanilla"}, {"name": "c_chain", "c_chain": True}]}})
     folder, kept = str(tmp_path / "f"), str(tmp_path / "kept")
     q = Queue(folder)
     names = [e.name for e in load_experiment(exp).entries]
@@ -523,8 +523,9 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
         steps = [r["global_step"] for r in records(q.run_dir(n)) if r["kind"] == "iteration"]
         assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous run, no step twice
     assert archive.verify_manifest(kept) == [] and sorted(os.listdir(os.path.join(kept, "runs"))) == names
-    agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--out", str(tmp_path / "aggregate.json")])
-    assert set(agg["groups"]) == {"Double DQN", "C-CHAIN"}
+    agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--group_by", "c_chain", "--out",
+                        str(tmp_path / "aggregate.json")])
+    assert {k: g["summary"]["final"]["n"] for k, g in agg["groups"].items()} == {"c_chain=False": 2, "c_chain=True": 2}
 
 
 def test_seeds_per_process_needs_agents_dqn_seeds_beside_the_script(tmp_path, capsys):
