@@ -482,6 +482,7 @@ def _kill_group(config: str, runs: list, done) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.long  # ~75 s at load 6 (Ray, 4 grouped and 2 resumed DQN runs): handed out first
 def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_alone(tmp_path, ray_shutdown):
     """seeds_per_process 2 on 2 seeds x 2 DQN arms (MinAtar, a switch): each arm's seeds run in one agents/dqn_seeds.py
     process, each seed's run directory bit for bit what its entry's own job writes (the training script on the
