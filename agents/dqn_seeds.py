@@ -63,15 +63,13 @@ from continual.errors import UserError, exit_on_user_error
 from continual.methods import add_continual
 from continual.plasticity.c_chain import CChain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.specs import NOT_BATCHED_ACROSS_SEEDS
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, default_run_name, preflight, set_torch_threads, start_run
 
 RESUME = ("resume: each seed of agents/dqn_seeds.py is a run of its own; continue one with python agents/dqn.py "
           "--resume <its run directory>")
-# flags whose methods act on one network per hook call: not batched here (their defaults are required)
-NOT_BATCHED = ("shrink_and_perturb", "reset_optimizer_on_switch", "redo", "parseval", "layer_norm", "activation",
-               "reset_layers", "nap", "plasticity_injection")
 
 
 def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequence[str]],
@@ -84,7 +82,7 @@ def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequen
     if run_names is not None and len(run_names) != len(seeds):
         raise UserError(f"run_names: one per seed ({len(seeds)} seeds, {len(run_names)} names)")
     ref = default_args("DQN")
-    changed = [f for f in NOT_BATCHED if getattr(args, f) != getattr(ref, f)]
+    changed = [f for f in NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
     if changed:
         raise UserError(f"{changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
 

@@ -38,6 +38,10 @@ ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains 
 C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
 FUSED_ADAM = "fused_adam"        # --fused_adam: torch's fused Adam kernel (the same update up to float rounding)
 ACT_THREADS = "act_threads"      # --act_threads: torch's threads while a rollout acts
+# flags agents/dqn_seeds.py (several DQN seeds in one process; the launcher's seeds_per_process) requires at their
+# defaults: their methods act on one network per hook call
+NOT_BATCHED_ACROSS_SEEDS = ("shrink_and_perturb", "reset_optimizer_on_switch", "redo", "parseval", "layer_norm",
+                            "activation", "reset_layers", "nap", "plasticity_injection")
 
 FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
             SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN, FUSED_ADAM,

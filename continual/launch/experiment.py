@@ -38,11 +38,12 @@ import re
 import tempfile
 from typing import Any, Callable, Optional
 
-from continual.config.args import field_names
+from continual.config.args import default_args, field_names
 from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
 from continual.errors import UserError, one_line
 from continual.launch import declarations
 from continual.launch.declarations import CHOSEN, Declarations
+from continual.specs import NOT_BATCHED_ACROSS_SEEDS
 from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
@@ -271,12 +272,10 @@ def check_groupable(args: Any) -> None:
     if args.architecture != "DQN":
         raise UserError(f"seeds_per_process: only DQN runs are grouped (agents/dqn_seeds.py), this entry is "
                         f"{args.architecture}: drop the key, or put the DQN arms in a file of their own")
-    from agents.dqn_seeds import check_supported  # lazily: the launcher imports no agent otherwise
-
-    try:
-        check_supported(args, [args.seed], None, None)
-    except UserError as e:
-        raise UserError(f"seeds_per_process: {e}") from None
+    ref = default_args("DQN")
+    changed = [f for f in NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
+    if changed:
+        raise UserError(f"seeds_per_process: {changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
 
 
 def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[Any, Any], None]] = None) -> None:
