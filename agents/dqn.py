@@ -38,7 +38,7 @@ epsilon EVAL_EPSILON = 0.05 (CleanRL's `evaluate`): the greedy flag takes the ar
 
 Spec (continual/specs.py):
 - its own defaults: --learning_rate 0.0001 --no-anneal_lr --num_envs 1
-- supports: c_chain, dqn_flags, fused_adam, network_options, plasticity, shrink_and_perturb
+- supports: c_chain, dqn_flags, fused_adam, network_options, plasticity, seeds_in_one_process, shrink_and_perturb
 (generated: python -m continual.specs --update-docs)
 """
 

@@ -38,6 +38,7 @@ ADAM_BETAS = "adam_betas"        # --adam_beta1, --adam_beta2: the agent trains 
 C_CHAIN = "c_chain"              # --c_chain (continual/plasticity/c_chain.py)
 FUSED_ADAM = "fused_adam"        # --fused_adam: torch's fused Adam kernel (the same update up to float rounding)
 ACT_THREADS = "act_threads"      # --act_threads: torch's threads while a rollout acts
+SEEDS_IN_ONE_PROCESS = "seeds_in_one_process"  # agents/dqn_seeds.py: the launcher's seeds_per_process
 # flags agents/dqn_seeds.py (several DQN seeds in one process; the launcher's seeds_per_process) requires at their
 # defaults: their methods act on one network per hook call
 NOT_BATCHED_ACROSS_SEEDS = ("shrink_and_perturb", "reset_optimizer_on_switch", "redo", "parseval", "layer_norm",
@@ -45,7 +46,7 @@ NOT_BATCHED_ACROSS_SEEDS = ("shrink_and_perturb", "reset_optimizer_on_switch", "
 
 FEATURES = (BF16, COMPILE, HER, BOX_ACTIONS, NORM_OBS, MLP_NETWORK, PLASTICITY, NETWORK_OPTIONS, EWC, TRAC,
             SHRINK_PERTURB, DQN_FLAGS, ACTORS, CLEAR_REPLAY, NEEDS_SWITCHES, ADAM_BETAS, C_CHAIN, FUSED_ADAM,
-            ACT_THREADS)
+            ACT_THREADS, SEEDS_IN_ONE_PROCESS)
 
 
 def rollout_steps(args: Any) -> int:
@@ -100,7 +101,8 @@ SPECS: dict[str, AgentSpec] = {s.name: s for s in (
               features=frozenset({ACTORS, NEEDS_SWITCHES})),
     AgentSpec("DQN", "agents.dqn", "CleanRL's dqn_atari (Adam 1e-4 constant, one env, 1M replay)",
               defaults={"learning_rate": 1e-4, "anneal_lr": False, "num_envs": 1},
-              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS, C_CHAIN, FUSED_ADAM})),
+              features=frozenset({PLASTICITY, NETWORK_OPTIONS, SHRINK_PERTURB, DQN_FLAGS, C_CHAIN, FUSED_ADAM,
+                                  SEEDS_IN_ONE_PROCESS})),
     AgentSpec("A2C", "agents.a2c", "synchronous A2C as baselines/SB3 (16 envs x 5 steps, RMSprop 7e-4)",
               defaults={"learning_rate": 7e-4, "num_envs": 16, "num_steps": 5, "gae_lambda": 1.0, "norm_adv": False,
                         "vf_coef": 0.25, "rmsprop_eps": 1e-5},

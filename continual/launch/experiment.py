@@ -43,7 +43,7 @@ from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
 from continual.errors import UserError, one_line
 from continual.launch import declarations
 from continual.launch.declarations import CHOSEN, Declarations
-from continual.specs import NOT_BATCHED_ACROSS_SEEDS
+from continual.specs import NOT_BATCHED_ACROSS_SEEDS, SEEDS_IN_ONE_PROCESS, SPECS
 from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
@@ -269,10 +269,11 @@ def run_config(entry: Entry, group: str) -> dict:
 
 def check_groupable(args: Any) -> None:
     """seeds_per_process: an entry agents/dqn_seeds.py can run with other seeds (bad input: a UserError)."""
-    if args.architecture != "DQN":
-        raise UserError(f"seeds_per_process: only DQN runs are grouped (agents/dqn_seeds.py), this entry is "
-                        f"{args.architecture}: drop the key, or put the DQN arms in a file of their own")
-    ref = default_args("DQN")
+    if not SPECS[args.architecture].supports(SEEDS_IN_ONE_PROCESS):
+        grouped = ", ".join(s.name for s in SPECS.values() if s.supports(SEEDS_IN_ONE_PROCESS))
+        raise UserError(f"seeds_per_process: only {grouped} runs are grouped (agents/dqn_seeds.py), this entry is "
+                        f"{args.architecture}: drop the key, or put the {grouped} arms in a file of their own")
+    ref = default_args(args.architecture)
     changed = [f for f in NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
     if changed:
         raise UserError(f"seeds_per_process: {changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
