@@ -56,14 +56,14 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from agents.dqn import CONTINUAL, RegimeStart, ReplayBuffer, checkpoint_replay, linear_schedule, make_agent, td_target
-from continual.config.args import Args, default_args
+from continual.config.args import Args
 from continual.config.loading import Curriculum, load_json_file
+from continual.config.validation import check_batched_across_seeds
 from continual.envs.vector import EnvSettings, episode_stats, make_vector_env
 from continual.errors import UserError, exit_on_user_error
 from continual.methods import add_continual
 from continual.plasticity.c_chain import CChain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
-from continual.specs import NOT_BATCHED_ACROSS_SEEDS
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import agent_main, default_run_name, preflight, set_torch_threads, start_run
@@ -81,10 +81,7 @@ def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequen
         raise UserError(f"seeds: give distinct seeds (got {list(seeds)})")
     if run_names is not None and len(run_names) != len(seeds):
         raise UserError(f"run_names: one per seed ({len(seeds)} seeds, {len(run_names)} names)")
-    ref = default_args("DQN")
-    changed = [f for f in NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
-    if changed:
-        raise UserError(f"{changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
+    check_batched_across_seeds(args)
 
 
 def seed_args(args: Args, seed: int, run_name: Optional[str], config: Optional[str] = None) -> Args:
@@ -103,10 +100,12 @@ def check_configs(args: Args, seeds: Sequence[int], configs: Optional[Sequence[s
     if len(configs) != len(seeds) or args.config is None:
         raise UserError(f"configs: one per seed ({len(seeds)} seeds, {len(configs)} configs), with --config")
 
-    def but_seed(path: str) -> dict:
-        return {k: v for k, v in load_json_file(path, "config").items() if k != "seed"}
+    def but_seed(config: dict) -> dict:
+        return {k: v for k, v in config.items() if k != "seed"}
+    base = but_seed(load_json_file(args.config, "config"))
     for seed, path in zip(seeds, configs):
-        if but_seed(path) != but_seed(args.config) or load_json_file(path, "config").get("seed", seed) != seed:
+        config = load_json_file(path, "config")
+        if but_seed(config) != base or config.get("seed", seed) != seed:
             raise UserError(f"configs: {path!r} is not {args.config!r} with seed {seed}")
 
 

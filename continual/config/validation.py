@@ -9,7 +9,7 @@ import shutil
 import torch
 
 from continual import specs
-from continual.config.args import Args
+from continual.config.args import Args, default_args
 from continual.envs.backends import backend_hint, validate_action_space
 from continual.envs.goals import make_goal_space
 from continual.envs.minihack import validate_obs_mode
@@ -25,6 +25,15 @@ def require(args: Args, feature: str, flag: str) -> None:
         if len(names) == 1:
             raise UserError(f"{flag}: only used with --architecture {names[0]}, not {args.architecture}")
         raise UserError(f"{flag}: supported by {names_of(names)}, not {args.architecture}")
+
+
+def check_batched_across_seeds(args: Args) -> None:
+    """agents/dqn_seeds.py (the launcher's seeds_per_process) batches seeds only with specs.NOT_BATCHED_ACROSS_SEEDS at
+    their defaults: one line naming the first that is not."""
+    ref = default_args(args.architecture)
+    changed = [f for f in specs.NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
+    if changed:
+        raise UserError(f"{changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
 
 
 def validate_args(args: Args) -> None:

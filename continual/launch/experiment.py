@@ -38,12 +38,13 @@ import re
 import tempfile
 from typing import Any, Callable, Optional
 
-from continual.config.args import default_args, field_names
+from continual.config.args import field_names
 from continual.config.loading import CURRICULUM_KEYS, load_json_file, parse_args
+from continual.config.validation import check_batched_across_seeds
 from continual.errors import UserError, one_line
 from continual.launch import declarations
 from continual.launch.declarations import CHOSEN, Declarations
-from continual.specs import NOT_BATCHED_ACROSS_SEEDS, SEEDS_IN_ONE_PROCESS, SPECS
+from continual.specs import SEEDS_IN_ONE_PROCESS, SPECS
 from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
@@ -273,10 +274,10 @@ def check_groupable(args: Any) -> None:
         grouped = ", ".join(s.name for s in SPECS.values() if s.supports(SEEDS_IN_ONE_PROCESS))
         raise UserError(f"seeds_per_process: only {grouped} runs are grouped (agents/dqn_seeds.py), this entry is "
                         f"{args.architecture}: drop the key, or put the {grouped} arms in a file of their own")
-    ref = default_args(args.architecture)
-    changed = [f for f in NOT_BATCHED_ACROSS_SEEDS if getattr(args, f) != getattr(ref, f)]
-    if changed:
-        raise UserError(f"seeds_per_process: {changed[0]}: not batched across seeds; run agents/dqn.py once per seed")
+    try:
+        check_batched_across_seeds(args)
+    except UserError as e:
+        raise UserError(f"seeds_per_process: {e}") from None
 
 
 def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[Any, Any], None]] = None) -> None:
