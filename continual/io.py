@@ -142,15 +142,16 @@ def jsonl_file(path: str) -> Optional[str]:
     return next((p for p in (path, path + ".gz") if os.path.exists(p)), None)
 
 
-def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
-    """(line, record) for every record of a JSONL file (see the module docstring for the rule), or of its gzipped
-    copy (`jsonl_file`); [] if neither exists. A damaged line other than the last is a UserError naming the file and
-    line."""
-    path = jsonl_file(path)
-    if path is None:
-        return []
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+def _numbered_lines(path: str) -> tuple[Optional[str], list[tuple[int, str]]]:
+    """The file holding a JSONL file's records (`jsonl_file`) and its non-blank lines with their numbers."""
+    found = jsonl_file(path)
+    if found is None:
+        return None, []
+    with (gzip.open(found, "rt") if found.endswith(".gz") else open(found)) as f:
+        return found, [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+
+
+def _decoded(found: Optional[str], lines: list[tuple[int, str]]) -> list[tuple[str, dict]]:
     out = []
     for i, (n, line) in enumerate(lines):
         try:
@@ -161,28 +162,31 @@ def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
             if i == len(lines) - 1:
                 break  # a line cut by a crash
             why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-            raise UserError(f"{path}:{n}: not a JSON record ({why}); only the last line may be cut by a crash") from None
+            raise UserError(f"{found}:{n}: not a JSON record ({why}); only the last line may be cut by a crash") from None
         out.append((line, rec))
     return out
+
+
+def read_jsonl_lines(path: str) -> list[tuple[str, dict]]:
+    """(line, record) for every record of a JSONL file (see the module docstring for the rule), or of its gzipped
+    copy (`jsonl_file`); [] if neither exists. A damaged line other than the last is a UserError naming the file and
+    line."""
+    return _decoded(*_numbered_lines(path))
 
 
 def read_jsonl(path: str) -> list[dict]:
     """The records of a JSONL file; see `read_jsonl_lines`. A whole file is decoded as one JSON array (one call
     into the C decoder, ~2x faster than a call a line on a run's ~26k records); anything else, a cut or damaged line,
-    takes the line-by-line path and its rule."""
-    found = jsonl_file(path)
-    if found is None:
-        return []
-    with (gzip.open(found, "rt") if found.endswith(".gz") else open(found)) as f:
-        lines = [line for line in f if line.strip()]
+    takes the line-by-line rule."""
+    found, lines = _numbered_lines(path)
     try:
-        records = json.loads("[" + ",".join(lines) + "]")
+        records = json.loads("[" + ",".join(line for _, line in lines) + "]")
     except ValueError:
         records = None
     # a line holding "{..}, {..}" decodes here as two records: the count and the types catch it
     if records is not None and len(records) == len(lines) and all(type(r) is dict for r in records):
         return records
-    return [rec for _, rec in read_jsonl_lines(path)]
+    return [rec for _, rec in _decoded(found, lines)]
 
 
 def between_markers(text: str, start: str, end: str, body: str) -> str:
