@@ -353,6 +353,12 @@ def test_aggregate_groups_runs_by_method():
     assert groups["PPO"]["regimes"]["A"]["forgetting_all_visits"]["mean"] == pytest.approx(5.5)  # shifts cancel
     by_exp = M.aggregate(results, [{**c, "exp_name": "x"} for c in configs], group_by=["exp_name"])
     assert list(by_exp) == ["exp_name=x"]
+    # launcher runs carry their arm's name: two arms of one architecture stay two groups (a reference run is not
+    # averaged into the continual arm), and an unnamed run still falls back to its architecture
+    named = [{**c, "exp_name": n} for c, n in zip(configs, ("IMPALA", "reference IMPALA A", "IMPALA", ""))]
+    groups = M.aggregate(results, named)
+    assert {k: v["summary"]["final"]["n"] for k, v in groups.items()} == {"IMPALA": 2, "reference IMPALA A": 1,
+                                                                          "PPO_CBP": 1}
 
 
 # --- run directories -------------------------------------------------------------------------------------------------

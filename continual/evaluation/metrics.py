@@ -57,7 +57,8 @@ switch step belongs to the visit that ends there.
 Normalisation (--normalize): raw; max_abs: R_i / max|R_i| (over the evaluations of every run given, references
 included); reference_scores: --scores maps each regime to a score s (R / s) or to [low, high] ((R - low) / (high -
 low)). It applies to every metric but CORA's, which scale by their own rule. Several runs are grouped (config.json
-keys, --group_by; default: architecture, + S&P) and each scalar is reported as mean +- 95% CI half-width,
+keys, --group_by; default: exp_name where set, as the launcher sets it to the arm's name, else architecture, + S&P)
+and each scalar is reported as mean +- 95% CI half-width,
 t_{0.975, n-1} * sd / sqrt(n); CORA's metrics as CORA reports them, mean +- SEM over the runs of the per-run means.
 With several runs, the robust statistics of Agarwal et al. (2021, rliable) over the runs x trained-regimes matrix of
 per-regime final and average scores: IQM, mean, median and (normalised scores) optimality gap at 1, each with a 95%
@@ -691,9 +692,13 @@ def robust_aggregate(results: Sequence[dict], configs: Sequence[dict], group_by:
 
 
 def method_label(config: dict, group_by: Optional[Sequence[str]] = None) -> str:
-    """The group of a run: the given config.json keys, or architecture (+S&P, +opt reset)."""
+    """The group of a run: the given config.json keys; else its exp_name (CleanRL's and openrlbenchmark's grouping:
+    the launcher names each run after its arm, so arms of one architecture stay apart); else architecture (+S&P,
+    +opt reset)."""
     if group_by:
         return ", ".join(f"{k}={config.get(k)}" for k in group_by)
+    if config.get("exp_name"):
+        return str(config["exp_name"])
     label = str(config.get("architecture") or "?")
     if config.get("shrink_and_perturb"):
         label += "+S&P"
@@ -844,7 +849,8 @@ class MetricsArgs:
     plasticity_window: Optional[int] = None
     """steps from the start of each visit used for the plasticity gain (default: the whole visit)"""
     group_by: Optional[str] = None
-    """comma-separated config.json keys that define a method (default: architecture, + S&P)"""
+    """comma-separated config.json keys that define a method (default: exp_name where set, else architecture,
+    + S&P)"""
     out: Optional[str] = None
     """write the results here (JSON); default: RUN_DIR/metrics.json for a single run, nothing for several"""
     bootstrap_reps: int = 2000

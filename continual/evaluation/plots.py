@@ -580,7 +580,8 @@ class PlotArgs:
     """output folder (default: RUN_DIR/plots for one run, ./plots for several: one sub-folder per run +
     comparison.png)"""
     group_by: Optional[str] = None
-    """comma-separated config.json keys that define a method (default: architecture, + S&P)"""
+    """comma-separated config.json keys that define a method (default: exp_name where set, else architecture,
+    + S&P)"""
     smooth: int = 20
     """running-mean window (episodes) of the training return"""
     bootstrap_reps: int = 2000

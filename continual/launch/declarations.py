@@ -288,8 +288,8 @@ def parse(data: dict, where: str) -> Declarations:
 
 
 def entry_label(config: dict) -> str:
-    """The method label of a run: its exp_name, else what the reports group it by (architecture, +S&P, ...)."""
-    return config.get("exp_name") or method_label(config)
+    """The method label of a run: what the reports group it by (its exp_name, else architecture, +S&P, ...)."""
+    return method_label(config)
 
 
 def entry_seed(config: dict) -> int:
