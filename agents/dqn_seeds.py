@@ -287,7 +287,7 @@ def all_running(seeds: Sequence[Seed]):
 
     def on_signal(signum, frame):
         for session in sessions:
-            session._on_signal(signum, frame)
+            session.on_signal(signum, frame)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 

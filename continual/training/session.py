@@ -134,7 +134,7 @@ class RunSession:
         self.add_extension(self._periodic)
         self.stop_signal: Optional[int] = None
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+            signal.signal(sig, self.on_signal)
 
     # --- the state a checkpoint holds --------------------------------------------------------------------------------
     @property
@@ -225,8 +225,9 @@ class RunSession:
                           optional=extension.state_optional)
         return extension
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        # finish the iteration in progress, then checkpoint and exit (a second signal stops at once)
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """The SIGINT/SIGTERM handler: finish the iteration in progress, then checkpoint and exit (a second signal
+        stops at once). A process that drives several sessions installs one handler that calls each one's."""
         if self.stop_signal is not None:
             raise KeyboardInterrupt
         self.stop_signal = signum
