@@ -11,16 +11,20 @@ import copy
 import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from agents import dqn, dqn_seeds
-from conftest import write_config
+from conftest import ROOT, write_config
 from continual.plasticity.c_chain import CChain, Schedule
 from helpers import corridor_envs  # noqa: F401  (registers Corridor-v0)
-from helpers.run_records import assert_same_run
+from helpers.run_records import assert_same_run, records
 
 SHAPE, ACTIONS, BATCH = (10, 10, 10), 6, 32
 # C-CHAIN's automatic coefficient from the second record on (the paper's warmup is 10,000 updates)
@@ -226,3 +230,53 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, flags, field):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {field}") and "\n" not in err, err
     assert os.listdir(tmp_path / "runs") == ["taken"]
+
+
+@pytest.mark.long  # ~40 s at load 4 (two groups of 2 seeds, a process start, two resumes)
+def test_sigterm_saves_every_seed_and_each_resumes_alone(tmp_path):
+    """SIGTERM to a process of K seeds (as the launcher stops a group): every seed finishes the iteration in progress
+    and writes its own interrupted checkpoint at the same step, having logged exactly what the group never stopped
+    logged up to it; the process exits 128 + SIGTERM; each seed resumed alone by `agents/dqn.py --resume` ends the
+    schedule with nothing lost or logged twice. (From a checkpoint between switches the episodes in flight restart,
+    so the runs differ after it: docs/outputs.md, "Resuming".)"""
+    data = {**CORRIDOR, "modification_factory_kwargs": {**CORRIDOR["modification_factory_kwargs"],
+                                                        "num_total_steps": 3072, "switching_thresholds": [1024, 2048]}}
+    cfg = write_config(tmp_path, data, "run.json")
+    runs = str(tmp_path / "runs")
+    common = ["--config", str(cfg), "--runs_dir", runs, "--no-progress-bar", "--checkpoint_minutes", "0",
+              "--no-metrics"]
+    full = dqn_seeds.main([*common, "--seeds", "2", "5", "--run_name", "full"])
+
+    proc = subprocess.Popen([sys.executable, "agents/dqn_seeds.py", *common, "--seeds", "2", "5", "--run_name", "cut"],
+                            cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline",
+                                           "PYTHONPATH": os.path.join(ROOT, "tests")},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    last = os.path.join(runs, "cut__s5", "metrics.jsonl")  # the seed built last
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(last) and sum('"iteration"' in ln for ln in open(last)) >= 36:  # past the first switch
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    steps = []
+    for seed in ("2", "5"):
+        interrupted = glob.glob(os.path.join(runs, f"cut__s{seed}", "checkpoints", "interrupted__step*"))
+        assert len(interrupted) == 1, seed
+        steps.append(torch.load(interrupted[0], weights_only=True)["global_step"])
+    cut_step = steps[0]
+    assert steps == [cut_step, cut_step] and 1024 < cut_step < 3072
+
+    def logged(run, upto=None):
+        return [r for r in records(run) if r["kind"] in ("iteration", "episode", "switch")
+                and (upto is None or r["global_step"] <= upto)]
+    for seed, reference in zip(("2", "5"), full):
+        run = os.path.join(runs, f"cut__s{seed}")
+        assert logged(run) == logged(reference, cut_step), seed
+        dqn.main(["--resume", run, "--no-progress-bar", "--no-metrics"])
+        assert os.path.exists(os.path.join(run, "checkpoints", "final__step3072.cleanrl_model"))
+        got = logged(run)
+        assert [r["global_step"] for r in got if r["kind"] == "iteration"] == list(range(32, 3073, 32))
+        assert [r["global_step"] for r in got if r["kind"] == "switch"] == \
+            [r["global_step"] for r in logged(reference) if r["kind"] == "switch"] == [1024, 2048]
