@@ -254,3 +254,26 @@ def test_the_forgetting_report_checks_its_chosen_arms_against_the_tuning_report(
     data["tuning"]["seeds"] = [2001, 2002, 2004]
     write_experiment(good, data)
     assert "the tuning folder declares seeds [2001, 2002, 2003]" in T.check(good, tune)["failed"][0]
+
+
+def test_a_value_written_as_5_and_as_5_0_is_one_value(tmp_path):
+    """The experiment file's planned configs say ewc_lambda 5, a finished run's config.json says 5.0 (tyro writes a
+    float flag as a float): one arm, one value, in the choice and in the forgetting report's check."""
+    def as_floats(folder):
+        for name in os.listdir(os.path.join(folder, "runs")):
+            path = os.path.join(folder, "runs", name, "config.json")
+            cfg = json.load(open(path))
+            if "ewc_lambda" in cfg:
+                with open(path, "w") as f:
+                    json.dump({**cfg, "ewc_lambda": float(cfg["ewc_lambda"])}, f)
+    tune = tuning_folder(tmp_path / "tune")
+    expected = T.choose(tune)["sweeps"]
+    as_floats(tune)
+    got = T.choose(tune)["sweeps"]
+    assert got == expected and got["IMPALA+EWC"]["chosen"]["value"] == 5
+    good = reporting_folder(tmp_path / "good", 5)
+    as_floats(good)
+    check = T.check(good, tune)
+    assert check["failed"] == [] and "'IMPALA+EWC lambda=5' runs ewc_lambda=5," in check["passed"][0]
+    # 5.5 is still not 5
+    assert T.value_text(5.0) == T.value_text(5) != T.value_text(5.5)

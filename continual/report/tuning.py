@@ -67,6 +67,14 @@ def planned(folder: str) -> list[tuple[str, int, dict]]:
     return out
 
 
+def value_text(value: Any) -> str:
+    """A swept value as one text, whoever wrote it: the experiment file's 5 and the run's config.json 5.0 (tyro
+    stores a float flag as a float) are one value."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        value = int(value)
+    return json.dumps(value)
+
+
 def choose(folder: str) -> dict:
     """The tuning result of an experiment folder: per sweep, its arms' per-seed values, aggregates and intervals,
     and the chosen arm (None with `why` while the plan is incomplete)."""
@@ -101,8 +109,8 @@ def choose(folder: str) -> dict:
         for label in labels:
             if decl.sweep_of(label) != prefix:
                 continue
-            values = {json.dumps(c.get(flag)) for lab, _, c in plan if lab == label}
-            values |= {json.dumps(r.config.get(flag)) for (lab, _), r in finished.items() if lab == label}
+            values = {value_text(c.get(flag)) for lab, _, c in plan if lab == label}
+            values |= {value_text(r.config.get(flag)) for (lab, _), r in finished.items() if lab == label}
             if len(values) != 1:
                 raise UserError(f"{folder}: the arm {label!r} of the sweep {prefix!r} sets {flag} to "
                                 f"{' and '.join(sorted(values))}: an arm is one value")
@@ -238,7 +246,7 @@ def check(folder: str, tuning_folder: str) -> dict:
         if sweep is None:
             failed.append(f"{label!r}: the tuning folder has no sweep {prefix!r}")
             continue
-        values = sorted({json.dumps(c.get(sweep["flag"])) for lab, _, c in runs if lab == label})
+        values = sorted({value_text(c.get(sweep["flag"])) for lab, _, c in runs if lab == label})
         ran = ", ".join(f"{sweep['flag']}={v}" for v in values) or "no run yet"
         c = sweep["chosen"]
         if not values:
