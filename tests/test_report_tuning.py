@@ -150,6 +150,21 @@ def test_a_missing_seed_withholds_the_choice_until_it_has_run(tmp_path):
     res = T.choose(tuning_folder(tmp_path / "tune2", skip={("reference IMPALA Breakout", 2001)}))
     assert all(sw["chosen"] is None and "'reference IMPALA Breakout' lacks seed 2001" in sw["why"]
                for sw in res["sweeps"].values())
+    # the arms finished, the references neither run nor planned (an archive copies a run's config when it finishes):
+    # the arms have run, they are not missing; they have no score until a reference of each task has finished
+    folder = tuning_folder(tmp_path / "tune3")
+    for sub in ("configs", "runs"):
+        for name in os.listdir(os.path.join(folder, sub)):
+            if "reference" in name:
+                path = os.path.join(folder, sub, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    res = T.choose(folder)
+    for sw in res["sweeps"].values():
+        assert sw["chosen"] is None and sw["why"] == ("incomplete: no finished reference run of "
+                                                      f"{BR}, {SI} to divide by")
+        assert all(a["missing"] == [] and a["unscored"] == SEEDS for a in sw["arms"])
+    rows = [ln for ln in T.markdown(res) if ln.startswith("| IMPALA+EWC | IMPALA+EWC lambda=5 |")]
+    assert rows == ["| IMPALA+EWC | IMPALA+EWC lambda=5 | ewc_lambda=5 | no score | no score | no score |  |  |"]
 
 
 def refused(capsys, argv):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -102,6 +102,9 @@ def choose(folder: str) -> dict:
                     if (label, s) not in finished]
     scores = F.reference_scores(references)
     norm = F.normalizer(scores) if rule["normalise"] == "references" else None
+    # tasks the arms trained that no finished reference run scores yet: their runs cannot be normalised
+    unreferenced = sorted({v.regime for r in runs if not F.is_reference(r) for v in r.visits} - set(scores)) \
+        if norm else []
 
     sweeps = {}
     for prefix, flag in decl.sweeps.items():
@@ -119,27 +122,35 @@ def choose(folder: str) -> dict:
             xs = [v for v in per_seed.values() if v is not None]
             iv = statistics.interval(np.array(xs), statistic=rule["aggregate"]) if xs else None
             arms.append({"label": label, "value": json.loads(values.pop()), "per_seed": per_seed,
-                         "missing": [s for s in seeds if per_seed.get(s) is None],
+                         "missing": [s for s in seeds if s not in per_seed],
+                         "unscored": [s for s in seeds if s in per_seed and per_seed[s] is None],
                          "aggregate": iv.estimate if iv else None, "interval": iv.as_dict() if iv else None})
         arms.sort(key=lambda a: (0, a["value"], "") if isinstance(a["value"], (int, float)) else (1, 0, str(a["value"])))
-        chosen, why = pick(arms, rule, missing_refs)
+        chosen, why = pick(arms, rule, missing_refs, unreferenced)
         sweeps[prefix] = {"flag": flag, "arms": arms, "chosen": chosen, "why": why}
     return {"folder": folder, "tuning_seeds": seeds, "rule": rule, "criterion": decl.tuning.get("criterion"),
             "sweeps_declared": decl.sweeps, "experiment_file": experiment_file(folder),
             "protocol": F.protocol(runs) if runs else None,
             "normalisation": ({"kind": "reference_runs", "reference_final_return": scores,
-                               "missing": [list(m) for m in missing_refs]} if norm else {"kind": "none"}),
+                               "missing": [list(m) for m in missing_refs], "unreferenced_tasks": unreferenced}
+                              if norm else {"kind": "none"}),
             "sweeps": sweeps}
 
 
-def pick(arms: list[dict], rule: dict, missing_refs: list) -> tuple[Optional[dict], str]:
-    """The chosen arm ({label, value, aggregate}) and why; None while an arm or a reference lacks a tuning seed."""
+def pick(arms: list[dict], rule: dict, missing_refs: list, unreferenced: Sequence[str] = ()
+         ) -> tuple[Optional[dict], str]:
+    """The chosen arm ({label, value, aggregate}) and why; None while an arm or a reference lacks a tuning seed, or a
+    finished run has no score (a task no finished reference run scores, a run without evaluations)."""
     if not arms:
         return None, "no arm of this sweep in the folder"
     gaps = [f"{a['label']!r} lacks seed{'s' * (len(a['missing']) > 1)} {', '.join(map(str, a['missing']))}"
             for a in arms if a["missing"]]
     if rule["normalise"] == "references":
         gaps += [f"{label!r} lacks seed {s}" for label, s in missing_refs]
+        if unreferenced:
+            gaps.append(f"no finished reference run of {', '.join(unreferenced)} to divide by")
+    gaps += [f"{a['label']!r} has no score on seed{'s' * (len(a['unscored']) > 1)} "
+             f"{', '.join(map(str, a['unscored']))}" for a in arms if a.get("unscored") and not unreferenced]
     if gaps:
         return None, "incomplete: " + "; ".join(gaps)
     sign = 1.0 if HIGHER_IS_BETTER[rule["metric"]] else -1.0
@@ -176,7 +187,8 @@ def markdown(result: dict) -> list[str]:
              "", f"Criterion (in words): {result['criterion'] or '(none given)'}", ""]
     if result["protocol"]:
         lines += [f"Evaluation: {F.protocol_text(result['protocol'])} (read from the runs' configs).", ""]
-    lines += [f"Cells: per tuning seed, then the {rule['aggregate']} [95% interval] (n seeds).", "",
+    lines += [f"Cells: per tuning seed (missing: not finished; no score: finished, but not scored yet), then the "
+              f"{rule['aggregate']} [95% interval] (n seeds).", "",
               "| sweep | arm | value | " + " | ".join(f"seed {s}" for s in result["tuning_seeds"]) +
               f" | {rule['aggregate']} | chosen |", "|---|---|---|" + "---|" * len(result["tuning_seeds"]) + "---|---|"]
     for prefix, sw in result["sweeps"].items():
@@ -185,7 +197,8 @@ def markdown(result: dict) -> list[str]:
             agg = "" if iv is None else (f"{_num(iv['estimate'])} [{_num(iv['ci'][0])}, {_num(iv['ci'][1])}] "
                                          f"(n={iv['n']})")
             lines.append(f"| {prefix} | {a['label']} | {sw['flag']}={a['value']} | " +
-                         " | ".join(_num(a["per_seed"].get(s)) or "missing" for s in result["tuning_seeds"]) +
+                         " | ".join(_num(a["per_seed"].get(s)) or ("missing" if s in a["missing"] else "no score")
+                                    for s in result["tuning_seeds"]) +
                          f" | {agg} | {'**chosen**' if sw['chosen'] and sw['chosen']['label'] == a['label'] else ''} |")
     lines.append("")
     for prefix, sw in result["sweeps"].items():
