@@ -155,9 +155,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             pg_loss = -(b_advantages * logprob).mean()
             v_loss = ((newvalue.view(-1) - b_returns) ** 2).mean()
             entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
-            loss = ext.loss(loss, agent, {"main_loss": pg_loss})  # the extensions' terms (none of A2C's adds one)
-            check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss)
+            a2c_loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            loss = ext.loss(a2c_loss, agent, {"main_loss": pg_loss})  # the extensions' terms (none of A2C's adds one)
+            check_losses(global_step, value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
+                         combined=a2c_loss)
             optimizer.zero_grad()
             loss.backward()
             ext.before_step()  # gradient norms (diagnostics)

@@ -748,11 +748,11 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             logits, logp, values, vt, pg_loss, v_loss = out.logits, out.logp, out.values, out.vt, out.pg_loss, out.v_loss
             action_logp, behaviour_logp = out.action_logp, out.behaviour_logp
             entropy_loss = -(logp.exp() * logp).sum()
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss
+            vtrace_loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy_loss
             # EWC's penalty, L2 / L2 Init / Parseval, CLEAR's cloning; P&C's compress phase replaces it
-            loss = ext.loss(loss, agent, {"obs": obs[:T], "logits": logits, "values": values})
+            loss = ext.loss(vtrace_loss, agent, {"obs": obs[:T], "logits": logits, "values": values})
             check_losses(global_step, value_loss=v_loss.detach(), policy_loss=pg_loss.detach(),
-                         entropy=entropy_loss.detach())
+                         entropy=entropy_loss.detach(), combined=vtrace_loss)
 
             optimizer.zero_grad()
             loss.backward()
