@@ -276,7 +276,7 @@ class Unroller:
         for t in range(self.T):
             with torch.no_grad():
                 logits, value = logits_and_values(agent, torch.from_numpy(obs_b[t]))
-                action = torch.multinomial(F.softmax(logits, -1), 1).squeeze(-1)
+                action = networks.draw(F.softmax(logits, -1))
             t_env = time.time()
             self.next_obs, reward, terminations, truncations, infos = self.envs.step(action.numpy())
             env_s += time.time() - t_env

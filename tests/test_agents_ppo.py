@@ -455,6 +455,25 @@ def test_categorical_is_torch_categorical_bit_for_bit():
     assert torch.equal(categorical(logits, greedy=True)[0], logits.argmax(-1))
 
 
+@pytest.mark.parametrize("replacement", [False, True])
+def test_draw_is_torch_multinomial_bit_for_bit(replacement):
+    """agents.networks.draw (IMPALA's actors, categorical's sample): torch.multinomial(probs, 1)'s draws from the same
+    generator, over many draws, batch sizes and peaked, flat and zero-probability rows."""
+    from agents.networks import draw
+
+    gen = torch.Generator().manual_seed(3)
+    for n in (1, 4, 64):
+        logits = torch.randn(n, 6, generator=gen) * torch.tensor([0.1, 1.0, 10.0])[torch.arange(n) % 3, None]
+        logits[0, 1] = float("-inf")
+        probs = torch.softmax(logits, -1)
+        torch.manual_seed(n)
+        ref = [torch.multinomial(probs, 1, replacement).squeeze(-1) for _ in range(200)]
+        torch.manual_seed(n)
+        got = [draw(probs) for _ in range(200)]
+        assert all(torch.equal(x, y) for x, y in zip(got, ref))
+        assert not any((g[0] == 1).item() for g in got)  # a zero probability is never drawn
+
+
 def test_mlp_network_is_purejaxrls_separate_actor_and_critic():
     """--network mlp: two 64-unit relu MLPs on the flattened grid, one for the policy and one for the value (the value
     loss reaches no actor weight), PureJaxRL's ActorCritic; the default network is unchanged."""
