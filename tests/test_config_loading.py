@@ -707,3 +707,53 @@ def test_removed_keys_load_at_their_neutral_value_and_refuse_any_other():
     assert args_from_dict({**dataclasses.asdict(Args()), "env_groups": 1}).num_envs == Args().num_envs
     with pytest.raises(UserError, match=r"env_groups was removed .*only env_groups=1"):
         split_config({"env_groups": 2}, "test")
+
+
+def _through_tyro(argv: list[str]) -> Args:
+    """parse_args's result the long way: tyro's parser over the same defaults (the path a flag besides --config
+    takes)."""
+    from continual.config import loading
+    from continual.config.args import default_args
+
+    fields, _ = split_config(json.loads(Path(argv[-1].removeprefix("--config=")).read_text()), "config")
+    defaults = dataclasses.replace(default_args(fields.get("architecture", "PPO")), **fields)
+    return loading.cli(Args, argv, default=defaults)
+
+
+RUN_CONFIGS = [p for p in sorted((REPO_ROOT / "configs").glob("*.json")) if not p.name.startswith("experiment")]
+
+
+@pytest.mark.parametrize("path", RUN_CONFIGS + [REPO_ROOT / "run_config.json"], ids=lambda p: p.name)
+def test_a_config_only_command_line_skips_tyro_with_the_same_args(path, monkeypatch):
+    """`--config PATH` alone (a config-only run, every launcher entry) is not handed to tyro: the Args are those
+    tyro's parser gives for the same command line, field by field, for every shipped config; tyro is not called."""
+    expected = _through_tyro(["--config", str(path)])
+    from continual.config import loading
+
+    def no_tyro(*a, **k):
+        raise AssertionError("tyro called")
+    monkeypatch.setattr(loading, "cli", no_tyro)
+    for argv in (["--config", str(path)], [f"--config={path}"]):
+        args, _ = parse_args(argv)
+        assert dataclasses.asdict(args) == {**dataclasses.asdict(expected), "config": str(path)}
+        assert all(type(getattr(args, f.name)) is type(getattr(expected, f.name)) for f in dataclasses.fields(Args))
+
+
+@pytest.mark.parametrize("every_arm", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["first_arm", "every_arm"])
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs" / "experiments").glob("*.json")), ids=lambda p: p.name)
+def test_experiment_entries_validate_to_the_args_tyro_gives(path, every_arm, tmp_path):
+    """The launcher's validation reads each entry as `--config FILE` alone (its scratch runs_dir and run_name in the
+    file): for the first entry of every shipped experiment (`-m slow`: of every arm; 70 CPU-s, a tyro parser per
+    arm), the Args equal tyro's for that command line."""
+    from continual.launch.experiment import load_experiment, run_config
+
+    experiment = load_experiment(str(path), resolve_chosen=False, stand_ins=True)
+    arms = {}
+    for entry in experiment.entries:
+        arms.setdefault(entry.config.get("exp_name") or entry.label, entry)
+    for entry in list(arms.values())[:None if every_arm else 1]:
+        file = tmp_path / f"{entry.name}.json"
+        file.write_text(json.dumps({**run_config(entry, experiment.name), "runs_dir": str(tmp_path / "runs"),
+                                    "run_name": entry.name}))
+        args, _ = parse_args(["--config", str(file)])
+        assert dataclasses.asdict(args) == dataclasses.asdict(_through_tyro(["--config", str(file)])), entry.name

@@ -280,7 +280,13 @@ def parse_args(argv: Optional[Sequence[str]] = None, description: Optional[str] 
     # the architecture's own defaults apply where neither the config nor the command line set a flag
     architecture = _architecture_from_argv(argv) or fields.get("architecture", "PPO")
     defaults = dataclasses.replace(default_args(architecture), **fields)
-    args = cli(Args, argv, default=defaults, description=description)
+    if argv in ([], ["--config", config_path], [f"--config={config_path}"]):
+        # nothing for tyro to parse (the launcher's and a config-only run's command line): the config's values are
+        # already checked and converted by split_config, and building tyro's parser costs ~0.3 CPU-s (the same Args:
+        # tests/test_config_loading.py)
+        args = dataclasses.replace(defaults, config=config_path)
+    else:
+        args = cli(Args, argv, default=defaults, description=description)
     validate_args(args)
     if config_path is not None:
         for note in override_notes(args, fields, os.path.basename(config_path)):

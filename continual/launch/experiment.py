@@ -287,12 +287,13 @@ def validate(experiment: Experiment, runs_dir: str, check: Optional[Callable[[An
     with tempfile.TemporaryDirectory(prefix="launch-validate-") as tmp:
         for entry in experiment.entries:
             path = os.path.join(tmp, f"{entry.name}.json")
+            # a scratch runs_dir: an entry whose run directory exists is resumed, not refused; set in the file, so
+            # the command line is --config alone and no tyro parser is built per entry
             with open(path, "w") as f:
-                json.dump(run_config(entry, experiment.name), f)
+                json.dump({**run_config(entry, experiment.name), "runs_dir": os.path.join(tmp, "runs"),
+                           "run_name": entry.name}, f)
             try:
-                # a scratch runs_dir: an entry whose run directory exists is resumed, not refused
-                args, curriculum = parse_args(["--config", path, "--runs_dir", os.path.join(tmp, "runs"),
-                                               "--run_name", entry.name])
+                args, curriculum = parse_args(["--config", path])
                 preflight(args, curriculum)
                 if experiment.seeds_per_process > 1:
                     check_groupable(args)
