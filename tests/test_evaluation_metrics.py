@@ -415,7 +415,19 @@ def test_cli_on_run_directories(tmp_path, capsys):
     res = M.main([a, b, c, "--normalize", "max_abs", "--out", agg_path, "--plasticity_window", "40"])
     assert set(res["groups"]) == {"PPO", "PPO_CBP"} and len(res["runs"]) == 3
     assert json.load(open(agg_path))["groups"]["PPO"]["summary"]["final"]["n"] == 2
-    assert "methods: mean ± 95% CI" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "methods: mean ± 95% CI" in captured.out and "warning" not in captured.err  # a and b differ by seed only
+    # a PPO run with another learning rate joins group "PPO" by default: a warning names the key
+    d = write_run_dir(tmp_path / "d")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({**cfg, "learning_rate": 0.01, "seed": 7, "run_name": "d"}, f)
+    M.main([a, b, d])
+    err = capsys.readouterr().err
+    assert err.strip() == ("warning: the group 'PPO' averages runs whose configurations differ in learning_rate; "
+                           "--group_by KEY[,KEY] keeps them apart"), err
+    M.main([a, b, d, "--group_by", "architecture,learning_rate"])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -707,6 +707,36 @@ def method_label(config: dict, group_by: Optional[Sequence[str]] = None) -> str:
     return label
 
 
+# config.json keys that name, place or time a run, or only change what it writes: the runs of one method differ in them
+RUN_BOOKKEEPING = frozenset({
+    "seed", "run_name", "runs_dir", "config", "resume", "code_revision", "verbose", "progress_bar", "track",
+    "wandb_project_name", "wandb_entity", "wandb_dir", "wandb_group", "wandb_tags", "checkpoint_every",
+    "checkpoint_minutes", "keep_checkpoints", "capture_video", "video_every", "save_agent_with_switch",
+    "save_agent_wandb", "metrics", "plots"})
+
+
+def mixed_groups(configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> dict[str, list[str]]:
+    """Per group, the config.json keys (but RUN_BOOKKEEPING) in which its runs differ: a grouping that averages
+    configurations the runs keep apart (e.g. plasticity arms that set no exp_name, grouped by architecture)."""
+    groups: dict[str, list[dict]] = {}
+    for cfg in configs:
+        groups.setdefault(method_label(cfg, group_by), []).append(cfg)
+    out = {}
+    for label, cfgs in groups.items():
+        keys = sorted({k for c in cfgs for k in c} - RUN_BOOKKEEPING)
+        differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in cfgs}) > 1]
+        if differ:
+            out[label] = differ
+    return out
+
+
+def warn_mixed_groups(configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> None:
+    for label, keys in mixed_groups(configs, group_by).items():
+        shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        print(f"warning: the group {label!r} averages runs whose configurations differ in {shown}; "
+              f"--group_by KEY[,KEY] keeps them apart", file=sys.stderr)
+
+
 def aggregate(results: Sequence[dict], configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> dict:
     """Group per-run results; every summary scalar and per-regime metric as mean +- 95% CI over the group's runs."""
     groups: dict[str, list[int]] = {}
@@ -919,6 +949,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                                  args.cora_metric_scale)
     print_cora_table(out["cora"])
     if len(runs) > 1:
+        warn_mixed_groups([r.config for r in runs], group_by)
         out["groups"] = aggregate(results, [r.config for r in runs], group_by)
         print_group_table(out["groups"])
         out["robust"] = robust_aggregate(results, [r.config for r in runs], group_by, args.bootstrap_reps,

@@ -425,6 +425,7 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
     from matplotlib.patches import Patch
 
     runs = [M.load_run(d) for d in run_dirs]
+    M.warn_mixed_groups([r.config for r in runs], group_by)
     groups: dict[str, list[M.RunData]] = {}
     for r in runs:
         groups.setdefault(M.method_label(r.config, group_by), []).append(r)
