@@ -292,3 +292,27 @@ def test_a_value_written_as_5_and_as_5_0_is_one_value(tmp_path):
     assert check["failed"] == [] and "'IMPALA+EWC lambda=5' runs ewc_lambda=5," in check["passed"][0]
     # 5.5 is still not 5
     assert T.value_text(5.0) == T.value_text(5) != T.value_text(5.5)
+
+
+def test_committed_v2_tuning_report_is_reproduced_and_its_choice_is_what_v2_runs(tmp_path, monkeypatch):
+    """Forgetting v2's committed tuning report (bench/results/forgetting_minatar_v2_tuning, its command on
+    docs/results/forgetting.md) comes out of the archived tuning folder byte for byte (report.md, report.json), has
+    chosen a value for every sweep, and the arms configs/experiments/forgetting_minatar_v2.json marks
+    chosen_from_tuning are exactly the chosen ones, copied whole from the tuning file."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    committed = os.path.join(root, "bench", "results", "forgetting_minatar_v2_tuning")
+    monkeypatch.chdir(root)  # the report keeps the folder as given, here as its page gives it
+    report_main(["tuning", "bench/experiments/forgetting_minatar_v2_tuning", "--out", str(tmp_path)])
+    for name in ("report.md", "report.json"):
+        with open(os.path.join(committed, name), "rb") as f:
+            assert (tmp_path / name).read_bytes() == f.read(), name
+    sweeps = json.loads((tmp_path / "report.json").read_text())["sweeps"]
+    chosen = {sw["chosen"]["label"] for sw in sweeps.values()}
+    assert len(chosen) == len(sweeps) == 2
+    tuning_arms = {f["exp_name"]: f for f in json.load(open(V2_TUNING))["grid"]["flags"]}
+    v2 = json.load(open(os.path.join(os.path.dirname(V2_TUNING), "forgetting_minatar_v2.json")))
+    marked = [f for f in v2["grid"]["flags"] if "chosen_from_tuning" in f]
+    assert {f["exp_name"] for f in marked} == chosen
+    for f in marked:
+        assert f["chosen_from_tuning"] == "forgetting_minatar_v2_tuning.json"
+        assert {k: v for k, v in f.items() if k != "chosen_from_tuning"} == tuning_arms[f["exp_name"]]
