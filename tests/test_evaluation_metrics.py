@@ -361,6 +361,16 @@ def test_aggregate_groups_runs_by_method():
                                                                           "PPO_CBP": 1}
 
 
+def test_group_runs_keeps_first_seen_order_and_refuses_unpaired_configs():
+    configs = [{"architecture": "PPO"}, {"architecture": "IMPALA", "exp_name": "CLEAR"}, {"architecture": "PPO"},
+               {"architecture": "PPO", "shrink_and_perturb": True}]
+    assert M.group_runs("abcd", configs) == {"PPO": ["a", "c"], "CLEAR": ["b"], "PPO+S&P": ["d"]}
+    assert M.group_runs("abcd", configs, ["architecture"]) == {"architecture=PPO": ["a", "c", "d"],
+                                                               "architecture=IMPALA": ["b"]}
+    with pytest.raises(ValueError):  # a result without its config (or the reverse) is a caller's bug, not a group
+        M.group_runs("abc", configs)
+
+
 # --- run directories -------------------------------------------------------------------------------------------------
 
 

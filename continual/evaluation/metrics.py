@@ -75,7 +75,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
 import tyro
@@ -87,6 +87,8 @@ from continual.evaluation import cora, cw
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
 from continual.modstrings import normalize_modification
+
+T = TypeVar("T")
 
 
 def __getattr__(name: str):
@@ -636,9 +638,7 @@ def paired_bootstrap(x: np.ndarray, y: np.ndarray, statistic, reps: int = 2000, 
 def score_matrices(results: Sequence[dict], configs: Sequence[dict], key: str = "final",
                    group_by: Optional[Sequence[str]] = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """method -> runs x tasks matrix of the per-regime `key`, over the trained regimes every run has a value for."""
-    groups: dict[str, list[dict]] = {}
-    for r, cfg in zip(results, configs):
-        groups.setdefault(method_label(cfg, group_by), []).append(r)
+    groups = group_runs(results, configs, group_by)
     tasks = None
     for r in results:
         have = [reg for reg, m in r["regimes"].items() if m.get("trained") and m.get(key) is not None]
@@ -707,6 +707,16 @@ def method_label(config: dict, group_by: Optional[Sequence[str]] = None) -> str:
     return label
 
 
+def group_runs(items: Sequence[T], configs: Sequence[dict], group_by: Optional[Sequence[str]] = None
+               ) -> dict[str, list[T]]:
+    """The items (runs, their results, their configs) by `method_label` of their configs, groups in first-seen
+    order: the one grouping every table, test and plot of a method uses."""
+    groups: dict[str, list[T]] = {}
+    for item, cfg in zip(items, configs, strict=True):
+        groups.setdefault(method_label(cfg, group_by), []).append(item)
+    return groups
+
+
 # config.json keys that name, place or time a run, or only change what it writes: the runs of one method differ in them
 RUN_BOOKKEEPING = frozenset({
     "seed", "run_name", "runs_dir", "config", "resume", "code_revision", "verbose", "progress_bar", "track",
@@ -718,11 +728,8 @@ RUN_BOOKKEEPING = frozenset({
 def mixed_groups(configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> dict[str, list[str]]:
     """Per group, the config.json keys (but RUN_BOOKKEEPING) in which its runs differ: a grouping that averages
     configurations the runs keep apart (e.g. plasticity arms that set no exp_name, grouped by architecture)."""
-    groups: dict[str, list[dict]] = {}
-    for cfg in configs:
-        groups.setdefault(method_label(cfg, group_by), []).append(cfg)
     out = {}
-    for label, cfgs in groups.items():
+    for label, cfgs in group_runs(configs, configs, group_by).items():
         keys = sorted({k for c in cfgs for k in c} - RUN_BOOKKEEPING)
         differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in cfgs}) > 1]
         if differ:
@@ -739,12 +746,8 @@ def warn_mixed_groups(configs: Sequence[dict], group_by: Optional[Sequence[str]]
 
 def aggregate(results: Sequence[dict], configs: Sequence[dict], group_by: Optional[Sequence[str]] = None) -> dict:
     """Group per-run results; every summary scalar and per-regime metric as mean +- 95% CI over the group's runs."""
-    groups: dict[str, list[int]] = {}
-    for i, cfg in enumerate(configs):
-        groups.setdefault(method_label(cfg, group_by), []).append(i)
     out = {}
-    for label, idx in groups.items():
-        rs = [results[i] for i in idx]
+    for label, rs in group_runs(results, configs, group_by).items():
         summary = {k: mean_ci(r["summary"].get(k) for r in rs) for k in SUMMARY_KEYS}
         visits = sorted({n for r in rs for n in r["summary"]["plasticity_by_visit"]}, key=int)
         summary["plasticity_by_visit"] = {n: mean_ci(r["summary"]["plasticity_by_visit"].get(n) for r in rs)
@@ -764,11 +767,8 @@ def cora_by_method(runs: Sequence[RunData], group_by: Optional[Sequence[str]] = 
     """CORA's forgetting and zero-shot transfer (`cora.cora_metrics`) per method (the groups of `aggregate`), each
     method's runs together (they set its scale); raw returns. A method whose schedule is not N tasks repeated in one
     order gets {"error": why}."""
-    groups: dict[str, list[RunData]] = {}
-    for r in runs:
-        groups.setdefault(method_label(r.config, group_by), []).append(r)
     out: dict[str, dict] = {}
-    for label, rs in groups.items():
+    for label, rs in group_runs(runs, [r.config for r in runs], group_by).items():
         try:
             out[label] = cora.cora_metrics(rs, rolling_mean_count, num_cycles_for_forgetting, metric_scale)
         except ValueError as e:

@@ -426,9 +426,7 @@ def plot_comparison(run_dirs: Sequence[str], path: str, group_by: Optional[Seque
 
     runs = [M.load_run(d) for d in run_dirs]
     M.warn_mixed_groups([r.config for r in runs], group_by)
-    groups: dict[str, list[M.RunData]] = {}
-    for r in runs:
-        groups.setdefault(M.method_label(r.config, group_by), []).append(r)
+    groups = M.group_runs(runs, [r.config for r in runs], group_by)
     palette = regime_colors([f"g{i}" for i in range(max(10, len(groups)))])
     gcol = {g: palette[f"g{i}"] for i, g in enumerate(groups)}
     same_schedule = all([(v.regime, v.start, v.end) for v in r.visits] ==
