@@ -7,7 +7,7 @@ fresh network; `plasticity --from-report report.json` rebuilds it from a stored 
 (single-task MinAtar runs: the final training return per game and protocol beside the published numbers; `minatar
 --from-report report.json` likewise), c_chain
 (C-CHAIN's Continual MinAtar table: the paper's score per run, mean +- standard error and t intervals, the paper's
-numbers beside), tuning (a tuning experiment: each declared sweep's values on the tuning seeds by its declared
+numbers beside), budget (a pilot: the step count its declared rule sets for a placeholder such as BUDGET), tuning (a tuning experiment: each declared sweep's values on the tuning seeds by its declared
 rule, and the chosen value; `forgetting --tuning TUNING_FOLDER` checks the reporting arms against it).
 
 An archived folder (one with a manifest.json, continual/launch/archive.py) is read only when every file matches its
@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
 from continual.launch.archive import check_manifest, check_records
-from continual.report import c_chain, forgetting, minatar, plasticity, robustness, tuning
+from continual.report import budget, c_chain, forgetting, minatar, plasticity, robustness, tuning
 
-KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain", "tuning")
+KINDS = ("forgetting", "robustness", "plasticity", "minatar", "c_chain", "tuning", "budget")
 
 
 @exit_on_user_error
@@ -46,6 +46,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "stored report's)")
     p.add_argument("--late", type=int, help="plasticity: regimes counted as late (the last N; default 5, or the "
                    "stored report's)")
+    p.add_argument("--threshold", type=float, help="budget: the return every run must reach (default 20, the "
+                   "Freeway pilot's)")
+    p.add_argument("--window", type=int, help="budget: the steps the training return is averaged over (default 20480)")
+    p.add_argument("--multiple", type=int, help="budget: the budget is a multiple of this many steps (default 20480)")
     p.add_argument("--tuning", help="forgetting: the tuning experiment's folder; the report checks that every arm "
                    "marked chosen_from_tuning runs the value its tuning report chose")
     a = p.parse_args(argv)
@@ -53,7 +57,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
-                               ("--tuning", a.tuning, ("forgetting",))):
+                               ("--tuning", a.tuning, ("forgetting",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--window", a.window, ("budget",)), ("--multiple", a.multiple, ("budget",))):
         if value is not None and a.kind not in kinds:
             raise UserError(f"{flag} is for the {' and '.join(kinds)} report{'s' if len(kinds) > 1 else ''}, "
                             f"not {a.kind}")
@@ -70,6 +75,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             print(f"FAILED CHECK (tuning): {failure}", file=sys.stderr)
     elif a.kind == "tuning":
         result = tuning.report(a.folder, a.out)
+    elif a.kind == "budget":
+        rule = {k: v for k, v in (("threshold", a.threshold), ("window", a.window), ("multiple", a.multiple))
+                if v is not None}
+        result = budget.report(a.folder, a.out, **rule)
     elif a.kind == "minatar":
         result = minatar.report(a.folder, a.out, from_report=a.from_report)
     elif a.kind == "c_chain":
