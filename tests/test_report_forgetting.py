@@ -224,14 +224,22 @@ def test_committed_v2_report_is_reproduced_byte_for_byte(tmp_path, monkeypatch):
     committed = os.path.join(root, "bench", "results", "forgetting_minatar_v2")
     folder = os.path.join("bench", "experiments", "forgetting_minatar_v2")
     with open(os.path.join(committed, "report.json"), encoding="utf-8") as f:
-        named = json.load(f)["runs"]
-    assert len(named) == 110 and len(set(named)) == 110
+        stored = json.load(f)
+    named = stored["runs"]
+    assert len(named) == 130 and len(set(named)) == 130  # every entry of the file: 110, then the 20 EWC runs
     (tmp_path / folder / "runs").mkdir(parents=True)
     shutil.copy(os.path.join(root, folder, "experiment.json"), tmp_path / folder)
     for run in named:
         os.symlink(os.path.join(root, folder, "runs", run), tmp_path / folder / "runs" / run)
+    argv = ["forgetting", folder, "--out", "out"]
+    tuning = stored.get("tuning_check", {}).get("tuning_folder")
+    if tuning:  # the page's command checks the chosen arms against the tuning report
+        os.makedirs(tmp_path / os.path.dirname(tuning), exist_ok=True)
+        os.symlink(os.path.join(root, tuning), tmp_path / tuning)
+        argv += ["--tuning", tuning]
+        assert stored["tuning_check"]["failed"] == [] and len(stored["tuning_check"]["passed"]) == 2
     monkeypatch.chdir(tmp_path)  # the report keeps the folder as given, here as its page gives it
-    report_main(["forgetting", folder, "--out", "out"])
+    report_main(argv)
     for name in ("report.md", "report.json", "curves.png"):
         with open(os.path.join(committed, name), "rb") as f:
             assert (tmp_path / "out" / name).read_bytes() == f.read(), name
