@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,15 +35,34 @@ CASE = {
 }
 
 
+def kernel_isa() -> str:
+    """The instruction set oneDNN dispatches its kernels for on this CPU (the "isa:" line of ONEDNN_VERBOSE, as a
+    file-name slug), read in a child process: two AVX-512 machines gave different games from the same code (ec6ef0e's,
+    and an AMD EPYC whose oneDNN reports "AVX-512 with Intel DL Boost and bfloat16 support", 2026-11-30)."""
+    code = "import torch; torch.set_num_threads(1); torch.nn.Conv2d(10, 16, 3)(torch.zeros(32, 10, 10, 10))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ONEDNN_VERBOSE": "1"},
+                         capture_output=True, text=True)
+    found = re.search(r"\bisa:([^\n]*)", out.stdout + out.stderr)
+    return re.sub(r"[^a-z0-9]+", "_", found.group(1).lower()).strip("_") if found else "unknown"
+
+
 def recording_path(write: bool = False) -> str:
     """The recording this machine compares with. The same code gives other floats (and, over 4,096 steps, other
-    games) with torch's AVX2 kernels than with its AVX-512 ones, so a CPU capability can have a recording of its own,
-    `dqn_reference_minatar.<capability>.json`, made at a revision whose recording the other capability matched; the
-    plain file is the first one (ec6ef0e, an AVX-512 machine)."""
+    games) with other CPU kernels: torch's AVX2 ones against its AVX-512 ones, and AVX-512 machines whose oneDNN
+    dispatches differently. So a machine compares with the most specific recording there is:
+    `dqn_reference_minatar.<capability>.<oneDNN isa>.json`, then `dqn_reference_minatar.<capability>.json`, then the
+    plain file, the first one (ec6ef0e, an AVX-512 machine). A new one is written with both keys, at a revision whose
+    recording another machine matched (so the code is known not to have changed what is learned)."""
     import torch
 
-    own = os.path.join(DATA, f"dqn_reference_minatar.{torch.backends.cpu.get_cpu_capability()}.json")
-    return own if write or os.path.exists(own) else os.path.join(DATA, "dqn_reference_minatar.json")
+    capability = torch.backends.cpu.get_cpu_capability()
+    specific = os.path.join(DATA, f"dqn_reference_minatar.{capability}.{kernel_isa()}.json")
+    if write:
+        return specific
+    for path in (specific, os.path.join(DATA, f"dqn_reference_minatar.{capability}.json")):
+        if os.path.exists(path):
+            return path
+    return os.path.join(DATA, "dqn_reference_minatar.json")
 
 
 def run(workdir: str, extra: tuple[str, ...] = ()) -> dict:

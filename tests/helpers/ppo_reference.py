@@ -63,9 +63,14 @@ def read_run(run_dir: str) -> dict:
 
     final = [p for p in os.listdir(os.path.join(run_dir, "checkpoints")) if p.startswith("final")]
     state = torch.load(os.path.join(run_dir, "checkpoints", final[0]), weights_only=False)["model"]
-    weights = {k: {"sum": float(v.double().sum()), "abs_sum": float(v.double().abs().sum()),
-                   "first": [float(x) for x in v.double().flatten()[:8]]}
-               for k, v in state.items() if v.is_floating_point()}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a sum's order (so its last bit) follows the thread count: the tests' one thread
+    try:
+        weights = {k: {"sum": float(v.double().sum()), "abs_sum": float(v.double().abs().sum()),
+                       "first": [float(x) for x in v.double().flatten()[:8]]}
+                   for k, v in state.items() if v.is_floating_point()}
+    finally:
+        torch.set_num_threads(threads)
     return {"episodes": episodes, "weights": weights, **({"td_losses": losses} if losses else {})}
 
 
