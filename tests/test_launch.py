@@ -129,6 +129,8 @@ PLACEHOLDER_BAD = [
                                "placeholders: W)"),
     ({"V": {"dry_run": 1024}, "V-1": {"dry_run": 1}}, "placeholders['V-1'] must be NAME (letters, digits, _)"),
     ({"V": {"dry_run": 1026}}, "'$V/4' is not a whole number with V = 1026"),
+    ({"V": {"dry_run": 1024, "amended": ["after the pilot"]}},
+     "placeholders['V'].amended must be a string, got ['after the pilot']"),
 ]
 
 

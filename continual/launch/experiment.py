@@ -17,8 +17,9 @@ the training CLI's flags (`Args` fields) and the curriculum keys of run_config.j
 (a list of run_config.json files) and `flags` (a list of flag objects, one variant each). Paths in the file are
 relative to the file. A placeholder stands for a number that another experiment decides (a budget a pilot sets):
 a flag value (at any depth, e.g. a curriculum's thresholds) written "$BUDGET", "3*$BUDGET" or "$BUDGET/20" is that
-integer multiple or exact fraction of its value. Until its "value" is set, a launch refuses the file in one line
-(exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the
+integer multiple or exact fraction of its value. "amended" (a string) says when and why the rule was changed after
+the pilot it reads had run ("rule" is then the amended one). Until its "value" is set, a launch refuses the file in
+one line (exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the
 grid's last key varies fastest); `--resume-id N` names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
 "seeds_per_process": K (DQN only: a file with another architecture is refused) runs up to K pending entries that
 differ only by their seed in one process, `agents/dqn_seeds.py --seeds ...` (each seed's run directory is the one its
@@ -49,7 +50,7 @@ from continual.training.startup import check_creatable, preflight
 
 TOP_KEYS = ("name", "config", "flags", "grid", "runs", "cpus_per_run", "gpus_per_run", "max_retries", "script",
             "placeholders", "seeds_per_process", *declarations.KEYS)
-PLACEHOLDER_KEYS = ("value", "set_by", "rule", "dry_run", "what")
+PLACEHOLDER_KEYS = ("value", "set_by", "rule", "dry_run", "what", "amended")
 PLACEHOLDER_USE = re.compile(r"^(?:(\d+)\*)?\$([A-Za-z_][A-Za-z0-9_]*)(?:/(\d+))?$")  # "$B", "3*$B", "$B/20"
 RESERVED = ("runs_dir", "run_name", "resume")  # one run directory per entry, chosen by the launcher
 DEFAULT_MAX_RETRIES = 2
@@ -125,6 +126,9 @@ def _placeholders(data: dict, where: str, stand_ins: bool) -> dict[str, int]:
             raise UserError(f"{where}: placeholders[{name!r}] must be NAME (letters, digits, _) -> an object "
                             f"{{value, set_by, rule, dry_run}}")
         declarations._keys(spec, PLACEHOLDER_KEYS, f"{where}: placeholders[{name!r}]")
+        for key in ("set_by", "rule", "what", "amended"):
+            if key in spec and not isinstance(spec[key], str):
+                raise UserError(f"{where}: placeholders[{name!r}].{key} must be a string, got {spec[key]!r}")
         for key in ("value", "dry_run"):
             v = spec.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
