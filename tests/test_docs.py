@@ -194,6 +194,8 @@ REPRODUCED = {  # bench/results/<name> -> the test that rebuilds it (byte for by
     "forgetting_minatar_v2": ("test_report_forgetting.py", "test_committed_v2_report_is_reproduced_byte_for_byte"),
     "forgetting_minatar_v2_tuning": ("test_report_tuning.py",
                                      "test_committed_v2_tuning_report_is_reproduced_and_its_choice_is_what_v2_runs"),
+    "hackatari_freeway_pilot": ("test_report_budget.py",
+                                "test_committed_freeway_pilot_report_is_reproduced_byte_for_byte"),
     "minatar_reference": ("test_report_minatar.py", "test_rebuilt_from_the_committed_report_json_reproduces_it"),
     "minatar_ppo_1m": ("test_report_minatar.py", "test_rebuilt_from_the_committed_report_json_reproduces_it"),
     "plasticity_minatar": ("test_report_plasticity.py", "test_from_report_reproduces_the_committed_report"),

@@ -93,3 +93,47 @@ def test_cli_writes_the_report_and_refuses_bad_input(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             report_main(argv)
         assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_an_amended_bar_is_labelled_and_the_declared_budget_is_given_beside(tmp_path):
+    # run 1 reaches 20 at 4,096 and 28 at 12,288; run 2 reaches 20 at 8,192 and 28 at 16,384
+    write_run(tmp_path, "000_seed=1", 1, [(4096, 21.0), (8192, 22.0), (12288, 29.0), (16384, 30.0)], 16384)
+    write_run(tmp_path, "001_seed=2", 2, [(4096, 15.0), (8192, 21.0), (12288, 25.0), (16384, 28.0)], 16384)
+    plain = budget.report(str(tmp_path), threshold=28, window=4096, multiple=4096, every=4096)
+    assert plain["budget"] == 16384 and "budget_declared" not in plain
+    assert plain["markdown"][0].startswith("Rule (declared before the pilot)")
+    got = budget.report(str(tmp_path), threshold=28, window=4096, multiple=4096, every=4096, declared_threshold=20)
+    assert got["budget"] == 16384 and got["budget_declared"] == 8192
+    assert [r["first_reached"] for r in got["runs"]] == [12288, 16384]
+    assert [r["first_reached_declared"] for r in got["runs"]] == [4096, 8192]
+    assert got["rule"]["declared_threshold"] == 20
+    assert got["markdown"][0].startswith("Rule (amended after the pilot: its bar was declared >= 20 before it ran, "
+                                         "and set to >= 28 after its curves were read)")
+    assert "The declared bar (>= 20) gives 8,192 steps (each run's first step at it: 000_seed=1 4,096, " \
+           "001_seed=2 8,192)." in got["markdown"]
+    # the same bar given as declared is no amendment
+    same = budget.report(str(tmp_path), threshold=28, window=4096, multiple=4096, every=4096, declared_threshold=28)
+    assert same["markdown"] == plain["markdown"]
+
+
+def test_committed_freeway_pilot_report_is_reproduced_byte_for_byte(tmp_path, monkeypatch):
+    """bench/results/hackatari_freeway_pilot, the budget of issue 46's robustness and continual files, comes out of
+    the archived pilot runs byte for byte with the command its report.json records (the amended bar, 28, and the
+    declared one, 20), and that budget is the value both files' placeholder BUDGET holds."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    committed = os.path.join(root, "bench", "results", "hackatari_freeway_pilot")
+    with open(os.path.join(committed, "report.json"), encoding="utf-8") as f:
+        stored = json.load(f)
+    folder, rule = stored["folder"], stored["rule"]
+    assert folder == "bench/experiments/hackatari_freeway_pilot" and len(stored["runs"]) == 2
+    assert rule == {"threshold": 28.0, "window": 20480, "multiple": 20480, "declared_threshold": 20.0}
+    monkeypatch.chdir(root)  # the report keeps the folder as given
+    report_main(["budget", folder, "--out", str(tmp_path), "--threshold", "28", "--declared-threshold", "20"])
+    for name in ("report.md", "report.json"):
+        with open(os.path.join(committed, name), "rb") as f:
+            assert (tmp_path / name).read_bytes() == f.read(), name
+    assert stored["budget"] == 1515520 and stored["budget_declared"] == 307200
+    for name in ("hackatari_freeway_robustness", "hackatari_freeway_continual"):
+        with open(os.path.join(root, "configs", "experiments", f"{name}.json"), encoding="utf-8") as f:
+            spec = json.load(f)["placeholders"]["BUDGET"]
+        assert spec["value"] == stored["budget"] and ">= 28" in spec["rule"] and "after the pilot" in spec["amended"]

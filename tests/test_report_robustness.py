@@ -161,3 +161,30 @@ def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     p = subprocess.run([sys.executable, "-m", "continual.report", "robustness", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_constant_action_baseline_is_a_row_of_its_own(folder, tmp_path, capsys):
+    """--baseline: eval.py's JSON of a --constant_action evaluation (its own rows, as eval.py writes them) becomes a
+    row beside the curricula, in the report's column order; it does not enter the table, the pairs or the drops.
+    A JSON of an agent's evaluation (no constant_action) is refused in one line."""
+    path, _ = folder
+    rows = [{"modification": m, "episodes": 21, "mean": 21.0 + i, "std": 0.0, "min": 21.0, "max": 21.0 + i,
+             "mean_length": 2048.0, "max_episode_steps": None, "capped": 0} for i, m in enumerate(reversed(MODS))]
+    reflex = tmp_path / "always_up.json"
+    reflex.write_text(json.dumps({"checkpoint": "x", "architecture": "PPO", "env_id": "ALE/Freeway-v5",
+                                  "greedy": False, "seed": 1, "constant_action": 1, "results": rows}))
+    plain = robustness.report(path, seed_table=None)
+    got = robustness.report(path, out=str(tmp_path / "out"), seed_table=None, baseline=str(reflex))
+    assert got["table"] == plain["table"] and got["pairs"] == plain["pairs"]
+    assert got["baseline"]["scores"] == {m: 21.0 + i for i, m in enumerate(reversed(MODS))}
+    row = [line for line in got["markdown"] if line.startswith("| *no agent: action 1 every step* (21 games)")]
+    # columns in the report's order: unmodified, all_white_cars, stop_all_cars, vary_car_speeds
+    assert row == ["| *no agent: action 1 every step* (21 games) | 24.0 | 23.0 | 22.0 | 21.0 |"], got["markdown"]
+    assert json.load(open(tmp_path / "out" / "report.json"))["baseline"]["action"] == 1
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps({"checkpoint": "x", "greedy": False, "results": rows}))
+    for bad, words in ((agent, "not an evaluation with --constant_action"), (tmp_path / "none.json", "cannot read")):
+        with pytest.raises(SystemExit) as e:
+            report_main(["robustness", path, "--baseline", str(bad), "--seed-table", "none"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and words in err[0], err

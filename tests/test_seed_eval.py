@@ -136,3 +136,37 @@ def test_eval_plays_whole_games_whatever_the_training_cap(tmp_path):
         {"mean_length": 100, "max_episode_steps": 100, "capped": 1}
     assert "games: capped at 100 agent steps" in proc.stdout and "1 of 1 games cut short" in proc.stdout
     assert open(capped + ".csv").readline().strip().endswith("mean_length,max_episode_steps,capped")
+
+
+def test_eval_constant_action_is_a_reflex_baseline_under_the_runs_env(run, tmp_path, capsys):
+    """--constant_action A plays A every step instead of the agent: each game's return is that of a plain gymnasium
+    loop pushing A from the same seed (env i of the evaluation starts from seed + i), and the JSON says the agent
+    did not act. An action the game lacks is one line and exit 2, before anything is written."""
+    run_dir, _ = run
+    out = str(tmp_path / "always_right")
+    proc = run_main("eval.py", "--agent_path", run_dir, "--constant_action", "1", "--eval_episodes", "3",
+                    "--num_envs", "3", "--seed", "7", "--modifs", "", "gravity=15", "--output", out,
+                    "--no-progress-bar")
+    assert "with the constant action 1, not the agent's" in proc.stdout
+    result = json.load(open(out + ".json"))
+    assert result["constant_action"] == 1
+    for row, gravity in zip(result["results"], (9.8, 15.0)):
+        expected = []
+        for i in range(3):
+            env = gym.make("CartPole-v1")
+            env.unwrapped.gravity = gravity
+            env.reset(seed=7 + i)
+            ret, done = 0.0, False
+            while not done:
+                _, r, term, trunc, _ = env.step(1)
+                ret, done = ret + r, term or trunc
+            expected.append(ret)
+        assert row["mean"] == pytest.approx(sum(expected) / 3) and row["min"] == min(expected), (row, expected)
+    import eval as eval_script
+
+    with pytest.raises(SystemExit) as e:
+        eval_script.main(["--agent_path", run_dir, "--constant_action", "2", "--output", str(tmp_path / "bad"),
+                          "--no-progress-bar"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "constant_action: 2 is no action of CartPole-v1" in err and len(err.splitlines()) == 1
+    assert not os.path.exists(str(tmp_path / "bad") + ".json")

@@ -14,6 +14,7 @@ import time
 from types import ModuleType
 from typing import Annotated, Callable, Optional, Sequence
 
+import gymnasium as gym
 import torch
 import tyro
 from tqdm import tqdm
@@ -24,7 +25,7 @@ from continual.envs.backends import task_compat, validate_env_id, validate_task
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.evaluation.continual import single_torch_thread
-from continual.evaluation.episodes import EvalResult, agent_policy, evaluate
+from continual.evaluation.episodes import EvalResult, agent_policy, constant_policy, evaluate
 from continual.io import atomic_write_csv, atomic_write_json, storage_errors
 from continual.modstrings import normalize_modification, parse_task, parse_tasks, task_env_ids
 from continual.plasticity.injection import restore_injection
@@ -64,6 +65,9 @@ class EvalArgs:
     """parallel envs; unset: min(eval_episodes, 4)"""
     greedy: bool = False
     """take the most likely action instead of sampling"""
+    constant_action: Optional[int] = None
+    """play this action every step instead of the agent's (a reflex baseline, e.g. Freeway's UP = 1), under the
+    run's own env settings; the network is loaded and checked but does not act"""
     seed: int = 1
     """seed of the evaluation envs (env i gets seed+i)"""
     capture_video: bool = False
@@ -183,6 +187,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
 
     run_dir = state["run_dir"]
     stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
+    if args.constant_action is not None:
+        stem += f"__constant_action{args.constant_action}"
     output = args.output or os.path.join(run_dir, "eval", f"{stem}__{int(time.time())}")
     check_writable(os.path.dirname(os.path.abspath(output)) or ".")
 
@@ -206,11 +212,18 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
         # weights that do not fit this env are bad input: one line, before anything is printed
         agent = load_policy(state, envs.single_observation_space, envs.single_action_space, device, agent_module,
                             env=(env_id, backend))
+        space = envs.single_action_space
+        if args.constant_action is not None and not (isinstance(space, gym.spaces.Discrete)
+                                                     and 0 <= args.constant_action < space.n):
+            raise UserError(f"constant_action: {args.constant_action} is no action of {env_id} ({space})")
         print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
+              + ("" if args.constant_action is None else f" with the constant action {args.constant_action}, not "
+                 "the agent's")
               + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
         bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
                    dynamic_ncols=True, mininterval=1.0)  # the ETA is the estimate of the time left
-        act = agent_policy(agent, greedy=args.greedy)
+        act = (agent_policy(agent, greedy=args.greedy) if args.constant_action is None
+               else constant_policy(args.constant_action))
         # a few observations a step: one torch thread (a whole Freeway game took 26 s instead of 191 s on a loaded
         # 2-core machine); the caller's thread count is restored (the Python API's notebook)
         with single_torch_thread():
@@ -231,6 +244,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     meta = {"checkpoint": state["path"], "architecture": state["architecture"], "global_step": state["global_step"],
             "env_id": env_id, "backend": backend, "greedy": args.greedy, "seed": args.seed,
             "max_episode_steps": args.eval_max_episode_steps}
+    if args.constant_action is not None:  # the agent did not act: say so where the greedy flag would mislead
+        meta["constant_action"] = args.constant_action
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
     with storage_errors(output + ".csv", hint=FREE_SPACE):

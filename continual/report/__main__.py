@@ -37,6 +37,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--out", help="write report.md, report.json and the figures here")
     p.add_argument("--seed-table", default="freeway", help="robustness: the seed project's numbers to print beside "
                    "ours ('none' for none)")
+    p.add_argument("--baseline", help="robustness: eval.py's JSON of a --constant_action evaluation under the same "
+                   "modifications, printed as a row of its own (what a policy that ignores the screen scores)")
     p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply; plasticity: the "
                    "experiment file whose post-hoc arms and chosen defaults are marked (default: the folder's "
                    "experiment.json, or the one the stored report names)")
@@ -48,6 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "stored report's)")
     p.add_argument("--threshold", type=float, help="budget: the return every run must reach (default 20, the "
                    "Freeway pilot's)")
+    p.add_argument("--declared-threshold", type=float, help="budget: the bar the pilot declared before it ran, when "
+                   "--threshold amends it afterwards; the report labels the rule amended and gives both budgets")
     p.add_argument("--window", type=int, help="budget: the steps the training return is averaged over (default 20480)")
     p.add_argument("--multiple", type=int, help="budget: the budget is a multiple of this many steps (default 20480)")
     p.add_argument("--tuning", help="forgetting: the tuning experiment's folder; the report checks that every arm "
@@ -57,7 +61,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
-                               ("--tuning", a.tuning, ("forgetting",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--declared-threshold", a.declared_threshold, ("budget",)),
                                ("--window", a.window, ("budget",)), ("--multiple", a.multiple, ("budget",))):
         if value is not None and a.kind not in kinds:
             raise UserError(f"{flag} is for the {' and '.join(kinds)} report{'s' if len(kinds) > 1 else ''}, "
@@ -76,15 +81,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     elif a.kind == "tuning":
         result = tuning.report(a.folder, a.out)
     elif a.kind == "budget":
-        rule = {k: v for k, v in (("threshold", a.threshold), ("window", a.window), ("multiple", a.multiple))
-                if v is not None}
+        rule = {k: v for k, v in (("threshold", a.threshold), ("window", a.window), ("multiple", a.multiple),
+                                  ("declared_threshold", a.declared_threshold)) if v is not None}
         result = budget.report(a.folder, a.out, **rule)
     elif a.kind == "minatar":
         result = minatar.report(a.folder, a.out, from_report=a.from_report)
     elif a.kind == "c_chain":
         result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":
-        result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table)
+        result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table,
+                                   baseline=a.baseline)
     else:
         result = plasticity.report(a.folder, a.out, early=a.early, late=a.late, experiment=a.experiment,
                                    from_report=a.from_report)

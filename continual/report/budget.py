@@ -2,6 +2,7 @@
 configs/experiments/hackatari_freeway_robustness.json), by a rule declared before the pilot ran.
 
     python -m continual.report budget PILOT_FOLDER [--out DIR] [--threshold 20] [--window 20480] [--multiple 20480]
+                                                   [--declared-threshold D]
 
 The rule (hackatari_freeway_pilot.json's `tuning.criterion`, issue 46): the budget is the smallest step count S, a
 multiple of `multiple`, at which every pilot run's mean training-episode return over the last `window` steps is >=
@@ -9,6 +10,11 @@ multiple of `multiple`, at which every pilot run's mean training-episode return 
 the raw game score). A step no run has reached, or a window without an episode, is not >= the threshold. The report
 prints each run's windowed return at every `every` steps, the first step at which each run alone reaches the
 threshold, and the budget, or why there is none yet. The defaults are the Freeway pilot's declared numbers.
+
+A bar changed after the pilot ran is an amendment, and the report says so: with --declared-threshold D (the bar the
+pilot declared) and a --threshold that differs, the rule is labelled amended after the pilot, and the budget the
+declared bar gives is printed beside the amended one (the Freeway pilot: declared >= 20, which always pressing UP
+meets; amended to >= 28).
 """
 
 from __future__ import annotations
@@ -74,12 +80,14 @@ def load_runs(folder: str) -> list[dict]:
 
 
 def report(folder: str, out: Optional[str] = None, threshold: float = 20.0, window: int = 20480,
-           multiple: int = 20480, every: int = 250000) -> dict:
+           multiple: int = 20480, every: int = 250000, declared_threshold: Optional[float] = None) -> dict:
     for name, v in (("window", window), ("multiple", multiple), ("every", every)):
         if not isinstance(v, int) or v <= 0:
             raise UserError(f"--{name} must be a positive number of steps, got {v!r}")
-    if not math.isfinite(threshold):
-        raise UserError(f"--threshold must be a finite return, got {threshold!r}")
+    for name, v in (("threshold", threshold), ("declared-threshold", declared_threshold)):
+        if v is not None and not math.isfinite(v):
+            raise UserError(f"--{name} must be a finite return, got {v!r}")
+    amended = declared_threshold is not None and declared_threshold != threshold
     runs = load_runs(folder)
     chosen = budget(runs, threshold, window, multiple)
     last = max(r["end_step"] for r in runs)
@@ -95,8 +103,15 @@ def report(folder: str, out: Optional[str] = None, threshold: float = 20.0, wind
     why = None if chosen is not None else (
         f"no step up to {min(r['end_step'] for r in runs):,} (where the shortest run is) has every run at >= "
         f"{threshold:g}" + ("" if finished else "; some runs have not finished"))
-    result = {"folder": folder, "rule": {"threshold": threshold, "window": window, "multiple": multiple},
-              "budget": chosen, "why_none": why, "all_finished": finished, "runs": rows}
+    rule = {"threshold": threshold, "window": window, "multiple": multiple}
+    if amended:
+        rule["declared_threshold"] = declared_threshold
+    result = {"folder": folder, "rule": rule, "budget": chosen, "why_none": why, "all_finished": finished,
+              "runs": rows}
+    if amended:
+        result["budget_declared"] = budget(runs, declared_threshold, window, multiple)
+        for row, r in zip(rows, runs, strict=True):
+            row["first_reached_declared"] = first_reached(r, declared_threshold, window, multiple)
     lines = markdown(result, shown)
     if out:
         os.makedirs(out, exist_ok=True)
@@ -110,14 +125,24 @@ def report(folder: str, out: Optional[str] = None, threshold: float = 20.0, wind
 
 def markdown(result: dict, shown: Sequence[int]) -> list[str]:
     rule = result["rule"]
-    lines = [f"Rule (declared before the pilot): the smallest step count, a multiple of {rule['multiple']:,}, at which "
+    declared = rule.get("declared_threshold")
+    when = ("declared before the pilot" if declared is None else
+            f"amended after the pilot: its bar was declared >= {declared:g} before it ran, and set to "
+            f">= {rule['threshold']:g} after its curves were read")
+    lines = [f"Rule ({when}): the smallest step count, a multiple of {rule['multiple']:,}, at which "
              f"every run's mean training-episode return over the last {rule['window']:,} steps is >= "
              f"{rule['threshold']:g} (the training policy, sampled; whole games, raw score).", "",
              f"**Budget: {result['budget']:,} steps**" if result["budget"] is not None else
-             f"**Budget: none yet** ({result['why_none']})", "",
-             "Mean training-episode return over the last window, at each step (- : not reached, or no episode):", "",
-             "| run | seed | steps | episodes | first >= threshold | " + " | ".join(f"{s / 1e6:g}M" for s in shown)
-             + " |", "|---|---|---|---|---|" + "---|" * len(shown)]
+             f"**Budget: none yet** ({result['why_none']})", ""]
+    if declared is not None:
+        b = result["budget_declared"]
+        firsts = ", ".join(f"{r['run']} " + ("-" if r["first_reached_declared"] is None
+                                             else f"{r['first_reached_declared']:,}") for r in result["runs"])
+        lines += [f"The declared bar (>= {declared:g}) gives " + (f"{b:,} steps" if b is not None else "no budget yet")
+                  + f" (each run's first step at it: {firsts}).", ""]
+    lines += ["Mean training-episode return over the last window, at each step (- : not reached, or no episode):", "",
+              "| run | seed | steps | episodes | first >= threshold | " + " | ".join(f"{s / 1e6:g}M" for s in shown)
+              + " |", "|---|---|---|---|---|" + "---|" * len(shown)]
     for r in result["runs"]:
         cells = [("-" if r["windowed"].get(str(s)) is None else f"{r['windowed'][str(s)]:.1f}") for s in shown]
         first = "-" if r["first_reached"] is None else f"{r['first_reached']:,}"

@@ -1,7 +1,7 @@
 """Robustness report: agents trained on different curricula of modifications, evaluated at the end of training under
 every modification of a table (the seed project's own experiment, continual_hackatari's `data/eval_data.csv`).
 
-    python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway]
+    python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway] [--baseline JSON]
 
 Runs. Every run directory under EXPERIMENT_FOLDER/runs with an `eval_table.csv` and a `config.json`; a run is
 grouped by its config's `exp_name` (the training curriculum's label, set per arm by the experiment file) and counted
@@ -18,6 +18,10 @@ runs).
 The seed's numbers (`--seed-table freeway`, `continual/report/data/continual_hackatari_freeway.json`, extracted
 unchanged from the seed's W&B export) are printed beside ours with their own protocol: 1 env, 10M steps, 5 seeds,
 21 sampled games per modification; its unmodified column is the training script's post-training evaluation.
+
+A reflex baseline (`--baseline`, the JSON of `eval.py --constant_action A`: a policy that ignores the screen, under
+the runs' env settings) is printed as a row of its own, mean over its games: what a modification leaves achievable
+without looking (Freeway's always UP: 21 unmodified, 41 with the cars stopped), so that a drop is read against it.
 """
 
 from __future__ import annotations
@@ -97,6 +101,22 @@ def declared_pairs(folder: str) -> list[tuple[str, str]]:
     return list(dict.fromkeys(pairs + [tuple(p) for p in declared.get("pairs", [])]))
 
 
+def load_baseline(path: str) -> dict:
+    """eval.py's JSON of a constant-action evaluation: {"action", "episodes", "scores": {modification: mean}}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--baseline {path}: cannot read an eval.py JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("constant_action") is None or not data.get("results"):
+        raise UserError(f"--baseline {path}: not an evaluation with --constant_action (eval.py's JSON records "
+                        f"constant_action)")
+    rows = data["results"]
+    return {"path": path, "action": data["constant_action"], "env_id": data.get("env_id"),
+            "episodes": sorted({r["episodes"] for r in rows}),
+            "scores": {normalize_modification(r["modification"]): r["mean"] for r in rows}}
+
+
 def summarize(runs: Sequence[dict], columns: Sequence[str]) -> dict:
     """{label: {modification: Interval over that label's runs}} for every column some run evaluated."""
     labels = list(dict.fromkeys(r["label"] for r in runs))
@@ -130,7 +150,7 @@ def _cell(iv: Optional[statistics.Interval]) -> str:
 
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
-             pairs: Sequence[tuple[str, str]]) -> list[str]:
+             pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None) -> list[str]:
     greedy = sorted({g for r in runs for g in r["greedy"]})
     episodes = sorted({e for r in runs for e in r["episodes"]})
     policy = {"['True']": "greedy (argmax)", "['False']": "sampled"}.get(str(greedy), f"mixed {greedy}")
@@ -142,6 +162,14 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells in table.items():
         lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in columns]) + " |")
+    if baseline:
+        games = ", ".join(map(str, baseline["episodes"]))
+        lines.append("| " + " | ".join([f"*no agent: action {baseline['action']} every step* ({games} games)"]
+                                       + [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else ""
+                                          for m in columns]) + " |")
+        lines += ["", f"The last row plays one action ({baseline['action']}) whatever it sees: what each "
+                  f"modification leaves achievable without looking (`eval.py --constant_action`, "
+                  f"`{baseline['path']}`)."]
     if seed:
         lines += ["", "The seed's runs (continual_hackatari `data/eval_data.csv`: PPO with 1 env, 10M steps, 21 sampled "
                   "games; unmodified = the training script's post-training evaluation), mean over its runs "
@@ -189,7 +217,9 @@ def heatmap(table: dict, columns: Sequence[str], path: str) -> None:
 
 
 def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "freeway",
-           columns: Sequence[str] = FREEWAY_COLUMNS, pairs: Sequence[tuple[str, str]] = ()) -> dict:
+           columns: Sequence[str] = FREEWAY_COLUMNS, pairs: Sequence[tuple[str, str]] = (),
+           baseline: Optional[str] = None) -> dict:
+    reflex = load_baseline(baseline) if baseline else None
     runs = load_runs(folder)
     columns = [normalize_modification(m) for m in columns]
     seen = {m for r in runs for m in r["scores"]}
@@ -201,7 +231,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         pairs = [(x, y) for x, y in declared_pairs(folder) if x in table and y in table]
     if not pairs and len(labels) > 1:
         pairs = [(lab, labels[0]) for lab in labels[1:]]  # every curriculum against the first (unmodified) one
-    lines = markdown(runs, table, columns, seed, pairs)
+    lines = markdown(runs, table, columns, seed, pairs, reflex)
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
@@ -209,6 +239,8 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
               "paired_drop": {lab: {m: (iv.as_dict() if (iv := paired_drop(runs, lab, m)) else None)
                                     for m in columns if m} for lab in labels},
               "runs": runs}
+    if reflex:
+        result["baseline"] = reflex
     if out:
         os.makedirs(out, exist_ok=True)
         heatmap(table, columns, os.path.join(out, "heatmap.png"))
