@@ -188,3 +188,32 @@ def test_a_constant_action_baseline_is_a_row_of_its_own(folder, tmp_path, capsys
             report_main(["robustness", path, "--baseline", str(bad), "--seed-table", "none"])
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and words in err[0], err
+
+
+def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
+    """Per curriculum, the mean over runs of each run's training return in its last 20,480 steps (episodes at
+    steps in (end - 20,480, end]; one just outside is left out), its t interval and its lowest run; with a
+    baseline, how many runs' unmodified evaluation beats the no-agent score."""
+    folder = str(tmp_path / "exp")
+    rng = np.random.default_rng(3)
+    ends = {}
+    for seed in range(1, 5):
+        name = f"{seed:03d}_seed={seed}"
+        _run(folder, name, "unmodified", seed, {"": 20.0 + 2 * seed, "stop_all_cars": 5.0}, total=40960, last=40960)
+        inside = [(40960 - 20480 + 1 + int(k), float(rng.integers(15, 35))) for k in sorted(rng.integers(0, 20480, 6))]
+        episodes = [(20480, 99.0)] + inside  # at exactly end - window: outside the window
+        with open(os.path.join(folder, "runs", name, "metrics.jsonl"), "w") as f:
+            for step, ret in episodes:
+                f.write(json.dumps({"kind": "episode", "global_step": step, "modification": "", "return": ret,
+                                    "length": 2048}) + "\n")
+        ends[seed] = sum(r for _, r in inside) / len(inside)
+    reflex = tmp_path / "reflex.json"
+    reflex.write_text(json.dumps({"constant_action": 1, "results": [
+        {"modification": m, "episodes": 21, "mean": v} for m, v in (("", 25.0), ("stop_all_cars", 41.0))]}))
+    got = robustness.report(folder, seed_table=None, baseline=str(reflex))
+    assert [r["training_return"] for r in got["runs"]] == pytest.approx([ends[s] for s in range(1, 5)])
+    mean, lo, hi = _t([ends[s] for s in range(1, 5)])
+    line = [x for x in got["markdown"] if x.startswith("- unmodified: ")]
+    assert line == [f"- unmodified: {mean:.1f} [{lo:.1f}, {hi:.1f}] (t, n=4), lowest {min(ends.values()):.1f}; "
+                    f"2 of 4 runs beat it"], line  # unmodified 22, 24, 26, 28 against 25
+    assert any("beats the no-agent row's 25.0" in x for x in got["markdown"])

@@ -21,12 +21,13 @@ unchanged from the seed's W&B export) are printed beside ours with their own pro
 
 A reflex baseline (`--baseline`, the JSON of `eval.py --constant_action A`: a policy that ignores the screen, under
 the runs' env settings) is printed as a row of its own, mean over its games: what a modification leaves achievable
-without looking (Freeway's always UP: 21 unmodified, 41 with the cars stopped), so that a drop is read against it.
+without looking (Freeway's always UP: ~22 unmodified, ~40 with the cars stopped), so that a drop is read against it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Optional, Sequence
 
@@ -34,10 +35,13 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import statistics
+from continual.evaluation.metrics import load_run
 from continual.evaluation.table import read_run_table
 from continual.launch import declarations
 from continual.modstrings import normalize_modification
+from continual.report.budget import windowed_returns
 
+TRAINING_WINDOW = 20480  # the learned check's window: the Freeway pilot's (hackatari_freeway_pilot.json)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SEED_TABLES = {"freeway": "continual_hackatari_freeway.json"}
 # the seed's table, in the issue's column order ("" = the unmodified game)
@@ -75,11 +79,13 @@ def run_scores(run_dir: str) -> Optional[dict]:
     if cfg.get("total_timesteps") and last < cfg["total_timesteps"]:
         return None  # unfinished: its last evaluation is not the end-of-run one
     final = [r for r in rows if r["step"] == last]
+    episodes = [(int(st), float(ret)) for st, _, ret in load_run(run_dir).episodes]
     return {"run": os.path.basename(run_dir), "label": cfg.get("exp_name") or cfg.get("architecture", "?"),
             "seed": cfg.get("seed"), "step": last,
             "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
             "mean_length": {normalize_modification(r["modification"]): r["mean_length"] for r in final},
-            "scores": {normalize_modification(r["modification"]): r["mean"] for r in final}}
+            "scores": {normalize_modification(r["modification"]): r["mean"] for r in final},
+            "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None}
 
 
 def load_runs(folder: str) -> list[dict]:
@@ -184,6 +190,19 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
                   "|---|---|" + "---|" * len(columns)]
         for x, y in pairs:
             lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(runs, x, y, m)) for m in columns) + " |")
+    lines += ["", f"Did the runs learn? Training return at the end (the sampled training games of the last "
+              f"{TRAINING_WINDOW:,} steps, under the run's own curriculum), mean over runs [95% t interval], lowest run"
+              + (f"; runs whose unmodified evaluation beats the no-agent row's {baseline['scores']['']:.1f}"
+                 if baseline and "" in baseline["scores"] else "") + ":", ""]
+    for label in table:
+        rs = [r for r in runs if r["label"] == label]
+        ends = [r["training_return"] for r in rs if r.get("training_return") is not None]
+        line = f"- {label}: " + (f"{_cell(statistics.interval(ends))}, lowest {min(ends):.1f}" if ends else
+                                 "no training episode in the window")
+        if baseline and "" in baseline["scores"]:
+            beat = sum(r["scores"].get("", -math.inf) > baseline["scores"][""] for r in rs)
+            line += f"; {beat} of {len(rs)} runs beat it"
+        lines.append(line)
     lines += ["", "Cost of each modification within runs (unmodified minus modified, paired t 95% interval; > 0: the "
               "modification lowers the return):", "", "| trained on | " + " | ".join(m for m in columns if m) + " |",
               "|---|" + "---|" * len([m for m in columns if m])]
