@@ -217,3 +217,37 @@ def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
     assert line == [f"- unmodified: {mean:.1f} [{lo:.1f}, {hi:.1f}] (t, n=4), lowest {min(ends.values()):.1f}; "
                     f"2 of 4 runs beat it"], line  # unmodified 22, 24, 26, 28 against 25
     assert any("beats the no-agent row's 25.0" in x for x in got["markdown"])
+
+
+def test_a_declared_variant_is_a_second_table_from_each_runs_eval_json(folder, tmp_path, capsys):
+    """--variant FOLDER: eval.py's JSON per run (FOLDER/<run>.json, greedy games) gives a second table of cells,
+    computed as the first (t intervals over runs, by label), without touching the declared table; a run without its
+    JSON is named, and a constant-action JSON is refused in one line."""
+    path, data = folder
+    variant = tmp_path / "greedy"
+    variant.mkdir()
+    runs = robustness.load_runs(path)
+    shifted = {}
+    for r in runs[:-1]:  # the last run has no JSON yet
+        scores = {m: v + 1.5 for m, v in r["scores"].items()}
+        shifted[r["run"]] = (r["label"], scores)
+        (variant / f"{r['run']}.json").write_text(json.dumps({"checkpoint": r["run"], "greedy": True, "results": [
+            {"modification": m, "episodes": 21, "mean": v} for m, v in scores.items()]}))
+    plain = robustness.report(path, seed_table=None)
+    got = robustness.report(path, seed_table=None, variant=str(variant))
+    assert got["table"] == plain["table"] and got["variant"]["missing"] == [runs[-1]["run"]]
+    assert got["variant"]["greedy"] == [True] and got["variant"]["episodes"] == [21]
+    for label in ("unmodified", "colours"):
+        for m in MODS:
+            vals = [s[m] for lab, s in shifted.values() if lab == label]
+            mean, lo, hi = _t(vals)
+            cell = got["variant"]["table"][label][m]
+            assert cell["n"] == len(vals) and np.allclose([cell["estimate"], *cell["ci"]], [mean, lo, hi])
+    assert any(x.startswith("Declared variant, no claim: greedy (argmax) actions, 21 whole games") and
+               f"no JSON yet for {runs[-1]['run']}" in x for x in got["markdown"])
+    (variant / f"{runs[-1]['run']}.json").write_text(json.dumps({"greedy": False, "constant_action": 1,
+                                                                 "results": []}))
+    with pytest.raises(SystemExit) as e:
+        report_main(["robustness", path, "--variant", str(variant), "--seed-table", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "a --constant_action evaluation" in err[0], err

@@ -39,6 +39,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "ours ('none' for none)")
     p.add_argument("--baseline", help="robustness: eval.py's JSON of a --constant_action evaluation under the same "
                    "modifications, printed as a row of its own (what a policy that ignores the screen scores)")
+    p.add_argument("--variant", help="robustness: a folder of eval.py JSONs, one per run (<run>.json), of a declared "
+                   "evaluation variant (e.g. greedy games), shown as a second table without a claim")
     p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply; plasticity: the "
                    "experiment file whose post-hoc arms and chosen defaults are marked (default: the folder's "
                    "experiment.json, or the one the stored report names)")
@@ -61,7 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
-                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)),
+                               ("--variant", a.variant, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
                                ("--declared-threshold", a.declared_threshold, ("budget",)),
                                ("--window", a.window, ("budget",)), ("--multiple", a.multiple, ("budget",))):
         if value is not None and a.kind not in kinds:
@@ -90,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table,
-                                   baseline=a.baseline)
+                                   baseline=a.baseline, variant=a.variant)
     else:
         result = plasticity.report(a.folder, a.out, early=a.early, late=a.late, experiment=a.experiment,
                                    from_report=a.from_report)
