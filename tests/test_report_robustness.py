@@ -251,3 +251,32 @@ def test_a_declared_variant_is_a_second_table_from_each_runs_eval_json(folder, t
         report_main(["robustness", path, "--variant", str(variant), "--seed-table", "none"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "a --constant_action evaluation" in err[0], err
+
+
+def test_a_post_hoc_evaluation_is_labelled_with_its_reason_and_shows_only_its_columns(folder, tmp_path, capsys):
+    """--post-hoc FOLDER: eval.py's JSON per run under a modification the experiment did not declare, a table of its
+    own columns headed as added after the start, with the first line of FOLDER/README.md as the reason (required)."""
+    path, _ = folder
+    added = tmp_path / "tunnel"
+    added.mkdir()
+    runs = robustness.load_runs(path)
+    values = {}
+    for k, r in enumerate(runs):
+        values[r["run"]] = (r["label"], 10.0 + k)
+        (added / f"{r['run']}.json").write_text(json.dumps({"greedy": False, "results": [
+            {"modification": "stop_all_cars_tunnel", "episodes": 21, "mean": 10.0 + k}]}))
+    with pytest.raises(SystemExit) as e:
+        report_main(["robustness", path, "--post-hoc", str(added), "--seed-table", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "no README.md" in err[0], err
+    (added / "README.md").write_text("# the seed's stop_all_cars is HackAtari's tunnel variant\n\nmore\n")
+    got = robustness.report(path, seed_table=None, post_hoc=str(added))
+    head = [x for x in got["markdown"] if x.startswith("Post-hoc evaluation, added after the experiment started")]
+    assert len(head) == 1 and "why: the seed's stop_all_cars is HackAtari's tunnel variant" in head[0], head
+    i = got["markdown"].index(head[0])
+    assert got["markdown"][i + 2] == "| trained on | stop_all_cars_tunnel |"
+    for label in ("unmodified", "colours"):
+        mean, lo, hi = _t([v for lab, v in values.values() if lab == label])
+        cell = got["post_hoc"]["table"][label]["stop_all_cars_tunnel"]
+        assert np.allclose([cell["estimate"], *cell["ci"]], [mean, lo, hi])
+    assert got["post_hoc"]["why"] == "the seed's stop_all_cars is HackAtari's tunnel variant"

@@ -41,6 +41,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "modifications, printed as a row of its own (what a policy that ignores the screen scores)")
     p.add_argument("--variant", help="robustness: a folder of eval.py JSONs, one per run (<run>.json), of a declared "
                    "evaluation variant (e.g. greedy games), shown as a second table without a claim")
+    p.add_argument("--post-hoc", help="robustness: as --variant, for an evaluation added after the experiment "
+                   "started, labelled so; its folder's README.md says why (first line)")
     p.add_argument("--experiment", help="forgetting: the experiment file whose declarations apply; plasticity: the "
                    "experiment file whose post-hoc arms and chosen defaults are marked (default: the folder's "
                    "experiment.json, or the one the stored report names)")
@@ -64,7 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
                                ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)),
-                               ("--variant", a.variant, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--variant", a.variant, ("robustness",)), ("--post-hoc", a.post_hoc, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
                                ("--declared-threshold", a.declared_threshold, ("budget",)),
                                ("--window", a.window, ("budget",)), ("--multiple", a.multiple, ("budget",))):
         if value is not None and a.kind not in kinds:
@@ -93,7 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table,
-                                   baseline=a.baseline, variant=a.variant)
+                                   baseline=a.baseline, variant=a.variant,
+                                   post_hoc=a.post_hoc)
     else:
         result = plasticity.report(a.folder, a.out, early=a.early, late=a.late, experiment=a.experiment,
                                    from_report=a.from_report)

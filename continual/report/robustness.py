@@ -2,7 +2,7 @@
 every modification of a table (the seed project's own experiment, continual_hackatari's `data/eval_data.csv`).
 
     python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway] [--baseline JSON]
-                                                                        [--variant FOLDER]
+                                                                        [--variant FOLDER] [--post-hoc FOLDER]
 
 Runs. Every run directory under EXPERIMENT_FOLDER/runs with an `eval_table.csv` and a `config.json`; a run is
 grouped by its config's `exp_name` (the training curriculum's label, set per arm by the experiment file) and counted
@@ -27,6 +27,8 @@ without looking (Freeway's always UP: ~22 unmodified, ~40 with the cars stopped)
 A declared evaluation variant (`--variant FOLDER`: eval.py's JSON of each finished run, `FOLDER/<run>.json`, e.g.
 the robustness file's greedy games, `python eval.py --agent_path RUN --greedy ... --output FOLDER/<run>`) is a
 second table of cells, with its protocol read from the JSONs; it makes no claim. A run without its JSON is named.
+`--post-hoc FOLDER` is the same for an evaluation added after the experiment started, labelled so, its reason the
+first line of FOLDER/README.md (required).
 """
 
 from __future__ import annotations
@@ -128,11 +130,11 @@ def load_baseline(path: str) -> dict:
             "scores": {normalize_modification(r["modification"]): r["mean"] for r in rows}}
 
 
-def load_variant(folder: str, runs: Sequence[dict]) -> dict:
+def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant") -> dict:
     """eval.py's JSON per run, FOLDER/<run>.json: {"runs": [run dicts with the variant's scores], "missing": [...],
     "greedy": [...], "episodes": [...]} (a run dict as run_scores's, its scores those of the variant)."""
     if not os.path.isdir(folder):
-        raise UserError(f"--variant {folder}: not a folder of eval.py JSONs (<run>.json)")
+        raise UserError(f"{flag} {folder}: not a folder of eval.py JSONs (<run>.json)")
     out, missing, greedy, episodes = [], [], set(), set()
     for r in runs:
         path = os.path.join(folder, r["run"] + ".json")
@@ -145,12 +147,26 @@ def load_variant(folder: str, runs: Sequence[dict]) -> dict:
             rows = data["results"]
             greedy.add(bool(data["greedy"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"--variant {path}: not an eval.py JSON ({e})") from None
+            raise UserError(f"{flag} {path}: not an eval.py JSON ({e})") from None
         if data.get("constant_action") is not None:
-            raise UserError(f"--variant {path}: a --constant_action evaluation, not the run's agent")
+            raise UserError(f"{flag} {path}: a --constant_action evaluation, not the run's agent")
         episodes.update(row["episodes"] for row in rows)
         out.append({**r, "scores": {normalize_modification(row["modification"]): row["mean"] for row in rows}})
-    return {"folder": folder, "runs": out, "missing": missing, "greedy": sorted(greedy), "episodes": sorted(episodes)}
+    why = None
+    if flag == "--post-hoc":
+        readme = os.path.join(folder, "README.md")
+        if not os.path.exists(readme):
+            raise UserError(f"{flag} {folder}: no README.md saying why the evaluation was added (its first line)")
+        with open(readme, encoding="utf-8") as f:
+            why = f.readline().strip().lstrip("# ")
+    return {"folder": folder, "runs": out, "missing": missing, "greedy": sorted(greedy), "episodes": sorted(episodes),
+            "why": why}
+
+
+def evaluated(runs: Sequence[dict], columns: Sequence[str]) -> list[str]:
+    """The modifications these runs were evaluated under: the given columns' order first, then the others sorted."""
+    seen = {m for r in runs for m in r["scores"]}
+    return [m for m in columns if m in seen] + sorted(seen - set(columns))
 
 
 def summarize(runs: Sequence[dict], columns: Sequence[str]) -> dict:
@@ -187,7 +203,7 @@ def _cell(iv: Optional[statistics.Interval]) -> str:
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
              pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None,
-             variant: Optional[dict] = None) -> list[str]:
+             variant: Optional[dict] = None, post_hoc: Optional[dict] = None) -> list[str]:
     greedy = sorted({g for r in runs for g in r["greedy"]})
     episodes = sorted({e for r in runs for e in r["episodes"]})
     policy = {"['True']": "greedy (argmax)", "['False']": "sampled"}.get(str(greedy), f"mixed {greedy}")
@@ -207,15 +223,20 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         lines += ["", f"The last row plays one action ({baseline['action']}) whatever it sees: what each "
                   f"modification leaves achievable without looking (`eval.py --constant_action`, "
                   f"`{baseline['path']}`)."]
-    if variant is not None:
-        policy = {"[False]": "sampled", "[True]": "greedy (argmax)"}.get(str(variant["greedy"]), "mixed")
-        vtable = summarize(variant["runs"], columns)
-        lines += ["", f"Declared variant, no claim: {policy} actions, {', '.join(map(str, variant['episodes']))} whole "
-                  f"games per modification (eval.py's JSONs in `{variant['folder']}`); mean over runs [95% t interval]"
-                  + (f"; no JSON yet for {', '.join(variant['missing'])}" if variant["missing"] else "") + ":", "",
-                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for label, cells in vtable.items():
-            lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in columns]) + " |")
+    for kind, extra in (("Declared variant, no claim", variant),
+                        ("Post-hoc evaluation, added after the experiment started (not declared)", post_hoc)):
+        if extra is None:
+            continue
+        policy = {"[False]": "sampled", "[True]": "greedy (argmax)"}.get(str(extra["greedy"]), "mixed")
+        lines += ["", f"{kind}: {policy} actions, {', '.join(map(str, extra['episodes']))} whole games per modification "
+                  f"(eval.py's JSONs in `{extra['folder']}`)" + (f"; why: {extra['why']}" if extra["why"] else "")
+                  + "; mean over runs [95% t interval]"
+                  + (f"; no JSON yet for {', '.join(extra['missing'])}" if extra["missing"] else "") + ":", ""]
+        shown = evaluated(extra["runs"], columns)
+        lines += ["| " + " | ".join(["trained on"] + [m or "unmodified" for m in shown]) + " |",
+                  "|" + "---|" * (len(shown) + 1)]
+        for label, cells in summarize(extra["runs"], shown).items():
+            lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in shown]) + " |")
     if seed:
         lines += ["", "The seed's runs (continual_hackatari `data/eval_data.csv`: PPO with 1 env, 10M steps, 21 sampled "
                   "games; unmodified = the training script's post-training evaluation), mean over its runs "
@@ -277,13 +298,13 @@ def heatmap(table: dict, columns: Sequence[str], path: str) -> None:
 
 def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "freeway",
            columns: Sequence[str] = FREEWAY_COLUMNS, pairs: Sequence[tuple[str, str]] = (),
-           baseline: Optional[str] = None, variant: Optional[str] = None) -> dict:
+           baseline: Optional[str] = None, variant: Optional[str] = None, post_hoc: Optional[str] = None) -> dict:
     reflex = load_baseline(baseline) if baseline else None
     runs = load_runs(folder)
     other = load_variant(variant, runs) if variant else None
+    added = load_variant(post_hoc, runs, "--post-hoc") if post_hoc else None
     columns = [normalize_modification(m) for m in columns]
-    seen = {m for r in runs for m in r["scores"]}
-    columns = [m for m in columns if m in seen] + sorted(seen - set(columns))
+    columns = evaluated(runs, columns)
     table = summarize(runs, columns)
     seed = load_seed_table(seed_table) if seed_table else None
     labels = list(table)
@@ -291,7 +312,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         pairs = [(x, y) for x, y in declared_pairs(folder) if x in table and y in table]
     if not pairs and len(labels) > 1:
         pairs = [(lab, labels[0]) for lab in labels[1:]]  # every curriculum against the first (unmodified) one
-    lines = markdown(runs, table, columns, seed, pairs, reflex, other)
+    lines = markdown(runs, table, columns, seed, pairs, reflex, other, added)
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
@@ -301,11 +322,12 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
               "runs": runs}
     if reflex:
         result["baseline"] = reflex
-    if other is not None:
-        result["variant"] = {"folder": other["folder"], "greedy": other["greedy"], "episodes": other["episodes"],
-                             "missing": other["missing"],
-                             "table": {lab: {m: iv.as_dict() for m, iv in cells.items()}
-                                       for lab, cells in summarize(other["runs"], columns).items()}}
+    for key, extra in (("variant", other), ("post_hoc", added)):
+        if extra is not None:
+            shown = evaluated(extra["runs"], columns)
+            result[key] = {k: extra[k] for k in ("folder", "greedy", "episodes", "missing", "why")} | {
+                "table": {lab: {m: iv.as_dict() for m, iv in cells.items()}
+                          for lab, cells in summarize(extra["runs"], shown).items()}}
     if out:
         os.makedirs(out, exist_ok=True)
         heatmap(table, columns, os.path.join(out, "heatmap.png"))
