@@ -24,7 +24,7 @@ def test_freeway_names_cover_hackatari_and_our_registry():
         assert n in names
     for n in ("disable_cars", "reverse_car_speed_top", "reverse_car_speed_bottom", "all_pink_cars",
               "stop_all_cars_edge", "stop_all_cars_tunnel", "vary_car_speeds", "speed_mode", "invisible_mode",
-              "strobo_mode", "phantom_mode", "blinking_mode"):
+              "strobo_mode", "phantom_mode", "blinking_mode", "stop_random_car_develop"):
         assert n in names
 
 
@@ -154,7 +154,7 @@ def test_random_modifications_are_seeded_per_env():
 
 @pytest.mark.parametrize("name", ["reverse_car_speed_top", "vary_car_speeds", "speed_mode", "stop_all_cars_edge",
                                   "stop_all_cars_tunnel", "invisible_mode", "phantom_mode", "blinking_mode",
-                                  "all_pink_cars"])
+                                  "all_pink_cars", "stop_random_car_develop"])
 def test_each_freeway_modification_changes_the_game(name: str):
     plain = make_backend_env("HackAtari", FREEWAY, "", repeat_action_probability=0.0)
     modded = make_backend_env("HackAtari", FREEWAY, name, repeat_action_probability=0.0)
@@ -167,6 +167,28 @@ def test_each_freeway_modification_changes_the_game(name: str):
         differs |= not (plain.get_ram()[list(CAR_SPEED) + list(CAR_COLOUR) + list(CAR_X)]
                         == modded.get_ram()[list(CAR_SPEED) + list(CAR_COLOUR) + list(CAR_X)]).all()
     assert differs
+
+
+def test_stop_random_car_develop_pokes_as_hackatari_develop_does():
+    """HackAtari's stop_random_car from April 2025 (k4ntz/HackAtari ca3cfbc on): each step one car, uniform over the
+    speed bytes 33-42, gets 8 with p = 0.9 (random.choices([0, 1, 2, 3], weights [.1, .3, .3, .3]) > 0), else 0."""
+    from continual.envs.modifications.registry import registered
+
+    pokes = []
+
+    class Ram:
+        def set_ram(self, address, value):
+            pokes.append((address, value))
+
+    hooks = registered("Freeway")["stop_random_car_develop"](Ram(), np.random.default_rng(0))
+    n = 20000
+    for _ in range(n):
+        hooks.step()
+    assert len(pokes) == n and {a for a, _ in pokes} == set(range(33, 43)) and {v for _, v in pokes} == {0, 8}
+    eights = sum(v == 8 for _, v in pokes) / n
+    assert abs(eights - 0.9) < 4 * (0.9 * 0.1 / n) ** 0.5
+    counts = np.bincount([a - 33 for a, _ in pokes], minlength=10) / n
+    assert np.abs(counts - 0.1).max() < 4 * (0.1 * 0.9 / n) ** 0.5
 
 
 def test_cartpole_gravity_switch_changes_the_dynamics():

@@ -32,6 +32,18 @@ def disable_cars(env, rng):
     return Hooks(step=step)
 
 
+@modification("Freeway", "stop_random_car_develop")
+def stop_random_car_develop(env, rng):
+    """HackAtari's stop_random_car from April 2025 on (the revisions the seed project evaluated with): every step one
+    random car's speed byte is set to 8 with p = 0.9, else 0; hackatari 0.0.6's stop_random_car sets 100 (stopped)."""
+
+    def step():
+        value = 8 if rng.random() >= 0.1 else 0  # HackAtari: random.choices([0, 1, 2, 3], weights=[.1, .3, .3, .3])
+        env.set_ram(int(rng.integers(CAR_SPEED.start, CAR_SPEED.stop)), value)
+
+    return Hooks(step=step)
+
+
 @modification("Freeway", "stop_all_cars_edge")
 def stop_all_cars_edge(env, rng):
     """All cars stopped at the screen edges (x = 15 for the right-moving lanes, 150 for the others)."""
