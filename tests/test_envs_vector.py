@@ -24,7 +24,7 @@ def test_freeway_names_cover_hackatari_and_our_registry():
         assert n in names
     for n in ("disable_cars", "reverse_car_speed_top", "reverse_car_speed_bottom", "all_pink_cars",
               "stop_all_cars_edge", "stop_all_cars_tunnel", "vary_car_speeds", "speed_mode", "invisible_mode",
-              "strobo_mode", "phantom_mode", "blinking_mode", "stop_random_car_develop"):
+              "strobo_mode", "phantom_mode", "blinking_mode", "stop_random_car_develop", "vary_car_speeds_fixed"):
         assert n in names
 
 
@@ -154,7 +154,7 @@ def test_random_modifications_are_seeded_per_env():
 
 @pytest.mark.parametrize("name", ["reverse_car_speed_top", "vary_car_speeds", "speed_mode", "stop_all_cars_edge",
                                   "stop_all_cars_tunnel", "invisible_mode", "phantom_mode", "blinking_mode",
-                                  "all_pink_cars", "stop_random_car_develop"])
+                                  "all_pink_cars", "stop_random_car_develop", "vary_car_speeds_fixed"])
 def test_each_freeway_modification_changes_the_game(name: str):
     plain = make_backend_env("HackAtari", FREEWAY, "", repeat_action_probability=0.0)
     modded = make_backend_env("HackAtari", FREEWAY, name, repeat_action_probability=0.0)
@@ -189,6 +189,31 @@ def test_stop_random_car_develop_pokes_as_hackatari_develop_does():
     assert abs(eights - 0.9) < 4 * (0.9 * 0.1 / n) ** 0.5
     counts = np.bincount([a - 33 for a, _ in pokes], minlength=10) / n
     assert np.abs(counts - 0.1).max() < 4 * (0.1 * 0.9 / n) ** 0.5
+
+
+def test_vary_car_speeds_fixed_is_hackataris_undrawn_order():
+    """HackAtari 924dad2..ce3349e: order_cars stays list(range(10)) (its reset hook is unmapped), so the speed byte
+    of car i (RAM 33 + i) is frame % (i + 1) at every step of every episode."""
+    from continual.envs.modifications.registry import registered
+
+    class Ram:
+        def __init__(self):
+            self.ram = np.zeros(128, dtype=np.uint8)
+            self.pokes = {}
+
+        def get_ram(self):
+            return self.ram
+
+        def set_ram(self, address, value):
+            self.pokes[address] = value
+
+    env = Ram()
+    hooks = registered("Freeway")["vary_car_speeds_fixed"](env, np.random.default_rng(0))
+    assert hooks.reset is None
+    for frame in (0, 1, 7, 60, 251):
+        env.ram[1] = frame
+        hooks.step()
+        assert env.pokes == {33 + i: frame % (i + 1) for i in range(10)}, frame
 
 
 def test_cartpole_gravity_switch_changes_the_dynamics():

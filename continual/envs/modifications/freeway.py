@@ -85,6 +85,12 @@ modification("Freeway", "reverse_car_speed_top", _REVERSE_DOC.format("top"))(_re
 modification("Freeway", "reverse_car_speed_bottom", _REVERSE_DOC.format("bottom"))(_reverse([33, 34, 35, 36, 37]))
 
 
+modification("Freeway", "vary_car_speeds_fixed",
+             "HackAtari's vary_car_speeds from August 2025 to January 2026 (924dad2..ce3349e), whose per-episode draw "
+             "was never called: car i moves on frames where frame % (i+1) == 0, in every episode")(
+    _reverse(list(CAR_SPEED)))
+
+
 @modification("Freeway", "vary_car_speeds")
 def vary_car_speeds(env, rng):
     """Each episode draws a speed k in 0..10 per car; a car moves on frames where frame % (k+1) == 0."""
