@@ -280,3 +280,9 @@ def test_a_post_hoc_evaluation_is_labelled_with_its_reason_and_shows_only_its_co
         cell = got["post_hoc"]["table"][label]["stop_all_cars_tunnel"]
         assert np.allclose([cell["estimate"], *cell["ci"]], [mean, lo, hi])
     assert got["post_hoc"]["why"] == "the seed's stop_all_cars is HackAtari's tunnel variant"
+    reflex = tmp_path / "reflex.json"  # the no-agent row follows each table, in that table's columns
+    reflex.write_text(json.dumps({"constant_action": 1, "results": [
+        {"modification": m, "episodes": 21, "mean": v} for m, v in (("", 21.8), ("stop_all_cars_tunnel", 40.5))]}))
+    got = robustness.report(path, seed_table=None, post_hoc=str(added), baseline=str(reflex))
+    i = got["markdown"].index([x for x in got["markdown"] if x.startswith("Post-hoc evaluation")][0])
+    assert got["markdown"][i + 6] == "| *no agent: action 1 every step* (21 games) | 40.5 |", got["markdown"][i:i + 7]

@@ -201,6 +201,12 @@ def _cell(iv: Optional[statistics.Interval]) -> str:
     return "" if iv is None else iv.format(digits=1)
 
 
+def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
+    games = ", ".join(map(str, baseline["episodes"]))
+    return "| " + " | ".join([f"*no agent: action {baseline['action']} every step* ({games} games)"]
+                             + [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else "" for m in columns]) + " |"
+
+
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
              pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None,
              variant: Optional[dict] = None, post_hoc: Optional[dict] = None) -> list[str]:
@@ -216,10 +222,7 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
     for label, cells in table.items():
         lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in columns]) + " |")
     if baseline:
-        games = ", ".join(map(str, baseline["episodes"]))
-        lines.append("| " + " | ".join([f"*no agent: action {baseline['action']} every step* ({games} games)"]
-                                       + [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else ""
-                                          for m in columns]) + " |")
+        lines.append(baseline_row(baseline, columns))
         lines += ["", f"The last row plays one action ({baseline['action']}) whatever it sees: what each "
                   f"modification leaves achievable without looking (`eval.py --constant_action`, "
                   f"`{baseline['path']}`)."]
@@ -237,6 +240,8 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
                   "|" + "---|" * (len(shown) + 1)]
         for label, cells in summarize(extra["runs"], shown).items():
             lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in shown]) + " |")
+        if baseline:
+            lines.append(baseline_row(baseline, shown))
     if seed:
         lines += ["", "The seed's runs (continual_hackatari `data/eval_data.csv`: PPO with 1 env, 10M steps, 21 sampled "
                   "games; unmodified = the training script's post-training evaluation), mean over its runs "
