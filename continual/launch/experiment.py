@@ -19,8 +19,8 @@ relative to the file. A placeholder stands for a number that another experiment 
 a flag value (at any depth, e.g. a curriculum's thresholds) written "$BUDGET", "3*$BUDGET" or "$BUDGET/20" is that
 integer multiple or exact fraction of its value. "amended" (a string) says when and why the rule was changed after
 the pilot it reads had run ("rule" is then the amended one). Until its "value" is set, a launch refuses the file in
-one line (exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in expansion order (the
-grid's last key varies fastest); `--resume-id N` names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
+one line (exit 2) naming "set_by"; --dry_run uses its "dry_run" stand-in instead. Entries are numbered in
+expansion order (the grid's last key varies fastest); `--resume-id N` names entry N. The launcher sets runs_dir, run_name and resume itself; progress_bar is off unless a run sets it.
 "seeds_per_process": K (DQN only: a file with another architecture is refused) runs up to K pending entries that
 differ only by their seed in one process, `agents/dqn_seeds.py --seeds ...` (each seed's run directory is the one its
 own entry would write, bit for bit); it changes how entries run, not what they learn.

@@ -66,7 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
                                ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)),
-                               ("--variant", a.variant, ("robustness",)), ("--post-hoc", a.post_hoc, ("robustness",)), ("--threshold", a.threshold, ("budget",)),
+                               ("--variant", a.variant, ("robustness",)), ("--post-hoc", a.post_hoc, ("robustness",)),
+                               ("--threshold", a.threshold, ("budget",)),
                                ("--declared-threshold", a.declared_threshold, ("budget",)),
                                ("--window", a.window, ("budget",)), ("--multiple", a.multiple, ("budget",))):
         if value is not None and a.kind not in kinds:
@@ -95,8 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         result = c_chain.report(a.folder, a.out)
     elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table,
-                                   baseline=a.baseline, variant=a.variant,
-                                   post_hoc=a.post_hoc)
+                                   baseline=a.baseline, variant=a.variant, post_hoc=a.post_hoc)
     else:
         result = plasticity.report(a.folder, a.out, early=a.early, late=a.late, experiment=a.experiment,
                                    from_report=a.from_report)

@@ -203,8 +203,8 @@ def _cell(iv: Optional[statistics.Interval]) -> str:
 
 def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
     games = ", ".join(map(str, baseline["episodes"]))
-    return "| " + " | ".join([f"*no agent: action {baseline['action']} every step* ({games} games)"]
-                             + [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else "" for m in columns]) + " |"
+    cells = [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else "" for m in columns]
+    return "| " + " | ".join([f"*no agent: action {baseline['action']} every step* ({games} games)"] + cells) + " |"
 
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
@@ -231,7 +231,8 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         if extra is None:
             continue
         policy = {"[False]": "sampled", "[True]": "greedy (argmax)"}.get(str(extra["greedy"]), "mixed")
-        lines += ["", f"{kind}: {policy} actions, {', '.join(map(str, extra['episodes']))} whole games per modification "
+        games = ", ".join(map(str, extra["episodes"]))
+        lines += ["", f"{kind}: {policy} actions, {games} whole games per modification "
                   f"(eval.py's JSONs in `{extra['folder']}`)" + (f"; why: {extra['why']}" if extra["why"] else "")
                   + "; mean over runs [95% t interval]"
                   + (f"; no JSON yet for {', '.join(extra['missing'])}" if extra["missing"] else "") + ":", ""]
