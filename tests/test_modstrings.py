@@ -126,8 +126,21 @@ def run_case(kind: str, args: tuple) -> tuple:
         return ("error", type(e).__name__, str(e))
 
 
+# Modifications registered after the pin (da56a98): the pinned outcomes list the names there were then, so these
+# checks run without them (the parsing and validation they pin did not change; the names are tested where they live).
+ADDED_SINCE_PIN = {"freeway": ("stop_random_car_develop", "vary_car_speeds_fixed")}
+
+
+@pytest.fixture
+def names_of_the_pin(monkeypatch):
+    from continual.envs.modifications.registry import REGISTRY
+
+    for game, names in ADDED_SINCE_PIN.items():
+        monkeypatch.setitem(REGISTRY, game, {n: m for n, m in REGISTRY[game].items() if n not in names})
+
+
 @pytest.mark.parametrize("kind, args, expected", CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)])
-def test_pinned_table(kind: str, args: tuple, expected: tuple) -> None:
+def test_pinned_table(kind: str, args: tuple, expected: tuple, names_of_the_pin) -> None:
     assert run_case(kind, args) == expected
 
 
@@ -176,7 +189,7 @@ def test_random_strings_parse_as_the_old_tokenizer() -> None:
         assert ceval.parse_eval_modifs(text) == reference.parse_eval_modifs(text)
 
 
-def test_random_strings_validate_as_before() -> None:
+def test_random_strings_validate_as_before(names_of_the_pin) -> None:
     digest = hashlib.sha256()
     for s in random_strings():
         for backend, env_id in RANDOM_GAMES:
