@@ -286,3 +286,42 @@ def test_a_post_hoc_evaluation_is_labelled_with_its_reason_and_shows_only_its_co
     got = robustness.report(path, seed_table=None, post_hoc=str(added), baseline=str(reflex))
     i = got["markdown"].index([x for x in got["markdown"] if x.startswith("Post-hoc evaluation")][0])
     assert got["markdown"][i + 6] == "| *no agent: action 1 every step* (21 games) | 40.5 |", got["markdown"][i:i + 7]
+
+
+def test_runs_that_did_not_learn_are_named_and_the_differences_given_again_without_them(folder, tmp_path):
+    """With a baseline, a run whose training return at the end does not beat the no-agent unmodified score has not
+    learned; the declared differences stay over every run, and a post-hoc table gives them over the others (Welch
+    intervals computed directly), naming the runs left out."""
+    path, data = folder
+    runs = robustness.load_runs(path)
+    failed = runs[-1]["run"]  # a colours run that never scored
+    for r in runs:
+        ret = 0.0 if r["run"] == failed else 25.0
+        with open(os.path.join(path, "runs", r["run"], "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"kind": "episode", "global_step": 1000, "modification": "", "return": ret,
+                                "length": 2048}) + "\n")
+    reflex = tmp_path / "reflex.json"
+    reflex.write_text(json.dumps({"constant_action": 1, "results": [{"modification": "", "episodes": 21,
+                                                                     "mean": 21.8}]}))
+    plain = robustness.report(path, seed_table=None)
+    got = robustness.report(path, seed_table=None, baseline=str(reflex))
+    assert got["pairs"] == plain["pairs"] and got["learned"]["left_out"] == [failed]
+    head = [x for x in got["markdown"] if x.startswith("Post hoc, not declared: the differences between curricula")]
+    assert len(head) == 1 and head[0].endswith(f"left out: {failed}:")
+    kept = [r for r in runs if r["run"] != failed]
+    for m in MODS:
+        a = np.array([r["scores"][m] for r in kept if r["label"] == "colours"])
+        b = np.array([r["scores"][m] for r in kept if r["label"] == "unmodified"])
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+        h = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+        cell = got["learned"]["pairs"]["colours - unmodified"][m]
+        assert np.allclose([cell["estimate"], *cell["ci"]], [a.mean() - b.mean(), a.mean() - b.mean() - h,
+                                                              a.mean() - b.mean() + h], rtol=1e-10)
+    # every run learned: no post-hoc table
+    with open(os.path.join(path, "runs", failed, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"kind": "episode", "global_step": 1000, "modification": "", "return": 30.0,
+                            "length": 2048}) + "\n")
+    again = robustness.report(path, seed_table=None, baseline=str(reflex))
+    assert again["learned"]["left_out"] == [] and not any(x.startswith("Post hoc, not declared") for x in
+                                                          again["markdown"])

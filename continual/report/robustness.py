@@ -23,6 +23,9 @@ unchanged from the seed's W&B export) are printed beside ours with their own pro
 A reflex baseline (`--baseline`, the JSON of `eval.py --constant_action A`: a policy that ignores the screen, under
 the runs' env settings) is printed as a row of its own, mean over its games: what a modification leaves achievable
 without looking (Freeway's always UP: ~22 unmodified, ~40 with the cars stopped), so that a drop is read against it.
+It also says which runs learned: a run whose training return at the end does not beat the no-agent unmodified score
+has not learned to look, and where there is one, the differences between curricula are given again over the runs
+that learned, labelled post hoc (not declared) with the runs left out.
 
 A declared evaluation variant (`--variant FOLDER`: eval.py's JSON of each finished run, `FOLDER/<run>.json`, e.g.
 the robustness file's greedy games, `python eval.py --agent_path RUN --greedy ... --output FOLDER/<run>`) is a
@@ -201,6 +204,11 @@ def _cell(iv: Optional[statistics.Interval]) -> str:
     return "" if iv is None else iv.format(digits=1)
 
 
+def learned(run: dict, baseline: dict) -> bool:
+    """The run's training return at the end beats what the no-agent policy scores in the unmodified game."""
+    return run.get("training_return") is not None and run["training_return"] > baseline["scores"][""]
+
+
 def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
     games = ", ".join(map(str, baseline["episodes"]))
     cells = [f"{baseline['scores'][m]:.1f}" if m in baseline["scores"] else "" for m in columns]
@@ -270,6 +278,16 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
             beat = sum(r["scores"].get("", -math.inf) > baseline["scores"][""] for r in rs)
             line += f"; {beat} of {len(rs)} runs beat it"
         lines.append(line)
+    left_out = [r["run"] for r in runs if not learned(r, baseline)] if baseline and "" in baseline["scores"] else []
+    if left_out and pairs:
+        kept = [r for r in runs if learned(r, baseline)]
+        lines += ["", f"Post hoc, not declared: the differences between curricula over the runs that learned (training "
+                  f"return at the end above the no-agent row's unmodified {baseline['scores']['']:.1f}); left out: "
+                  f"{', '.join(left_out)}:", "",
+                  "| first | second | " + " | ".join(m or "unmodified" for m in columns) + " |",
+                  "|---|---|" + "---|" * len(columns)]
+        for x, y in pairs:
+            lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(kept, x, y, m)) for m in columns) + " |")
     lines += ["", "Cost of each modification within runs (unmodified minus modified, paired t 95% interval; > 0: the "
               "modification lowers the return):", "", "| trained on | " + " | ".join(m for m in columns if m) + " |",
               "|---|" + "---|" * len([m for m in columns if m])]
@@ -328,6 +346,12 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
               "runs": runs}
     if reflex:
         result["baseline"] = reflex
+        if "" in reflex["scores"]:
+            kept = [r for r in runs if learned(r, reflex)]
+            result["learned"] = {"criterion": f"training return at the end > {reflex['scores']['']}",
+                                 "left_out": [r["run"] for r in runs if not learned(r, reflex)],
+                                 "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(kept, x, y, m))
+                                                              else None) for m in columns} for x, y in pairs}}
     for key, extra in (("variant", other), ("post_hoc", added)):
         if extra is not None:
             shown = evaluated(extra["runs"], columns)
