@@ -217,6 +217,11 @@ def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
     assert line == [f"- unmodified: {mean:.1f} [{lo:.1f}, {hi:.1f}] (t, n=4), lowest {min(ends.values()):.1f}; "
                     f"2 of 4 runs beat it"], line  # unmodified 22, 24, 26, 28 against 25
     assert any("beats the no-agent row's 25.0" in x for x in got["markdown"])
+    # the per-run table: each run's training return and its scores, in the report's column order
+    for r in got["runs"]:
+        row = [x for x in got["markdown"] if x.startswith(f"| {r['run']} | unmodified | ")]
+        assert row == [f"| {r['run']} | unmodified | {r['training_return']:.1f} | {r['scores']['']:.1f} | "
+                       f"{r['scores']['stop_all_cars']:.1f} |"], row
 
 
 def test_a_declared_variant_is_a_second_table_from_each_runs_eval_json(folder, tmp_path, capsys):

@@ -293,6 +293,14 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
               "|---|" + "---|" * len([m for m in columns if m])]
     for label in table:
         lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
+    # a mean over 5 runs hides a bimodal column (a stopped car: 0 or ~40 per run) and a run that never learned
+    lines += ["", "Per run: the mean return of its games under each modification, and its training return at the end:",
+              "", "| run | trained on | training | " + " | ".join(m or "unmodified" for m in columns) + " |",
+              "|---|---|---|" + "---|" * len(columns)]
+    for r in runs:
+        end = "" if r.get("training_return") is None else f"{r['training_return']:.1f}"
+        lines.append(f"| {r['run']} | {r['label']} | {end} | "
+                     + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
     return lines
 
 
