@@ -45,8 +45,8 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import statistics
-from continual.evaluation.metrics import load_run
 from continual.evaluation.table import read_run_table
+from continual.io import read_jsonl
 from continual.launch import declarations
 from continual.modstrings import normalize_modification
 from continual.report.budget import windowed_returns
@@ -89,7 +89,8 @@ def run_scores(run_dir: str) -> Optional[dict]:
     if cfg.get("total_timesteps") and last < cfg["total_timesteps"]:
         return None  # unfinished: its last evaluation is not the end-of-run one
     final = [r for r in rows if r["step"] == last]
-    episodes = [(int(st), float(ret)) for st, _, ret in load_run(run_dir).episodes]
+    episodes = [(int(r["global_step"]), float(r["return"])) for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+                if r.get("kind") == "episode"]
     return {"run": os.path.basename(run_dir), "label": cfg.get("exp_name") or cfg.get("architecture", "?"),
             "seed": cfg.get("seed"), "step": last,
             "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
@@ -133,9 +134,10 @@ def load_baseline(path: str) -> dict:
             "scores": {normalize_modification(r["modification"]): r["mean"] for r in rows}}
 
 
-def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant") -> dict:
+def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant", reason: bool = False) -> dict:
     """eval.py's JSON per run, FOLDER/<run>.json: {"runs": [run dicts with the variant's scores], "missing": [...],
-    "greedy": [...], "episodes": [...]} (a run dict as run_scores's, its scores those of the variant)."""
+    "greedy": [...], "episodes": [...], "why"} (a run dict as run_scores's, its scores those of the variant);
+    `reason`: FOLDER/README.md must say why (its first line, "why")."""
     if not os.path.isdir(folder):
         raise UserError(f"{flag} {folder}: not a folder of eval.py JSONs (<run>.json)")
     out, missing, greedy, episodes = [], [], set(), set()
@@ -156,7 +158,7 @@ def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant") -> 
         episodes.update(row["episodes"] for row in rows)
         out.append({**r, "scores": {normalize_modification(row["modification"]): row["mean"] for row in rows}})
     why = None
-    if flag == "--post-hoc":
+    if reason:
         readme = os.path.join(folder, "README.md")
         if not os.path.exists(readme):
             raise UserError(f"{flag} {folder}: no README.md saying why the evaluation was added (its first line)")
@@ -216,8 +218,10 @@ def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
 
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
-             pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None,
-             variant: Optional[dict] = None, post_hoc: Optional[dict] = None) -> list[str]:
+             pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None, extras: Sequence[tuple] = (),
+             learned_pairs: Optional[dict] = None) -> list[str]:
+    """`extras`: (key, heading, loaded variant, its columns, its cells by label); `learned_pairs`: the differences
+    over the runs that learned, {"left_out", "intervals": {(x, y): {modification: interval}}}."""
     greedy = sorted({g for r in runs for g in r["greedy"]})
     episodes = sorted({e for r in runs for e in r["episodes"]})
     policy = {"['True']": "greedy (argmax)", "['False']": "sampled"}.get(str(greedy), f"mixed {greedy}")
@@ -234,20 +238,16 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         lines += ["", f"The last row plays one action ({baseline['action']}) whatever it sees: what each "
                   f"modification leaves achievable without looking (`eval.py --constant_action`, "
                   f"`{baseline['path']}`)."]
-    for kind, extra in (("Declared variant, no claim", variant),
-                        ("Post-hoc evaluation, added after the experiment started (not declared)", post_hoc)):
-        if extra is None:
-            continue
+    for _, kind, extra, shown, cells_by_label in extras:
         policy = {"[False]": "sampled", "[True]": "greedy (argmax)"}.get(str(extra["greedy"]), "mixed")
         games = ", ".join(map(str, extra["episodes"]))
         lines += ["", f"{kind}: {policy} actions, {games} whole games per modification "
                   f"(eval.py's JSONs in `{extra['folder']}`)" + (f"; why: {extra['why']}" if extra["why"] else "")
                   + "; mean over runs [95% t interval]"
                   + (f"; no JSON yet for {', '.join(extra['missing'])}" if extra["missing"] else "") + ":", ""]
-        shown = evaluated(extra["runs"], columns)
         lines += ["| " + " | ".join(["trained on"] + [m or "unmodified" for m in shown]) + " |",
                   "|" + "---|" * (len(shown) + 1)]
-        for label, cells in summarize(extra["runs"], shown).items():
+        for label, cells in cells_by_label.items():
             lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in shown]) + " |")
         if baseline:
             lines.append(baseline_row(baseline, shown))
@@ -278,16 +278,15 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
             beat = sum(r["scores"].get("", -math.inf) > baseline["scores"][""] for r in rs)
             line += f"; {beat} of {len(rs)} runs beat it"
         lines.append(line)
-    left_out = [r["run"] for r in runs if not learned(r, baseline)] if baseline and "" in baseline["scores"] else []
-    if left_out and pairs:
-        kept = [r for r in runs if learned(r, baseline)]
+    if learned_pairs and learned_pairs["left_out"] and pairs:
         lines += ["", f"Post hoc, not declared: the differences between curricula over the runs that learned (training "
                   f"return at the end above the no-agent row's unmodified {baseline['scores']['']:.1f}); left out: "
-                  f"{', '.join(left_out)}:", "",
+                  f"{', '.join(learned_pairs['left_out'])}:", "",
                   "| first | second | " + " | ".join(m or "unmodified" for m in columns) + " |",
                   "|---|---|" + "---|" * len(columns)]
         for x, y in pairs:
-            lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(kept, x, y, m)) for m in columns) + " |")
+            lines.append(f"| {x} | {y} | " + " | ".join(_cell(learned_pairs["intervals"][(x, y)][m]) for m in columns)
+                         + " |")
     lines += ["", "Cost of each modification within runs (unmodified minus modified, paired t 95% interval; > 0: the "
               "modification lowers the return):", "", "| trained on | " + " | ".join(m for m in columns if m) + " |",
               "|---|" + "---|" * len([m for m in columns if m])]
@@ -334,7 +333,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
     reflex = load_baseline(baseline) if baseline else None
     runs = load_runs(folder)
     other = load_variant(variant, runs) if variant else None
-    added = load_variant(post_hoc, runs, "--post-hoc") if post_hoc else None
+    added = load_variant(post_hoc, runs, "--post-hoc", reason=True) if post_hoc else None
     columns = [normalize_modification(m) for m in columns]
     columns = evaluated(runs, columns)
     table = summarize(runs, columns)
@@ -344,7 +343,20 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         pairs = [(x, y) for x, y in declared_pairs(folder) if x in table and y in table]
     if not pairs and len(labels) > 1:
         pairs = [(lab, labels[0]) for lab in labels[1:]]  # every curriculum against the first (unmodified) one
-    lines = markdown(runs, table, columns, seed, pairs, reflex, other, added)
+    learned_pairs = None
+    if reflex and "" in reflex["scores"]:
+        kept = [r for r in runs if learned(r, reflex)]
+        learned_pairs = {"criterion": f"training return at the end > {reflex['scores']['']}",
+                         "left_out": [r["run"] for r in runs if not learned(r, reflex)],
+                         "intervals": {(x, y): {m: compare_labels(kept, x, y, m) for m in columns} for x, y in pairs}}
+    extras = []
+    for key, kind, extra in (("variant", "Declared variant, no claim", other),
+                             ("post_hoc", "Post-hoc evaluation, added after the experiment started (not declared)",
+                              added)):
+        if extra is not None:
+            shown = evaluated(extra["runs"], columns)
+            extras.append((key, kind, extra, shown, summarize(extra["runs"], shown)))
+    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs)
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
@@ -354,18 +366,13 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
               "runs": runs}
     if reflex:
         result["baseline"] = reflex
-        if "" in reflex["scores"]:
-            kept = [r for r in runs if learned(r, reflex)]
-            result["learned"] = {"criterion": f"training return at the end > {reflex['scores']['']}",
-                                 "left_out": [r["run"] for r in runs if not learned(r, reflex)],
-                                 "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(kept, x, y, m))
-                                                              else None) for m in columns} for x, y in pairs}}
-    for key, extra in (("variant", other), ("post_hoc", added)):
-        if extra is not None:
-            shown = evaluated(extra["runs"], columns)
-            result[key] = {k: extra[k] for k in ("folder", "greedy", "episodes", "missing", "why")} | {
-                "table": {lab: {m: iv.as_dict() for m, iv in cells.items()}
-                          for lab, cells in summarize(extra["runs"], shown).items()}}
+    if learned_pairs:
+        result["learned"] = {"criterion": learned_pairs["criterion"], "left_out": learned_pairs["left_out"],
+                             "pairs": {f"{x} - {y}": {m: iv.as_dict() if iv else None for m, iv in cells.items()}
+                                       for (x, y), cells in learned_pairs["intervals"].items()}}
+    for key, _, extra, _, cells_by_label in extras:
+        result[key] = {k: extra[k] for k in ("folder", "greedy", "episodes", "missing", "why")} | {
+            "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in cells_by_label.items()}}
     if out:
         os.makedirs(out, exist_ok=True)
         heatmap(table, columns, os.path.join(out, "heatmap.png"))
