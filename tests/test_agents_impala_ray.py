@@ -106,10 +106,10 @@ def session_cleanup():
 LOSSES = ("losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/grad_norm", "losses/approx_kl",
           "losses/rho_mean")
 ONE_ACTOR = {**SLOW, "num_actors": 1, "batch_size": 1}  # 80 steps per update
-# the process backend's runs are repeated until MIN_COMPARED updates kept the lag-one schedule (a quiet machine: the
-# first run), else the best of ATTEMPTS runs is compared if it kept at least MIN_UNDER_LOAD (a loaded 2-core machine
-# preempts the actor: 4 of 12 seen while a pixel PPO experiment held both cores)
-UPDATES, MIN_COMPARED, MIN_UNDER_LOAD, ATTEMPTS = 12, 8, 4, 4
+# the process backend's runs are repeated until one kept the lag-one schedule for MIN_COMPARED updates (a quiet
+# machine: the first run; a loaded 2-core machine preempts the actor: 4 of 12 seen in 3 runs while a pixel PPO
+# experiment held both cores, hence up to ATTEMPTS runs)
+UPDATES, MIN_COMPARED, ATTEMPTS = 12, 8, 6
 
 
 def lag_one_prefix(its: list[dict]) -> int:
@@ -146,7 +146,7 @@ def test_ray_losses_equal_the_process_backends_at_a_lag_of_one_update(tmp_path):
         if tried[-1][0] >= MIN_COMPARED:
             break
     compared, name, proc_its = max(tried, key=lambda t: t[0])
-    assert compared >= MIN_UNDER_LOAD, [[it["charts/policy_lag"] for it in its] for _, _, its in tried]
+    assert compared >= MIN_COMPARED, [[it["charts/policy_lag"] for it in its] for _, _, its in tried]
 
     for key in LOSSES:
         np.testing.assert_allclose([it[key] for it in ray_its[:compared]], [it[key] for it in proc_its[:compared]],
