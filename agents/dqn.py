@@ -177,16 +177,18 @@ class ReplayBuffer:
     it). Slot i, when valid, stores the transition (obs i-1 -> obs i): action, reward and termination.
     """
 
-    def __init__(self, capacity: int, num_envs: int, obs_shape: Sequence[int], obs_dtype: np.dtype):
-        self.obs_shape = tuple(obs_shape)
+    def __init__(self, capacity: int, num_envs: int, obs_shape: Sequence[int], obs_dtype: np.dtype,
+                 binary: bool = False):
+        self.obs_shape, self.obs_dtype, self.binary = tuple(obs_shape), np.dtype(obs_dtype), binary
         self.k = obs_shape[0] if (len(obs_shape) == 3 and obs_dtype == np.uint8) else 1
         frame_shape = self.obs_shape[1:] if self.k > 1 else self.obs_shape
         self.num_envs, self.n = num_envs, capacity // num_envs
         if self.n < 2 * self.k + 2:
             raise UserError(f"buffer_size: {capacity} is too small for {num_envs} envs (at least "
                             f"{(2 * self.k + 2) * num_envs})")
-        # np.zeros maps pages lazily: memory is used as the rings fill
-        self.frames = np.zeros((num_envs, self.n) + frame_shape, dtype=obs_dtype)
+        # np.zeros maps pages lazily: memory is used as the rings fill. `binary` (MinAtar's 0/1 float grids): frames
+        # stored as bools, a quarter of the memory and of a checkpoint, read back as the same floats
+        self.frames = np.zeros((num_envs, self.n) + frame_shape, dtype=np.bool_ if binary else obs_dtype)
         self.actions = np.zeros((num_envs, self.n), dtype=np.int32)
         self.rewards = np.zeros((num_envs, self.n), dtype=np.float32)
         self.terminated = np.zeros((num_envs, self.n), dtype=np.bool_)
@@ -216,6 +218,8 @@ class ReplayBuffer:
         self.valid[e, (p + self._ahead) % self.n] = False
         slot = p % self.n
         self.frames[e, slot] = frame
+        if self.binary and not np.array_equal(self.frames[e, slot], frame):
+            raise TrainingError("replay buffer: an observation that is not 0/1 in a buffer that stores bools")
         self.valid[e, slot] = transition
         self.pos[e] = p + 1
         return slot
@@ -259,14 +263,18 @@ class ReplayBuffer:
         """(obs, actions, rewards, terminated, next_obs) of the transitions at (env, slot)."""
         window = self.frames[envs[:, None], (slots[:, None] + np.arange(-self.k, 1)) % self.n]
         b = len(envs)
-        obs = window[:, :-1].reshape((b,) + self.obs_shape)
-        next_obs = window[:, 1:].reshape((b,) + self.obs_shape)
+        obs = self.read(window[:, :-1].reshape((b,) + self.obs_shape))
+        next_obs = self.read(window[:, 1:].reshape((b,) + self.obs_shape))
         return obs, self.actions[envs, slots], self.rewards[envs, slots], self.terminated[envs, slots], next_obs
 
     def gather_obs(self, envs: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """`gather`'s obs alone (C-CHAIN's reference batch): the same frames, half the copying."""
         window = self.frames[envs[:, None], (slots[:, None] + np.arange(-self.k, 0)) % self.n]
-        return window.reshape((len(envs),) + self.obs_shape)
+        return self.read(window.reshape((len(envs),) + self.obs_shape))
+
+    def read(self, frames: np.ndarray) -> np.ndarray:
+        """Stored frames as the observations they were (bools back to the observation dtype)."""
+        return frames.astype(self.obs_dtype) if self.binary else frames
 
     def state_dict(self) -> dict:
         return {"frames": torch.from_numpy(self.frames), "actions": torch.from_numpy(self.actions),
@@ -276,8 +284,16 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         for name in ("frames", "actions", "rewards", "terminated", "valid", "pos"):
             getattr(self, name)[...] = state[name].numpy()
+        if self.binary and state["frames"].dtype != torch.bool and not np.array_equal(self.frames, state["frames"].numpy()):
+            raise TrainingError("replay buffer: the checkpoint's observations are not 0/1 (a buffer of bools)")
         self.added = int(state["added"])
         self.fresh[:] = True  # the envs were reset by the resume
+
+
+def make_replay(args: Args, obs_space) -> ReplayBuffer:
+    """The run's replay buffer; MinAtar's observations (0/1 grids, zero padding included) stored as bools."""
+    return ReplayBuffer(args.buffer_size, args.num_envs, obs_space.shape, obs_space.dtype,
+                        binary=args.backend == "MinAtar")
 
 
 # how DQN meets the continual methods (continual/methods.py): C-CHAIN on the Q-values of a second replay batch
@@ -337,7 +353,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         target_network = make_agent(obs_space, envs.single_action_space, args).to(device)
         target_network.load_state_dict(q_network.state_dict())
         reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-        rb = ReplayBuffer(args.buffer_size, args.num_envs, obs_space.shape, obs_space.dtype)
+        rb = make_replay(args, obs_space)
         print(f"replay buffer: {args.buffer_size} transitions, {rb.bytes_per_transition()} bytes each "
               f"({args.buffer_size * rb.bytes_per_transition() / 1e9:.2f} GB when full)")
         at_switch = RegimeStart(args, rb)

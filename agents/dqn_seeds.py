@@ -55,7 +55,16 @@ import torch
 import torch.nn.functional as F
 import torch.optim as optim
 
-from agents.dqn import CONTINUAL, RegimeStart, ReplayBuffer, checkpoint_replay, linear_schedule, make_agent, td_target
+from agents.dqn import (
+    CONTINUAL,
+    RegimeStart,
+    ReplayBuffer,
+    checkpoint_replay,
+    linear_schedule,
+    make_agent,
+    make_replay,
+    td_target,
+)
 from continual.config.args import Args
 from continual.config.loading import Curriculum, load_json_file
 from continual.config.validation import check_batched_across_seeds
@@ -141,11 +150,12 @@ class StackedReplay:
         window = self._window(envs, slots, 1)
         shape = envs.shape + self.obs_shape
         at = (self.row, envs, slots)
-        return (window[:, :, :-1].reshape(shape), self.actions[at], self.rewards[at], self.terminated[at],
-                window[:, :, 1:].reshape(shape))
+        read = self.buffers[0].read
+        return (read(window[:, :, :-1].reshape(shape)), self.actions[at], self.rewards[at], self.terminated[at],
+                read(window[:, :, 1:].reshape(shape)))
 
     def gather_obs(self, envs: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return self._window(envs, slots, 0).reshape(envs.shape + self.obs_shape)
+        return self.buffers[0].read(self._window(envs, slots, 0).reshape(envs.shape + self.obs_shape))
 
 
 # fused Adam runs a vector loop over each tensor and a scalar loop over its last numel % (vector width) elements, which
@@ -264,7 +274,7 @@ def build_seed(args: Args, curriculum: Curriculum, device: torch.device, iterati
     target_network = make_agent(obs_space, action_space, args).to(device)
     target_network.load_state_dict(q_network.state_dict())
     reward_scaler = RewardScaler(args.reward_scaling, args.num_envs, args.gamma)
-    rb = ReplayBuffer(args.buffer_size, args.num_envs, obs_space.shape, obs_space.dtype)
+    rb = make_replay(args, obs_space)
     at_switch = RegimeStart(args, rb)
     ext = add_continual(session, q_network, optimizer, CONTINUAL, make_agent, (obs_space, action_space),
                         device=device, followers={"target_model": target_network}, last=[at_switch])

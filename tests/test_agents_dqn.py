@@ -196,6 +196,42 @@ def test_vector_observations_and_state_dict_round_trip(tmp_path):
     assert np.array_equal(draw[0], other.sample_indices(32, np.random.default_rng(3))[0])
 
 
+def test_binary_storage_reads_back_the_float_observations_of_a_float_buffer(tmp_path):
+    # MinAtar's grids (0/1 floats, zero padding): stored as bools, gathered as the very floats a float buffer gives
+    rng = np.random.default_rng(4)
+    shape = (10, 10, 10)
+    ref, rb = (dqn.ReplayBuffer(60, 2, shape, np.float32, binary=b) for b in (False, True))
+    assert rb.bytes_per_transition() == 1000 + 4 + 4 + 2 and ref.bytes_per_transition() == 4000 + 4 + 4 + 2
+    obs = (rng.random((2,) + shape) < 0.3).astype(np.float32)
+    for b in (ref, rb):
+        b.begin([0, 1])
+    for i in range(70):  # past the wrap-around
+        nxt, rewards = (rng.random((2,) + shape) < 0.3).astype(np.float32), rng.normal(size=2).astype(np.float32)
+        for b in (ref, rb):
+            b.add(obs, nxt, np.array([i, i + 1]), rewards, np.zeros(2, bool))
+        obs = nxt
+    draw = rb.sample_indices(32, np.random.default_rng(5))
+    for a, b in zip(ref.gather(*draw), rb.gather(*draw)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert rb.gather_obs(*draw).dtype == np.float32 and np.array_equal(rb.gather_obs(*draw), ref.gather_obs(*draw))
+    torch.save(rb.state_dict(), tmp_path / "rb.pt")
+    assert os.path.getsize(tmp_path / "rb.pt") < 60 * 1000 + 20_000
+    back = dqn.ReplayBuffer(60, 2, shape, np.float32, binary=True)
+    back.load_state_dict(torch.load(tmp_path / "rb.pt", weights_only=True))
+    assert all(np.array_equal(a, b) for a, b in zip(rb.gather(*draw), back.gather(*draw)))
+    # a checkpoint of float frames (written before bool storage) loads into bools when it is 0/1, else is refused
+    torch.save(ref.state_dict(), tmp_path / "float.pt")
+    back.load_state_dict(torch.load(tmp_path / "float.pt", weights_only=True))
+    assert all(np.array_equal(a, b) for a, b in zip(ref.gather(*draw), back.gather(*draw)))
+    state = ref.state_dict()
+    state["frames"] = state["frames"] * 0.5
+    with pytest.raises(TrainingError, match="not 0/1"):
+        back.load_state_dict(state)
+    rb.begin([0])
+    with pytest.raises(TrainingError, match="not 0/1"):
+        rb.add(obs * 0.5, obs, np.zeros(2), np.zeros(2), np.zeros(2, bool))
+
+
 def test_atari_bytes_per_transition_and_non_stacks_are_refused():
     rb = dqn.ReplayBuffer(2000, 1, (4, 84, 84), np.uint8)
     assert rb.bytes_per_transition() == 84 * 84 + 4 + 4 + 2 == 7066
