@@ -28,8 +28,13 @@ copies, refreshed from the stacked tensors at the end of every iteration, before
 checkpoints: a seed's checkpoint is a dqn.py checkpoint (python agents/dqn.py --resume <its run> continues that seed
 alone).
 
+Resuming: `python agents/dqn_seeds.py --resume RUN [RUN ...]` continues K runs of one configuration but for the
+seed whose newest checkpoints are at one step (the group's checkpoints are: one --checkpoint_minutes clock for all,
+and a signal stops all at one step) in one process, each as `agents/dqn.py --resume RUN` continues it alone, bit for
+bit; runs at different steps are refused in one line (resume each alone).
+
 Not batched (refused in one line): the plasticity methods and network options, shrink & perturb, the optimizer reset
-at switches, --resume (a seed resumes alone with agents/dqn.py). The extension hooks dqn.py calls every update
+at switches. The extension hooks dqn.py calls every update
 (`loss`, `before_step`, `after_step`, `after_update`) serve only C-CHAIN and the gradient-norm diagnostics once the
 refused methods are out: C-CHAIN is batched here (its coefficient and records are each seed's own `CChain`), and the
 diagnostics read the gradients of each iteration's last update, as dqn.py's log does. time/learn_s and time/act_s
@@ -73,24 +78,31 @@ from continual.errors import UserError, exit_on_user_error
 from continual.methods import add_continual
 from continual.plasticity.c_chain import CChain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
+from continual.training import checkpoint as ckpt_lib
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
-from continual.training.startup import agent_main, default_run_name, preflight, set_torch_threads, start_run
+from continual.training.startup import (
+    agent_main,
+    default_run_name,
+    parse_train_args,
+    preflight,
+    print_config,
+    set_torch_threads,
+    start_run,
+)
 
-RESUME = ("resume: each seed of agents/dqn_seeds.py is a run of its own; continue one with python agents/dqn.py "
-          "--resume <its run directory>")
+RESUME = ("resume: give the seeds' run directories (--resume RUN [RUN ...]), without --seeds, --run_names or "
+          "--configs; one seed also resumes alone with python agents/dqn.py --resume <its run directory>")
+# what may differ between the runs of one group: the seed, and what names the run (its own config file, its name)
+PER_SEED = ("seed", "run_name", "config", "resume")
 
 
-def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequence[str]],
-                    resume_state: Optional[dict]) -> None:
+def check_supported(args: Args, seeds: Sequence[int], run_names: Optional[Sequence[str]]) -> None:
     """Bad input, one line, before any run directory exists."""
-    if resume_state is not None:
-        raise UserError(RESUME)
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserError(f"seeds: give distinct seeds (got {list(seeds)})")
     if run_names is not None and len(run_names) != len(seeds):
         raise UserError(f"run_names: one per seed ({len(seeds)} seeds, {len(run_names)} names)")
-    check_batched_across_seeds(args)
 
 
 def seed_args(args: Args, seed: int, run_name: Optional[str], config: Optional[str] = None) -> Args:
@@ -130,6 +142,8 @@ class StackedReplay:
             one = getattr(self.buffers[0], name)
             stacked = np.zeros((len(self.buffers),) + one.shape, one.dtype)  # mapped lazily, as dqn.py's
             for k, rb in enumerate(self.buffers):
+                if rb.added:  # what a resumed seed's checkpoint gave its buffer
+                    stacked[k] = getattr(rb, name)
                 setattr(rb, name, stacked[k])
             setattr(self, name, stacked)
         rb = self.buffers[0]
@@ -227,6 +241,24 @@ def copy_into(params: dict[str, object], k: int, network: torch.nn.Module) -> No
         p.copy_(params[name][k])
 
 
+def stacked_optimizer_state(stacked_opt: optim.Optimizer, params: dict[str, object],
+                            seeds: Sequence[tuple[optim.Optimizer, torch.nn.Module]]) -> None:
+    """`seed_optimizer_state` the other way (a resumed group): every seed's Adam state, stacked into the shared
+    Adam's (the step count, one for all, is the first seed's: check_resumable_together made them equal)."""
+    for name, v in params.items():
+        states = [opt.state.get(dict(net.named_parameters())[name]) for opt, net in seeds]
+        if not all(states):
+            continue
+        if isinstance(v, list):
+            for t, state in zip(v, states):
+                stacked_opt.state[t] = {key: x.detach().clone() for key, x in state.items()}
+        else:
+            stacked_opt.state[v] = {key: (states[0][key].detach().clone() if key == "step"
+                                          else torch.stack([st[key] for st in states]))
+                                    for key in states[0]}
+    stacked_opt.param_groups[0]["lr"] = seeds[0][0].param_groups[0]["lr"]
+
+
 def seed_optimizer_state(stacked_opt: optim.Optimizer, params: dict[str, object], k: int, opt: optim.Optimizer,
                          network: torch.nn.Module) -> None:
     """Seed k's Adam state (its slice of the shared Adam's moments, the shared step count) into its own optimizer,
@@ -260,9 +292,11 @@ class Seed:
     obs: Optional[np.ndarray] = None
 
 
-def build_seed(args: Args, curriculum: Curriculum, device: torch.device, iteration_size: int) -> Seed:
-    """dqn.py's train() up to its loop, for one seed (its globals seeded by start_run: the same networks)."""
-    session = start_run(args, curriculum, None, granularity=iteration_size)
+def build_seed(args: Args, curriculum: Curriculum, device: torch.device, iteration_size: int,
+               resume_state: Optional[dict] = None) -> Seed:
+    """dqn.py's train() up to its loop, for one seed (its globals seeded by start_run: the same networks; resumed:
+    every registered state loaded from `resume_state`, as dqn.py --resume loads it)."""
+    session = start_run(args, curriculum, resume_state, granularity=iteration_size)
     settings = EnvSettings.from_args(args, video_dir=session.video_dir, regimes=session.regimes,
                                      start_step=session.global_step)
     envs = session.closing(make_vector_env(settings, args.num_envs, session.modification, args.vector_env))
@@ -318,21 +352,54 @@ def all_running(seeds: Sequence[Seed]):
         raise SystemExit(128 + stopped[0])
 
 
+def check_resumable_together(resumed: Sequence[tuple[Args, Curriculum, dict]]) -> None:
+    """Runs resumed in one process continue in step: the same configuration but for the seed, the same step, the
+    same number of Adam steps and C-CHAIN updates (bad input, one line, before anything is written)."""
+    (args0, curriculum0, state0), paths = resumed[0], [ckpt_lib.run_dir_of(st["path"]) for _, _, st in resumed]
+    if len({a.seed for a, _, _ in resumed}) != len(resumed):
+        raise UserError(f"resume: give runs of distinct seeds ({', '.join(paths)})")
+
+    def adam_steps(state: dict) -> set:
+        return {float(x["step"]) for x in state["optimizer"]["state"].values()}
+    for (a, curriculum, state), path in zip(resumed[1:], paths[1:]):
+        differ = [f.name for f in dataclasses.fields(Args)
+                  if f.name not in PER_SEED and getattr(a, f.name) != getattr(args0, f.name)]
+        if differ or curriculum != curriculum0:
+            raise UserError(f"resume: {path} is not {paths[0]}'s run but for its seed (it differs in "
+                            f"{', '.join(differ or ['the curriculum'])})")
+        for what, get in (("step", lambda st: st["global_step"]), ("number of Adam steps", adam_steps),
+                          ("number of C-CHAIN updates", lambda st: (st.get("c_chain") or {}).get("updates"))):
+            if get(state) != get(state0):
+                raise UserError(f"resume: the newest checkpoints of {paths[0]} and {path} differ in their {what} "
+                                f"({get(state0)} and {get(state)}): resume each alone with agents/dqn.py --resume")
+
+
 def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = None, seeds: Sequence[int] = (),
-          run_names: Optional[Sequence[str]] = None, configs: Optional[Sequence[str]] = None) -> list[str]:
-    seeds = list(seeds) or [args.seed]
-    check_supported(args, seeds, run_names, resume_state)
-    check_configs(args, seeds, configs)
+          run_names: Optional[Sequence[str]] = None, configs: Optional[Sequence[str]] = None,
+          resumed: Sequence[tuple[Args, Curriculum, dict]] = ()) -> list[str]:
+    """K seeds from the start (`seeds`), or K runs resumed together (`resumed`: each one's saved configuration,
+    curriculum and newest checkpoint, at one step)."""
+    if resume_state is not None:  # one run: dqn.py's
+        raise UserError(RESUME)
     iteration_size = args.rollout_size()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    each = [seed_args(args, s, run_names[k] if run_names else None, configs[k] if configs else None)
-            for k, s in enumerate(seeds)]
-    for a in each:  # every seed's checks (its run directory free, ...) before any is created
-        preflight(a, curriculum, None, iteration_size)
+    if resumed:
+        check_resumable_together(resumed)
+        each, states = [a for a, _, _ in resumed], [state for _, _, state in resumed]
+    else:
+        seeds = list(seeds) or [args.seed]
+        check_supported(args, seeds, run_names)
+        check_configs(args, seeds, configs)
+        each = [seed_args(args, s, run_names[k] if run_names else None, configs[k] if configs else None)
+                for k, s in enumerate(seeds)]
+        states = [None] * len(each)
+    check_batched_across_seeds(each[0])
+    for a, state in zip(each, states):  # every seed's checks (its run directory free, ...) before any is created
+        preflight(a, curriculum, state, iteration_size)
     runs: list[Seed] = []
     try:
-        for a in each:
-            runs.append(build_seed(a, curriculum, device, iteration_size))
+        for a, state in zip(each, states):
+            runs.append(build_seed(a, curriculum, device, iteration_size, state))
     except BaseException:
         for run in runs:  # the seeds already started: closed as their runs would be
             with contextlib.suppress(Exception):
@@ -353,6 +420,8 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
     # Adam is elementwise: over the stacked tensors it is K Adams (the same step count for every seed)
     optimizer = optim.Adam(leaves(params), lr=args.learning_rate,
                            **({"fused": True} if args.fused_adam else {"foreach": True}))
+    if resumed:  # each seed's Adam state, as its checkpoint gave it to its own optimizer
+        stacked_optimizer_state(optimizer, params, [(r.optimizer, r.q_network) for r in runs])
     replay = StackedReplay([r.rb for r in runs])
     updates = first.c_chain.updates if c_chain else 0
 
@@ -469,6 +538,10 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     "time/env_s": env_time[k], "time/learn_s": learn_time / num_seeds,
                     "time/act_s": (iteration_time - sum(env_time) - learn_time) / num_seeds,
                 })
+            # one --checkpoint_minutes clock for the group: its seeds save at the same step and resume together
+            clock = min(r.session.last_save_time for r in runs)
+            for r in runs:
+                r.session.last_save_time = clock
     return [r.session.run_dir for r in runs]
 
 
@@ -512,15 +585,22 @@ def update(forward, params: dict, target_params: dict, ref_params: dict, optimiz
     return td_stack, torch.stack(churn).detach() if churn else None, torch.stack(q_mean)
 
 
-def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], Optional[list[str]], list[str]]:
-    """--seeds S [S ...], --run_names N [N ...] and --configs C [C ...] out of the command line; the rest is dqn.py's
-    flags."""
+def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], Optional[list[str]],
+                                               Optional[list[str]], list[str]]:
+    """--seeds S [S ...], --run_names N [N ...], --configs C [C ...] and --resume RUN [RUN ...] out of the command
+    line; the rest is dqn.py's flags."""
     seeds: list[int] = []
     names: Optional[list[str]] = None
     configs: Optional[list[str]] = None
+    resumes: Optional[list[str]] = None
     rest: list[str] = []
     target = None
     for a in argv:
+        if a == "--resume" or a.startswith("--resume="):
+            resumes = [] if resumes is None else resumes
+            resumes += [a.split("=", 1)[1]] if "=" in a else []
+            target = resumes
+            continue
         if a in ("--seeds", "--run_names", "--run-names", "--configs"):
             target = seeds if a == "--seeds" else []
             if a == "--configs":
@@ -539,15 +619,32 @@ def split_seeds(argv: Sequence[str]) -> tuple[list[int], Optional[list[str]], Op
             continue
         target = None
         rest.append(a)
-    return seeds, names, configs, rest
+    return seeds, names, configs, resumes, rest
+
+
+def resume_group(resumes: Sequence[str], rest: Sequence[str]) -> list[str]:
+    """--resume RUN [RUN ...]: each run's saved configuration and newest checkpoint (dqn.py --resume's reading, the
+    same flags allowed beside it), then the group continues in one process."""
+    resumed = []
+    for run in resumes:
+        args, curriculum, state = parse_train_args([*rest, "--resume", run], description=__doc__.splitlines()[0],
+                                                   architecture="DQN")
+        resumed.append((args, curriculum, state))
+    check_resumable_together(resumed)
+    for args, curriculum, state in resumed:
+        print_config(args, curriculum, state)  # validates everything first
+    args, curriculum, _ = resumed[0]
+    return train(args, curriculum, resumed=resumed)
 
 
 @exit_on_user_error
 def main(argv: Optional[Sequence[str]] = None) -> list[str]:
-    seeds, run_names, configs, rest = split_seeds(list(sys.argv[1:] if argv is None else argv))
+    seeds, run_names, configs, resumes, rest = split_seeds(list(sys.argv[1:] if argv is None else argv))
     flags = {a.split("=")[0].replace("-", "_") for a in rest}
-    if "__resume" in flags:
-        raise UserError(RESUME)
+    if resumes is not None:
+        if not resumes or seeds or run_names is not None or configs is not None or "__config" in flags:
+            raise UserError(RESUME)
+        return resume_group(resumes, rest)
     named = "__run_name" in flags
 
     def train_seeds(args: Args, curriculum: Curriculum, resume_state: Optional[dict]) -> list[str]:

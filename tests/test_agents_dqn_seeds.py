@@ -11,6 +11,8 @@ import copy
 import glob
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,7 +217,52 @@ def test_each_seed_is_its_dqn_run(tmp_path, data, seeds, switches):
         assert len(glob.glob(os.path.join(run, "checkpoints", "*"))) >= 3
 
 
-@pytest.mark.parametrize("flags, field", [(["--resume", "x"], "resume"), (["--redo"], "redo"),
+def _cut_copy(run: str, dst: str, step: int) -> str:
+    """A copy of `run` whose checkpoints after `step` are gone (what a kill after `step` leaves)."""
+    shutil.copytree(run, dst)
+    for f in glob.glob(os.path.join(dst, "checkpoints", "*")):
+        if int(re.search(r"step(\d+)", f).group(1)) > step:
+            os.unlink(f)
+    return dst
+
+
+@pytest.mark.long  # ~25 s: 2 seeds x (a run, two resumes)
+def test_a_group_resumes_as_each_seed_resumes_alone(tmp_path):
+    """`dqn_seeds.py --resume RUN RUN` (the launcher's group after a kill): each seed continues as `agents/dqn.py
+    --resume RUN` continues it, record by record and checkpoint by checkpoint (Adam's moments and step, C-CHAIN's
+    reference, coefficient and update count, the replay buffer, the generators); from the switch checkpoint, where
+    the envs restart anyway, the final weights are the uninterrupted group's. Checkpoints at other steps: refused."""
+    cfg = write_config(tmp_path, RUN, "run.json")
+    runs = str(tmp_path / "runs")
+    common = ["--no-progress-bar", "--no-metrics"]
+    full = dqn_seeds.main(["--config", str(cfg), "--runs_dir", runs, "--checkpoint_minutes", "0", *common,
+                           "--seeds", "4", "9", "--run_name", "full", "--save_agent_with_switch",
+                           "--save_replay_buffer"])
+    group = [_cut_copy(run, os.path.join(runs, f"group{k}"), 400) for k, run in enumerate(full)]
+    alone = [_cut_copy(run, os.path.join(runs, f"alone{k}"), 400) for k, run in enumerate(full)]
+    assert dqn_seeds.main(["--resume", *group, *common]) == group
+    for g, a, f in zip(group, alone, full):
+        dqn.main(["--resume", a, *common])
+        got = assert_same_run(g, a, differ=("run_name", "resume"))  # the paths resumed
+        assert sum(r["kind"] == "start" and r.get("resumed") for r in got) == 1
+        final = [torch.load(os.path.join(run, "checkpoints", "final__step800.cleanrl_model"), weights_only=True)
+                 for run in (g, f)]
+        assert final[0]["c_chain"]["updates"] == final[1]["c_chain"]["updates"] > 500
+        for key in ("model", "target_model"):
+            for name in final[0][key]:
+                assert torch.equal(final[0][key][name], final[1][key][name]), (key, name)
+    # a seed one checkpoint behind the other: one line, exit 2, nothing written
+    behind = [_cut_copy(full[0], os.path.join(runs, "behind0"), 400), _cut_copy(full[1], os.path.join(runs, "behind1"),
+                                                                                   300)]
+    before = [sorted(os.listdir(os.path.join(b, "checkpoints"))) for b in behind]
+    with pytest.raises(SystemExit) as e:
+        dqn_seeds.main(["--resume", *behind, *common])
+    assert e.value.code == 2
+    assert [sorted(os.listdir(os.path.join(b, "checkpoints"))) for b in behind] == before
+
+
+@pytest.mark.parametrize("flags, field", [(["--resume"], "resume"), (["--seeds", "1", "--resume", "x"], "resume"),
+                                          (["--resume", "x"], "checkpoint"), (["--redo"], "redo"),
                                           (["--seeds", "1", "1"], "seeds"), (["--seeds", "one"], "seeds"),
                                           (["--seeds", "1", "2", "--run_names", "a"], "run_names"),
                                           (["--seeds", "1", "2", "--configs", "a.json"], "configs"),

@@ -21,7 +21,7 @@ import pytest
 from continual.errors import exit_on_user_error
 from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment, run_config
-from continual.launch.queue import Queue
+from continual.launch.queue import FAILED, Queue
 from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, write
 
 # Local Ray clusters: one at a time, on one test worker.
@@ -465,13 +465,16 @@ MINATAR_DQN = {"architecture": "DQN", "backend": "MinAtar", "env_id": "MinAtar/S
                                                                        {"env_id": "MinAtar/Asterix", "steps": 200}]}}
 
 
-def _kill_group(config: str, runs: list, done) -> None:
+def _kill_group(config: str, runs: list, done, min_step: int = 0) -> None:
     """SIGKILL the agents/dqn_seeds.py process started with `config` once each of `runs` has a whole periodic
-    checkpoint (the process is this test's: its command line names the test's folder)."""
+    checkpoint at `min_step` or later (the process is this test's: its command line names the test's folder)."""
     from continual.training.checkpoint import looks_complete
 
+    def whole(run: str) -> bool:
+        return any(looks_complete(f) for f in glob.glob(os.path.join(run, "checkpoints", "periodic__*"))
+                   if int(re.search(r"step(\d+)", f).group(1)) >= min_step)
     while not done.is_set():
-        if all(any(map(looks_complete, glob.glob(os.path.join(r, "checkpoints", "periodic__*")))) for r in runs):
+        if all(map(whole, runs)):
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -529,6 +532,58 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
     agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--group_by", "c_chain", "--out",
                         str(tmp_path / "aggregate.json")])
     assert {k: g["summary"]["final"]["n"] for k, g in agg["groups"].items()} == {"c_chain=False": 2, "c_chain=True": 2}
+
+
+@pytest.mark.long  # ~60 s at load 4 (Ray, 4 grouped runs killed, 1 group and 2 single resumes)
+def test_a_later_launch_resumes_an_arms_seeds_together_when_their_checkpoints_are_at_one_step(tmp_path, ray_shutdown):
+    """Both groups killed (a session's end takes the launcher too; here --max_retries 0 reports them failed, and
+    --retry_failed launches again): the arm whose seeds' newest checkpoints are at one step resumes in one
+    agents/dqn_seeds.py --resume process, the arm whose second seed is a checkpoint behind resumes each seed alone;
+    every run ends one continuous run, no step logged twice."""
+    import threading
+
+    from continual.training.checkpoint import checkpoints_newest_first, newest_whole_step
+    from helpers.run_records import records
+
+    exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 2, "max_retries": 0,
+                                      "grid": {"seed": [1, 2], "flags": [{"name": "vanilla"},
+                                                                         {"name": "c_chain", "c_chain": True}]}})
+    folder = str(tmp_path / "f")
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    together, apart = names[0::2], names[1::2]
+    done = threading.Event()
+    killers = [threading.Thread(target=_kill_group, args=(q.config_path(arm[0]), [q.run_dir(n) for n in arm], done,
+                                                          200)) for arm in (together, apart)]
+    for k in killers:
+        k.start()
+    try:
+        assert L.main([exp, "--folder", folder, "--num_cpus", "2", "--no-aggregate"]) == 1
+    finally:
+        done.set()
+        for k in killers:
+            k.join()
+    assert all(q.status(n)["state"] == FAILED for n in names)
+
+    def keep_upto(run: str, step: int) -> None:  # what a kill before the checkpoints after `step` leaves
+        for f in checkpoints_newest_first(run):
+            if int(re.search(r"step(\d+)", f).group(1)) > step:
+                os.unlink(f)
+    for arm, behind in ((together, 0), (apart, 100)):
+        step = min(newest_whole_step(q.run_dir(n)) for n in arm)
+        assert step is not None and step >= 200
+        keep_upto(q.run_dir(arm[0]), step)
+        keep_upto(q.run_dir(arm[1]), step - behind)
+    assert L.main([exp, "--folder", folder, "--num_cpus", "2", "--retry_failed", "--no-aggregate"]) == 0
+    assert f"dqn_seeds.py --resume {q.run_dir(together[0])} {q.run_dir(together[1])}" in \
+        launches(q.log_path(together[0]))[-1]
+    for n in apart:
+        last = launches(q.log_path(n))[-1]
+        assert f"--resume {q.run_dir(n)}" in last and "dqn_seeds" not in last
+    for n in names:
+        assert q.status(n)["state"] == "done"
+        steps = [r["global_step"] for r in records(q.run_dir(n)) if r["kind"] == "iteration"]
+        assert steps == list(range(100, 401, 100)), n  # one continuous run, no step twice
 
 
 def test_seeds_per_process_needs_agents_dqn_seeds_beside_the_script(tmp_path, capsys):

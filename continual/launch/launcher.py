@@ -42,7 +42,7 @@ from continual.io import atomic_write_json
 from continual.launch import archive, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Claim, Queue
-from continual.training.checkpoint import SUFFIX, looks_complete
+from continual.training.checkpoint import SUFFIX, looks_complete, newest_whole_step
 
 SCRIPT = "continual_training_example.py"
 LOST_LIMIT = 5  # runs lost with their node, per entry and launcher, before it counts as failed
@@ -168,6 +168,7 @@ class Job:
     where: str = ""
     started: float = 0.0
     lost: int = 0
+    resumed: bool = False  # its last submission resumed checkpoints
 
     @property
     def entry(self) -> Entry:  # the one the job is known by: its log, its stop file
@@ -198,10 +199,13 @@ class Launcher:
                                                                      "*" + SUFFIX)))
 
     def argv(self, entries: Sequence[Entry]) -> list[str]:
-        """One entry: the training script, resumed from its checkpoint or started; several (fresh, of one arm):
-        agents/dqn_seeds.py beside it, each seed in the run directory its entry would have."""
-        if len(entries) == 1 and self.resumable(entries[0]):
-            return [self.script, "--resume", self.queue.run_dir(entries[0].name)]
+        """One entry: the training script, resumed from its checkpoint or started; several of one arm:
+        agents/dqn_seeds.py beside it, each seed in the run directory its entry would have, all started or all
+        resumed (their newest checkpoints at one step)."""
+        if self.resumable(entries[0]):
+            if len(entries) == 1:
+                return [self.script, "--resume", self.queue.run_dir(entries[0].name)]
+            return [seeds_script(self.script), "--resume", *(self.queue.run_dir(e.name) for e in entries)]
         for entry in entries:
             run_dir = self.queue.run_dir(entry.name)
             if os.path.lexists(run_dir):  # started, lost before its first whole checkpoint: start again, keep the remains
@@ -232,7 +236,7 @@ class Launcher:
                           f"process: its output is in {self.queue.log_path(job.entry.name)}\n")
         job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder,
                                    self.stop_path(job.entry))
-        job.started, job.where = time.time(), ""
+        job.started, job.where, job.resumed = time.time(), "", "--resume" in argv
         for e in job.entries:
             self.queue.set_status(e.name, state="running", resumed="--resume" in argv)
 
@@ -276,7 +280,12 @@ class Launcher:
             name = one.entry.name
             attempts = int(self.queue.status(name).get("attempts", 0)) + 1
             self.queue.set_status(name, attempts=attempts, returncode=rc, error=error)
-            if rc == USER_ERROR_EXIT or attempts > self.max_retries:
+            if rc == USER_ERROR_EXIT and len(job.entries) > 1 and job.resumed:
+                # a group resumed together and refused (checkpoints that were not at one step after all): each goes
+                # on alone, this attempt not counted
+                self.queue.set_status(name, attempts=attempts - 1)
+                self.submit(one)
+            elif rc == USER_ERROR_EXIT or attempts > self.max_retries:
                 self.give_up(one, error, rc)
             else:
                 self.submit(one)
@@ -333,16 +342,17 @@ class Launcher:
         if isinstance(claim, bool):
             return claim
         members, claims = [entry], [claim]
-        if size > 1 and "seed" in entry.config and not self.resumable(entry):
-            # seeds_per_process: the other pending entries of its arm that start afresh (agents/dqn_seeds.py does not
-            # resume: an entry with a checkpoint goes on alone)
+        if size > 1 and "seed" in entry.config:
+            # seeds_per_process: the other pending entries of its arm that start afresh, or, for an entry with a
+            # checkpoint, those whose newest checkpoint is at its step (agents/dqn_seeds.py --resume)
+            step = newest_whole_step(self.queue.run_dir(entry.name)) if self.resumable(entry) else None
             running = self.running()
             for other in self.entries:
                 if len(members) == size:
                     break
                 if other.name in running or self.arm[other.name] != self.arm[entry.name] or \
                         other.config.get("seed") in {None, *(m.config["seed"] for m in members)} or self.settled(other) or \
-                        self.resumable(other):
+                        (newest_whole_step(self.queue.run_dir(other.name)) if self.resumable(other) else None) != step:
                     continue
                 claim = self.try_claim(other)
                 if isinstance(claim, Claim):

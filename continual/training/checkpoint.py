@@ -235,6 +235,12 @@ def latest_checkpoint(run_dir: str) -> str:
     return files[0]
 
 
+def newest_whole_step(run_dir: str) -> Optional[int]:
+    """The step of the newest checkpoint of `run_dir` that looks whole (`looks_complete`): the one --resume takes,
+    unless it is damaged inside (None: no such checkpoint)."""
+    return next((_step_of(f) for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
+
+
 def _step_of(path: str) -> int:
     m = re.search(r"step(\d+)", os.path.basename(path))
     return int(m.group(1)) if m else -1
