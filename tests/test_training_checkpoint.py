@@ -29,3 +29,18 @@ def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
 
 def test_startup_has_no_copy():
     assert not hasattr(startup, "run_dir_of")
+
+
+def test_newest_whole_step_skips_files_that_are_not_whole_archives(tmp_path):
+    # the launcher groups resumed DQN seeds by this step: the newest checkpoint that looks whole, by step not by name
+    run = str(tmp_path / "run")
+    assert ckpt_lib.newest_whole_step(run) is None
+    os.makedirs(ckpt_lib.checkpoint_dir(run))
+    for name in ("periodic__step900", "switch__a__step1000", "interrupted__step1200"):
+        ckpt_lib.save_checkpoint(os.path.join(ckpt_lib.checkpoint_dir(run), name + ckpt_lib.SUFFIX), {"global_step": 1})
+    assert ckpt_lib.newest_whole_step(run) == 1200
+    with open(os.path.join(ckpt_lib.checkpoint_dir(run), "periodic__step1300" + ckpt_lib.SUFFIX), "wb") as f:
+        f.write(b"PK\x03\x04 cut short")  # a write cut by a kill
+    assert ckpt_lib.newest_whole_step(run) == 1200
+    os.unlink(os.path.join(ckpt_lib.checkpoint_dir(run), "interrupted__step1200" + ckpt_lib.SUFFIX))
+    assert ckpt_lib.newest_whole_step(run) == 1000
