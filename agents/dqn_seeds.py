@@ -30,7 +30,7 @@ alone).
 
 Resuming: `python agents/dqn_seeds.py --resume RUN [RUN ...]` continues K runs of one configuration but for the
 seed whose newest checkpoints are at one step (the group's checkpoints are: one --checkpoint_minutes clock for all,
-and a signal stops all at one step) in one process, each as `agents/dqn.py --resume RUN` continues it alone, bit for
+read once an iteration, and a signal stops all at one step) in one process, each as `agents/dqn.py --resume RUN` continues it alone, bit for
 bit; runs at different steps are refused in one line (resume each alone).
 
 Not batched (refused in one line): the plasticity methods and network options, shrink & perturb, the optimizer reset
@@ -424,6 +424,7 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         stacked_optimizer_state(optimizer, params, [(r.optimizer, r.q_network) for r in runs])
     replay = StackedReplay([r.rb for r in runs])
     updates = first.c_chain.updates if c_chain else 0
+    minutes = [r.session.hand_over_checkpoint_clock() for r in runs][0]
 
     def sync_seeds(grads: Optional[list]) -> None:
         """Each seed's own networks, optimizer and C-CHAIN state from the shared ones, before its session logs,
@@ -527,6 +528,12 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                      for k in range(num_seeds)] if leaves(params)[0].grad is not None else None
             sync_seeds(grads)
             iteration_time = time.time() - t_iteration
+            # one --checkpoint_minutes clock for the group, read once: its seeds save at the same step and resume
+            # together (since the last checkpoint of any kind, as each session's own clock)
+            if minutes and time.monotonic() - min(r.session.last_save_time for r in runs) >= 60.0 * minutes:
+                for r in runs:
+                    if not r.session.checkpoint_requested:
+                        r.session.request_checkpoint(f"periodic__step{global_step}")
             for k, r in enumerate(runs):
                 r.ext.observe({"obs": torch.stack(seen[k]).to(device)})  # the monitor's probe (its generator's draw)
                 check_parameters(r.q_network, global_step)
@@ -538,10 +545,6 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
                     "time/env_s": env_time[k], "time/learn_s": learn_time / num_seeds,
                     "time/act_s": (iteration_time - sum(env_time) - learn_time) / num_seeds,
                 })
-            # one --checkpoint_minutes clock for the group: its seeds save at the same step and resume together
-            clock = min(r.session.last_save_time for r in runs)
-            for r in runs:
-                r.session.last_save_time = clock
     return [r.session.run_dir for r in runs]
 
 

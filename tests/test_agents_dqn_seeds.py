@@ -261,6 +261,17 @@ def test_a_group_resumes_as_each_seed_resumes_alone(tmp_path):
     assert [sorted(os.listdir(os.path.join(b, "checkpoints"))) for b in behind] == before
 
 
+def test_a_groups_seeds_checkpoint_on_one_clock(tmp_path):
+    """--checkpoint_minutes in a group: every seed's periodic checkpoints at the same steps (so that a kill leaves
+    checkpoints the group can resume together), though each seed's session started its clock at its own time."""
+    cfg = write_config(tmp_path, {**RUN, "checkpoint_every": 0, "keep_checkpoints": 100}, "run.json")
+    runs = dqn_seeds.main(["--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar",
+                           "--no-metrics", "--checkpoint_minutes", "0.003", "--seeds", "4", "9", "--run_name", "g"])
+    steps = [sorted(int(re.search(r"step(\d+)", f).group(1))
+                    for f in glob.glob(os.path.join(run, "checkpoints", "periodic__*"))) for run in runs]
+    assert steps[0] == steps[1] and len(steps[0]) >= 2, steps
+
+
 @pytest.mark.parametrize("flags, field", [(["--resume"], "resume"), (["--seeds", "1", "--resume", "x"], "resume"),
                                           (["--resume", "x"], "checkpoint"), (["--redo"], "redo"),
                                           (["--seeds", "1", "1"], "seeds"), (["--seeds", "one"], "seeds"),

@@ -339,6 +339,13 @@ class RunSession:
     def checkpoint_requested(self) -> bool:
         return bool(self._checkpoint_requests)
 
+    def hand_over_checkpoint_clock(self) -> float:
+        """Turn this session's --checkpoint_minutes clock off and return its minutes, for a caller that keeps one
+        clock for several sessions (agents/dqn_seeds.py: its seeds checkpoint at the same step) and requests their
+        periodic checkpoints itself; --checkpoint_every stays the session's."""
+        minutes, self._periodic.minutes = self._periodic.minutes, 0.0
+        return minutes
+
     def flush_checkpoints(self) -> None:
         while self._checkpoint_requests:
             self.save(self._checkpoint_requests.pop(0))
