@@ -23,7 +23,7 @@ COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "
 MODS = ["", "all_white_cars", "stop_all_cars", "vary_car_speeds"]
 
 
-def _run(folder, name, label, seed, scores, total=1000, last=1000, greedy=False):
+def _run(folder, name, label, seed, scores, total=1000, last=1000, greedy=False, training=("",)):
     d = os.path.join(folder, "runs", name)
     os.makedirs(d)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -33,7 +33,8 @@ def _run(folder, name, label, seed, scores, total=1000, last=1000, greedy=False)
         w.writeheader()
         for step in (0, last):
             for m, v in scores.items():
-                w.writerow({"step": step, "modification": m, "slug": m or "no_modif", "split": "curriculum",
+                w.writerow({"step": step, "modification": m, "slug": m or "no_modif",
+                            "split": "curriculum" if m in training else "heldout",
                             "episodes": 21, "mean": v if step == last else 0.0, "std": 1.0, "min": 0, "max": 40,
                             "mean_length": 2050.0, "seconds": 1.0, "greedy": greedy, "success_rate": ""})
 
@@ -193,7 +194,8 @@ def test_a_constant_action_baseline_is_a_row_of_its_own(folder, tmp_path, capsys
 def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
     """Per curriculum, the mean over runs of each run's training return in its last 20,480 steps (episodes at
     steps in (end - 20,480, end]; one just outside is left out), its t interval and its lowest run; with a
-    baseline, how many runs' unmodified evaluation beats the no-agent score."""
+    baseline, how many runs' unmodified evaluation beats the no-agent score, and how many runs' training return
+    beats the no-agent score under their own training strings (two JSONs, their modifications together)."""
     folder = str(tmp_path / "exp")
     rng = np.random.default_rng(3)
     ends = {}
@@ -207,21 +209,43 @@ def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
                 f.write(json.dumps({"kind": "episode", "global_step": step, "modification": "", "return": ret,
                                     "length": 2048}) + "\n")
         ends[seed] = sum(r for _, r in inside) / len(inside)
-    reflex = tmp_path / "reflex.json"
+    # a curriculum trained on two strings: its bar is the no-agent mean over them, (25 + 30) / 2 = 27.5
+    for seed, ret in ((5, 27.0), (6, 28.0)):
+        name = f"{seed:03d}_seed={seed}"
+        _run(folder, name, "speeds", seed, {"": 24.0, "stop_all_cars": 5.0, "vary_car_speeds": 26.0}, total=40960,
+             last=40960, training=("", "vary_car_speeds"))
+        with open(os.path.join(folder, "runs", name, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"kind": "episode", "global_step": 40000, "modification": "", "return": ret,
+                                "length": 2048}) + "\n")
+    reflex, training = tmp_path / "reflex.json", tmp_path / "training.json"
     reflex.write_text(json.dumps({"constant_action": 1, "results": [
         {"modification": m, "episodes": 21, "mean": v} for m, v in (("", 25.0), ("stop_all_cars", 41.0))]}))
     got = robustness.report(folder, seed_table=None, baseline=str(reflex))
-    assert [r["training_return"] for r in got["runs"]] == pytest.approx([ends[s] for s in range(1, 5)])
+    assert [r["training_return"] for r in got["runs"]] == pytest.approx([ends[s] for s in range(1, 5)] + [27.0, 28.0])
     mean, lo, hi = _t([ends[s] for s in range(1, 5)])
     line = [x for x in got["markdown"] if x.startswith("- unmodified: ")]
+    beat = sum(v > 25.0 for v in ends.values())
     assert line == [f"- unmodified: {mean:.1f} [{lo:.1f}, {hi:.1f}] (t, n=4), lowest {min(ends.values()):.1f}; "
-                    f"2 of 4 runs beat it"], line  # unmodified 22, 24, 26, 28 against 25
+                    f"2 of 4 runs beat it; the no-agent score under its training strings 25.0, beaten by the "
+                    f"training return of {beat} of 4 runs"], line  # unmodified 22, 24, 26, 28 against 25
+    # vary_car_speeds not measured: the unmodified score stands in, and the line says so
+    assert [x for x in got["markdown"] if x.startswith("- speeds: ")][0].endswith(
+        "the no-agent score under its training strings 25.0 (unmodified: not all its strings measured), beaten by "
+        "the training return of 2 of 2 runs")
+    training.write_text(json.dumps({"constant_action": 1, "results": [
+        {"modification": "vary_car_speeds", "episodes": 21, "mean": 30.0}]}))
+    got = robustness.report(folder, seed_table=None, baseline=[str(reflex), str(training)])
+    assert got["baseline"]["scores"] == {"": 25.0, "stop_all_cars": 41.0, "vary_car_speeds": 30.0}
+    assert [x for x in got["markdown"] if x.startswith("- speeds: ")][0].endswith(
+        "the no-agent score under its training strings 27.5, beaten by the training return of 1 of 2 runs")
+    assert "006_seed=6" not in got["learned"]["left_out"] and "005_seed=5" in got["learned"]["left_out"]
     assert any("beats the no-agent row's 25.0" in x for x in got["markdown"])
     # the per-run table: each run's training return and its scores, in the report's column order
+    assert got["columns"] == ["", "stop_all_cars", "vary_car_speeds"]
     for r in got["runs"]:
-        row = [x for x in got["markdown"] if x.startswith(f"| {r['run']} | unmodified | ")]
-        assert row == [f"| {r['run']} | unmodified | {r['training_return']:.1f} | {r['scores']['']:.1f} | "
-                       f"{r['scores']['stop_all_cars']:.1f} |"], row
+        row = [x for x in got["markdown"] if x.startswith(f"| {r['run']} | {r['label']} | ")]
+        cells = " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in got["columns"])
+        assert row == [f"| {r['run']} | {r['label']} | {r['training_return']:.1f} | {cells} |"], row
 
 
 def test_a_declared_variant_is_a_second_table_from_each_runs_eval_json(folder, tmp_path, capsys):

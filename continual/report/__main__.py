@@ -37,8 +37,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--out", help="write report.md, report.json and the figures here")
     p.add_argument("--seed-table", default="freeway", help="robustness: the seed project's numbers to print beside "
                    "ours ('none' for none)")
-    p.add_argument("--baseline", help="robustness: eval.py's JSON of a --constant_action evaluation under the same "
-                   "modifications, printed as a row of its own (what a policy that ignores the screen scores)")
+    p.add_argument("--baseline", nargs="+", help="robustness: eval.py's JSON(s) of a --constant_action evaluation "
+                   "under the same modifications, printed as a row of its own (what a policy that ignores the screen "
+                   "scores); the learned check reads it under each run's training strings")
     p.add_argument("--variant", help="robustness: a folder of eval.py JSONs, one per run (<run>.json), of a declared "
                    "evaluation variant (e.g. greedy games), shown as a second table without a claim")
     p.add_argument("--post-hoc", help="robustness: as --variant, for an evaluation added after the experiment "
