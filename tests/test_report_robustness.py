@@ -152,6 +152,23 @@ def test_seed_table_is_the_seeds_export():
     assert round(np.mean(seed["baseline"][""]), 1) == 32.7 and len(seed["baseline"][""]) == 5
 
 
+def test_the_seeds_runs_are_printed_one_by_one(folder):
+    """Beside its means, each of the seed's runs (its W&B name, group, every column): the values the means are over,
+    and the bimodal columns they hide (stop_all_cars, trained on colours: 0.0 in one run, 40.0 in another)."""
+    path, _ = folder
+    runs = robustness.load_seed_runs("freeway")
+    table = robustness.load_seed_table("freeway")
+    assert len(runs) == sum(len(v[""]) for v in table.values()) == 20
+    for label, cells in table.items():
+        for m, values in cells.items():
+            assert sorted(r["scores"][m] for r in runs if r["label"] == label and m in r["scores"]) == sorted(values)
+    md = robustness.report(path)["markdown"]
+    rows = [x for x in md if x.startswith("| Freeway-v5_")]
+    assert len(rows) == 20
+    stopped = sorted(r["scores"]["stop_all_cars"] for r in runs if r["label"] == "colours")
+    assert stopped[0] == 0.0 and stopped[-1] > 39.0
+
+
 def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         report_main(["robustness", str(tmp_path)])

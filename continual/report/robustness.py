@@ -81,6 +81,15 @@ def load_seed_table(name: str) -> dict:
     return out
 
 
+def load_seed_runs(name: str) -> list[dict]:
+    """The seed's runs one by one: [{"label", "run" (its W&B name), "scores": {modification: mean}}], "" its
+    training script's post-training evaluation: a mean over 5 runs hides a column that is 0 in some and ~40 in others."""
+    with open(os.path.join(DATA, SEED_TABLES[name]), encoding="utf-8") as f:
+        data = json.load(f)
+    return [{"label": label, "run": r["name"], "scores": {"": r["training_final_reward"], **r["eval"]}}
+            for label, group in SEED_GROUPS.items() for r in data["groups"][group]["runs"]]
+
+
 def run_scores(run_dir: str) -> Optional[dict]:
     """One finished run: its label, seed, protocol and {modification: mean return at the last evaluation step}."""
     read = read_run_table(run_dir)
@@ -243,7 +252,7 @@ def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
              pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None, extras: Sequence[tuple] = (),
-             learned_pairs: Optional[dict] = None) -> list[str]:
+             learned_pairs: Optional[dict] = None, seed_runs: Sequence[dict] = ()) -> list[str]:
     """`extras`: (key, heading, loaded variant, its columns, its cells by label); `learned_pairs`: the differences
     over the runs that learned, {"left_out", "intervals": {(x, y): {modification: interval}}}."""
     greedy = sorted({g for r in runs for g in r["greedy"]})
@@ -328,6 +337,13 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         end = "" if r.get("training_return") is None else f"{r['training_return']:.1f}"
         lines.append(f"| {r['run']} | {r['label']} | {end} | "
                      + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
+    if seed_runs:
+        lines += ["", "The seed's runs one by one (its W&B run names; unmodified: its post-training evaluation):", "",
+                  "| seed run | trained on (seed) | " + " | ".join(m or "unmodified" for m in columns) + " |",
+                  "|---|---|" + "---|" * len(columns)]
+        for r in seed_runs:
+            lines.append(f"| {r['run']} | {r['label']} | "
+                         + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
     return lines
 
 
@@ -385,7 +401,8 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         if extra is not None:
             shown = evaluated(extra["runs"], columns)
             extras.append((key, kind, extra, shown, summarize(extra["runs"], shown)))
-    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs)
+    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs,
+                     load_seed_runs(seed_table) if seed_table else ())
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
