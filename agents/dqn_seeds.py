@@ -28,10 +28,11 @@ copies, refreshed from the stacked tensors at the end of every iteration, before
 checkpoints: a seed's checkpoint is a dqn.py checkpoint (python agents/dqn.py --resume <its run> continues that seed
 alone).
 
-Resuming: `python agents/dqn_seeds.py --resume RUN [RUN ...]` continues K runs of one configuration but for the
-seed whose newest checkpoints are at one step (the group's checkpoints are: one --checkpoint_minutes clock for all,
-read once an iteration, and a signal stops all at one step) in one process, each as `agents/dqn.py --resume RUN` continues it alone, bit for
-bit; runs at different steps are refused in one line (resume each alone).
+Resuming: `python agents/dqn_seeds.py --resume RUN [RUN ...]` continues, in one process, K runs of one configuration
+but for the seed whose newest checkpoints are at one step, each as `agents/dqn.py --resume RUN` continues it alone,
+bit for bit; runs at different steps are refused in one line (resume each alone). A group's own checkpoints are at
+one step: one --checkpoint_minutes clock for all its seeds, read once an iteration, and a signal stops all at one
+step.
 
 Not batched (refused in one line): the plasticity methods and network options, shrink & perturb, the optimizer reset
 at switches. The extension hooks dqn.py calls every update
