@@ -49,8 +49,36 @@ def test_quotas_and_returns_match_a_plain_gymnasium_loop():
     assert sorted(result.returns) == sorted(reference_returns(11, 3, 7))
     assert result.lengths == [int(r) for r in result.returns]
     row = result.row()
-    assert row["episodes"] == 7 and "success_rate" not in row
+    assert row["episodes"] == 7 and "success_rate" not in row and "action_share" not in row
     assert row["mean"] == np.mean(result.returns)
+
+
+def test_action_shares_are_a_plain_loops_tally_over_the_counted_games():
+    # count_actions (eval.py --action_shares): each action's share of the steps of the games the result counts, as a
+    # plain gymnasium loop over the same seeds tallies them (env 0 plays one game more than the others)
+    def lean(x: torch.Tensor) -> torch.Tensor:  # push towards the pole's lean
+        return (x[:, 2] > 0).long()
+    args = Args(env_id="CartPole-v1", backend="Gymnasium")
+    envs = make_vector_env(EnvSettings.from_args(args, episodic_life=False), 3, "", "sync")
+    try:
+        result = evaluate(lean, envs, 7, CPU, seed=5, count_actions=True)
+    finally:
+        envs.close()
+    tally = np.zeros(2, dtype=np.int64)
+    for i in range(3):
+        quota = -(-7 // 3) - (1 if i >= 7 % 3 else 0)
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=5 + i)
+        while quota:
+            a = int(obs[2] > 0)
+            tally[a] += 1
+            obs, _, term, trunc, _ = env.step(a)
+            if term or trunc:
+                quota -= 1
+                obs, _ = env.reset()
+        env.close()
+    assert result.action_counts == tally.tolist() and sum(tally) == sum(result.lengths)
+    assert result.row()["action_share"] == [c / tally.sum() for c in tally]
 
 
 def goal_envs(num_envs: int = 2):

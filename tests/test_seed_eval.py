@@ -146,10 +146,11 @@ def test_eval_constant_action_is_a_reflex_baseline_under_the_runs_env(run, tmp_p
     out = str(tmp_path / "always_right")
     proc = run_main("eval.py", "--agent_path", run_dir, "--constant_action", "1", "--eval_episodes", "3",
                     "--num_envs", "3", "--seed", "7", "--modifs", "", "gravity=15", "--output", out,
-                    "--no-progress-bar")
+                    "--no-progress-bar", "--action_shares")
     assert "with the constant action 1, not the agent's" in proc.stdout
     result = json.load(open(out + ".json"))
     assert result["constant_action"] == 1
+    assert [row["action_share"] for row in result["results"]] == [[0.0, 1.0]] * 2  # --action_shares
     for row, gravity in zip(result["results"], (9.8, 15.0)):
         expected = []
         for i in range(3):

@@ -68,6 +68,9 @@ class EvalArgs:
     constant_action: Optional[int] = None
     """play this action every step instead of the agent's (a reflex baseline, e.g. Freeway's UP = 1), under the
     run's own env settings; the network is loaded and checked but does not act"""
+    action_shares: bool = False
+    """also record the share of each action taken in the evaluated games (a discrete action space; column
+    action_share): a policy that drifted off an action shows here, e.g. Freeway's UP"""
     seed: int = 1
     """seed of the evaluation envs (env i gets seed+i)"""
     capture_video: bool = False
@@ -120,10 +123,13 @@ def load_policy(state: dict, obs_space, action_space, device: torch.device, agen
 
 def print_table(rows: list[dict]) -> None:
     her = [k for k in ("success_rate", "goal_distance") if k in rows[0]]  # HER agents
-    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", "mean_length", *her],
+    shares = ["action_share"] if "action_share" in rows[0] else []
+    console.print_table("evaluation", ["modification", "episodes", "mean", "std", "min", "max", "mean_length", *her,
+                                       *shares],
                         [[r["modification"] or "(none)", r["episodes"],
                           *(f"{r[k]:.2f}" for k in ("mean", "std", "min", "max")), f"{r['mean_length']:.1f}",
-                          *(f"{r[k]:.2f}" for k in her)] for r in rows])
+                          *(f"{r[k]:.2f}" for k in her),
+                          *(" ".join(f"{x:.3f}" for x in r[k]) for k in shares)] for r in rows])
     print(cap_line(rows))
 
 
@@ -216,6 +222,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
         if args.constant_action is not None and not (isinstance(space, gym.spaces.Discrete)
                                                      and 0 <= args.constant_action < space.n):
             raise UserError(f"constant_action: {args.constant_action} is no action of {env_id} ({space})")
+        if args.action_shares and not isinstance(space, gym.spaces.Discrete):
+            raise UserError(f"action_shares: {env_id}'s actions are not discrete ({space})")
         print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
               + ("" if args.constant_action is None else f" with the constant action {args.constant_action}, not "
                  "the agent's")
@@ -233,7 +241,7 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
                     envs.switch(m)
                 # HER checkpoints play goal-conditioned with their goal setup; the row adds the success rate
                 result: EvalResult = evaluate(act, envs, args.eval_episodes, device, seed=args.seed,
-                                              on_episode=lambda: bar.update(1))
+                                              on_episode=lambda: bar.update(1), count_actions=args.action_shares)
                 rows.append(result.row())
     finally:
         if bar is not None:

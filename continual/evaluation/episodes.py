@@ -24,6 +24,7 @@ class EvalResult:
     distances: Optional[list[float]] = None
     max_episode_steps: Optional[int] = None  # the cap the games were played under (None: whole games)
     capped: int = 0  # games cut short by that cap (a time-limit truncation, not the game's own end)
+    action_counts: Optional[list[int]] = None  # count_actions: each discrete action's count over the counted games
 
     def row(self) -> dict:
         r = np.asarray(self.returns, dtype=np.float64)
@@ -34,17 +35,22 @@ class EvalResult:
         if self.successes is not None:
             row["success_rate"] = float(np.nanmean(self.successes))
             row["goal_distance"] = float(np.nanmean(self.distances))
+        if self.action_counts is not None:
+            total = max(sum(self.action_counts), 1)
+            row["action_share"] = [c / total for c in self.action_counts]
         return row
 
 
 @torch.no_grad()
 def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episodes: int, device: torch.device,
              seed: Optional[int], max_steps: int = 10_000_000,
-             on_episode: Optional[Callable[[], None]] = None) -> EvalResult:
+             on_episode: Optional[Callable[[], None]] = None, count_actions: bool = False) -> EvalResult:
     """Run until every env has finished its quota of episodes (ceil(episodes / num_envs), the last ones trimmed),
     so short episodes are not over-represented. `act(obs)` maps a batch of observations to actions; on a goal env
     it is called as `act(obs, goals)`. `on_episode` is called once per counted episode (a progress bar). The result
-    carries the envs' step cap (`envs.max_episode_steps`) and how many games it cut short."""
+    carries the envs' step cap (`envs.max_episode_steps`) and how many games it cut short; `count_actions` (a
+    discrete action space): how often each action was taken in the games it counts (a policy that drifted off an
+    action shows here, e.g. Freeway's UP)."""
     goal_env = isinstance(envs.single_observation_space, gym.spaces.Dict)
     n = envs.num_envs
     quota = [math.ceil(episodes / n) - (1 if i >= episodes % n and episodes % n else 0) for i in range(n)]
@@ -52,13 +58,18 @@ def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episode
     outcome: dict[int, tuple[float, float]] = {}
     obs, _ = envs.reset(seed=seed)
     steps = 0
+    counts = np.zeros(envs.single_action_space.n, dtype=np.int64) if count_actions else None
     while any(len(d) < q for d, q in zip(done_eps, quota)):
         if goal_env:
             goals = torch.as_tensor(np.asarray(obs["goal"], np.float32), device=device)
             actions = act(torch.as_tensor(obs["obs"], device=device), goals)
         else:
             actions = act(torch.as_tensor(obs, device=device))
-        obs, _, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+        actions = actions.cpu().numpy()
+        if counts is not None:  # the envs still playing a counted game
+            playing = np.array([len(d) < q for d, q in zip(done_eps, quota)])
+            counts += np.bincount(actions[playing], minlength=len(counts))
+        obs, _, terminations, truncations, infos = envs.step(actions)
         for i, ok, dist in episode_outcomes(infos):
             outcome[i] = (ok, dist)
         for i, ret, length in episode_stats(infos):
@@ -74,7 +85,8 @@ def evaluate(act: Callable[..., torch.Tensor], envs: ContinualVectorEnv, episode
     cap = getattr(envs, "max_episode_steps", None)
     return EvalResult(envs.modification, [e[0] for e in flat], [e[1] for e in flat],
                       [e[2] for e in flat] if goal_env else None, [e[3] for e in flat] if goal_env else None,
-                      max_episode_steps=cap, capped=sum(e[4] for e in flat) if cap is not None else 0)
+                      max_episode_steps=cap, capped=sum(e[4] for e in flat) if cap is not None else 0,
+                      action_counts=counts.tolist() if counts is not None else None)
 
 
 def agent_policy(agent: torch.nn.Module, greedy: bool = False) -> Callable[..., torch.Tensor]:
