@@ -284,7 +284,8 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         for name in ("frames", "actions", "rewards", "terminated", "valid", "pos"):
             getattr(self, name)[...] = state[name].numpy()
-        if self.binary and state["frames"].dtype != torch.bool and not np.array_equal(self.frames, state["frames"].numpy()):
+        if self.binary and state["frames"].dtype != torch.bool and \
+                not np.array_equal(self.frames, state["frames"].numpy()):
             raise TrainingError("replay buffer: the checkpoint's observations are not 0/1 (a buffer of bools)")
         self.added = int(state["added"])
         self.fresh[:] = True  # the envs were reset by the resume

@@ -80,6 +80,7 @@ from continual.methods import add_continual
 from continual.plasticity.c_chain import CChain, q_churn
 from continual.plasticity.diagnostics import PlasticityMonitor
 from continual.training import checkpoint as ckpt_lib
+from continual.training.callbacks import CheckpointCallback
 from continual.training.guards import check_losses, check_parameters
 from continual.training.rewards import RewardScaler
 from continual.training.startup import (
@@ -425,7 +426,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
         stacked_optimizer_state(optimizer, params, [(r.optimizer, r.q_network) for r in runs])
     replay = StackedReplay([r.rb for r in runs])
     updates = first.c_chain.updates if c_chain else 0
-    minutes = [r.session.hand_over_checkpoint_clock() for r in runs][0]
+    minutes = first.session.checkpoint_minutes_off()
+    for r in runs[1:]:
+        r.session.checkpoint_minutes_off()
 
     def sync_seeds(grads: Optional[list]) -> None:
         """Each seed's own networks, optimizer and C-CHAIN state from the shared ones, before its session logs,
@@ -531,10 +534,9 @@ def train(args: Args, curriculum: Curriculum, resume_state: Optional[dict] = Non
             iteration_time = time.time() - t_iteration
             # one --checkpoint_minutes clock for the group, read once: its seeds save at the same step and resume
             # together (since the last checkpoint of any kind, as each session's own clock)
-            if minutes and time.monotonic() - min(r.session.last_save_time for r in runs) >= 60.0 * minutes:
+            if CheckpointCallback.due_by_time(min(r.session.last_save_time for r in runs), minutes):
                 for r in runs:
-                    if not r.session.checkpoint_requested:
-                        r.session.request_checkpoint(f"periodic__step{global_step}")
+                    CheckpointCallback.request(r.session)
             for k, r in enumerate(runs):
                 r.ext.observe({"obs": torch.stack(seen[k]).to(device)})  # the monitor's probe (its generator's draw)
                 check_parameters(r.q_network, global_step)

@@ -11,7 +11,6 @@ import copy
 import glob
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +24,7 @@ import torch
 from agents import dqn, dqn_seeds
 from conftest import ROOT, write_config
 from continual.plasticity.c_chain import CChain, Schedule
+from continual.training.checkpoint import step_of
 from helpers import corridor_envs  # noqa: F401  (registers Corridor-v0)
 from helpers.run_records import assert_same_run, records
 
@@ -221,7 +221,7 @@ def _cut_copy(run: str, dst: str, step: int) -> str:
     """A copy of `run` whose checkpoints after `step` are gone (what a kill after `step` leaves)."""
     shutil.copytree(run, dst)
     for f in glob.glob(os.path.join(dst, "checkpoints", "*")):
-        if int(re.search(r"step(\d+)", f).group(1)) > step:
+        if step_of(f) > step:
             os.unlink(f)
     return dst
 
@@ -267,7 +267,7 @@ def test_a_groups_seeds_checkpoint_on_one_clock(tmp_path):
     cfg = write_config(tmp_path, {**RUN, "checkpoint_every": 0, "keep_checkpoints": 100}, "run.json")
     runs = dqn_seeds.main(["--config", str(cfg), "--runs_dir", str(tmp_path / "runs"), "--no-progress-bar",
                            "--no-metrics", "--checkpoint_minutes", "0.003", "--seeds", "4", "9", "--run_name", "g"])
-    steps = [sorted(int(re.search(r"step(\d+)", f).group(1))
+    steps = [sorted(step_of(f)
                     for f in glob.glob(os.path.join(run, "checkpoints", "periodic__*"))) for run in runs]
     assert steps[0] == steps[1] and len(steps[0]) >= 2, steps
 

@@ -22,6 +22,7 @@ from continual.errors import exit_on_user_error
 from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment, run_config
 from continual.launch.queue import FAILED, Queue
+from continual.training.checkpoint import step_of
 from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, write
 
 # Local Ray clusters: one at a time, on one test worker.
@@ -472,7 +473,7 @@ def _kill_group(config: str, runs: list, done, min_step: int = 0) -> None:
 
     def whole(run: str) -> bool:
         return any(looks_complete(f) for f in glob.glob(os.path.join(run, "checkpoints", "periodic__*"))
-                   if int(re.search(r"step(\d+)", f).group(1)) >= min_step)
+                   if step_of(f) >= min_step)
     while not done.is_set():
         if all(map(whole, runs)):
             for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -567,7 +568,7 @@ def test_a_later_launch_resumes_an_arms_seeds_together_when_their_checkpoints_ar
 
     def keep_upto(run: str, step: int) -> None:  # what a kill before the checkpoints after `step` leaves
         for f in checkpoints_newest_first(run):
-            if int(re.search(r"step(\d+)", f).group(1)) > step:
+            if step_of(f) > step:
                 os.unlink(f)
     for arm, behind in ((together, 0), (apart, 100)):
         step = min(newest_whole_step(q.run_dir(n)) for n in arm)

@@ -42,7 +42,7 @@ from continual.io import atomic_write_json
 from continual.launch import archive, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Claim, Queue
-from continual.training.checkpoint import SUFFIX, looks_complete, newest_whole_step
+from continual.training.checkpoint import newest_whole_step
 
 SCRIPT = "continual_training_example.py"
 LOST_LIMIT = 5  # runs lost with their node, per entry and launcher, before it counts as failed
@@ -192,11 +192,14 @@ class Launcher:
                     **{k: v for k, v in os.environ.items() if k.startswith("WANDB_")}}
 
     # --- one entry ---------------------------------------------------------------------------------------------
+    def resume_step(self, entry: Entry) -> Optional[int]:
+        """The step its newest whole checkpoint is at, None for an entry that starts afresh. Damaged files (a full
+        disk, a partial copy) are not bad input: resume from the newest whole checkpoint (the run skips newer corrupt
+        ones itself); with none whole, start again."""
+        return newest_whole_step(self.queue.run_dir(entry.name))
+
     def resumable(self, entry: Entry) -> bool:
-        # damaged files (a full disk, a partial copy) are not bad input: resume from the newest whole checkpoint (the
-        # run skips newer corrupt ones itself); with none whole, start again
-        return any(looks_complete(f) for f in glob.glob(os.path.join(self.queue.run_dir(entry.name), "checkpoints",
-                                                                     "*" + SUFFIX)))
+        return self.resume_step(entry) is not None
 
     def argv(self, entries: Sequence[Entry]) -> list[str]:
         """One entry: the training script, resumed from its checkpoint or started; several of one arm:
@@ -345,14 +348,14 @@ class Launcher:
         if size > 1 and "seed" in entry.config:
             # seeds_per_process: the other pending entries of its arm that start afresh, or, for an entry with a
             # checkpoint, those whose newest checkpoint is at its step (agents/dqn_seeds.py --resume)
-            step = newest_whole_step(self.queue.run_dir(entry.name)) if self.resumable(entry) else None
+            step = self.resume_step(entry)
             running = self.running()
             for other in self.entries:
                 if len(members) == size:
                     break
                 if other.name in running or self.arm[other.name] != self.arm[entry.name] or \
                         other.config.get("seed") in {None, *(m.config["seed"] for m in members)} or self.settled(other) or \
-                        (newest_whole_step(self.queue.run_dir(other.name)) if self.resumable(other) else None) != step:
+                        self.resume_step(other) != step:
                     continue
                 claim = self.try_claim(other)
                 if isinstance(claim, Claim):

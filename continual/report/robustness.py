@@ -1,8 +1,8 @@
 """Robustness report: agents trained on different curricula of modifications, evaluated at the end of training under
 every modification of a table (the seed project's own experiment, continual_hackatari's `data/eval_data.csv`).
 
-    python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway] [--baseline JSON [JSON ...]]
-                                                                        [--variant FOLDER] [--post-hoc FOLDER]
+    python -m continual.report robustness EXPERIMENT_FOLDER --out DIR [--seed-table freeway]
+        [--baseline JSON [JSON ...]] [--variant FOLDER] [--post-hoc FOLDER]
 
 Runs. Every run directory under EXPERIMENT_FOLDER/runs with an `eval_table.csv` and a `config.json`; a run is
 grouped by its config's `exp_name` (the training curriculum's label, set per arm by the experiment file) and counted
@@ -65,29 +65,27 @@ SEED_GROUPS = {"baseline": "Freeway-v5 baseline", "colours": "Freeway-v5 Colors"
                "colours + vary_cars_speeds (typo: colours)": "Freeway-v5 Colors and vary_car_speeds"}
 
 
-def load_seed_table(name: str) -> dict:
-    """The seed's per-run numbers: {group label: {modification: [values per run]}}, "" = the training script's
-    post-training evaluation on the unmodified game (its FinalReward)."""
-    with open(os.path.join(DATA, SEED_TABLES[name]), encoding="utf-8") as f:
-        data = json.load(f)
-    out: dict[str, dict[str, list[float]]] = {}
-    for label, group in SEED_GROUPS.items():
-        runs = data["groups"][group]["runs"]
-        cells: dict[str, list[float]] = {"": [r["training_final_reward"] for r in runs]}
-        for r in runs:
-            for m, v in r["eval"].items():
-                cells.setdefault(m, []).append(v)
-        out[label] = cells
-    return out
-
-
 def load_seed_runs(name: str) -> list[dict]:
     """The seed's runs one by one: [{"label", "run" (its W&B name), "scores": {modification: mean}}], "" its
-    training script's post-training evaluation: a mean over 5 runs hides a column that is 0 in some and ~40 in others."""
+    training script's post-training evaluation on the unmodified game (its FinalReward); a mean over 5 runs hides a
+    column that is 0 in some and ~40 in others."""
     with open(os.path.join(DATA, SEED_TABLES[name]), encoding="utf-8") as f:
         data = json.load(f)
     return [{"label": label, "run": r["name"], "scores": {"": r["training_final_reward"], **r["eval"]}}
             for label, group in SEED_GROUPS.items() for r in data["groups"][group]["runs"]]
+
+
+def by_group(runs: Sequence[dict]) -> dict:
+    """The seed's runs by group: {group label: {modification: [values per run]}}."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in runs:
+        for m, v in r["scores"].items():
+            out.setdefault(r["label"], {}).setdefault(m, []).append(v)
+    return out
+
+
+def load_seed_table(name: str) -> dict:
+    return by_group(load_seed_runs(name))
 
 
 def run_scores(run_dir: str) -> Optional[dict]:
@@ -107,7 +105,8 @@ def run_scores(run_dir: str) -> Optional[dict]:
             "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
             "mean_length": {normalize_modification(r["modification"]): r["mean_length"] for r in final},
             "scores": {normalize_modification(r["modification"]): r["mean"] for r in final},
-            "training": sorted({normalize_modification(r["modification"]) for r in final if r.get("split") == "curriculum"}),
+            "training": sorted({normalize_modification(r["modification"]) for r in final
+                                if r.get("split") == "curriculum"}),
             "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None}
 
 
@@ -311,9 +310,10 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
             beat = sum(r["scores"].get("", -math.inf) > baseline["scores"][""] for r in rs)
             line += f"; {beat} of {len(rs)} runs beat it"
             bars = sorted({(round(v, 1), whole) for v, whole in (no_agent_training(r, baseline) for r in rs)})
-            line += (f"; the no-agent score under its training strings "
-                     f"{', '.join(f'{v:.1f}' + ('' if whole else ' (unmodified: not all its strings measured)') for v, whole in bars)}"
-                     f", beaten by the training return of {sum(learned(r, baseline) for r in rs)} of {len(rs)} runs")
+            shown = ", ".join(f"{v:.1f}" + ("" if whole else " (unmodified: not all its strings measured)")
+                              for v, whole in bars)
+            line += (f"; the no-agent score under its training strings {shown}, beaten by the training return of "
+                     f"{sum(learned(r, baseline) for r in rs)} of {len(rs)} runs")
         lines.append(line)
     if learned_pairs and learned_pairs["left_out"] and pairs:
         lines += ["", "Post hoc, not declared: the differences between curricula over the runs that learned (training "
@@ -381,7 +381,8 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
     columns = [normalize_modification(m) for m in columns]
     columns = evaluated(runs, columns)
     table = summarize(runs, columns)
-    seed = load_seed_table(seed_table) if seed_table else None
+    seed_runs = load_seed_runs(seed_table) if seed_table else []
+    seed = by_group(seed_runs) if seed_table else None
     labels = list(table)
     if not pairs:  # the experiment's declared pairs (its record or experiment.json), those with runs of both
         pairs = [(x, y) for x, y in declared_pairs(folder) if x in table and y in table]
@@ -401,8 +402,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         if extra is not None:
             shown = evaluated(extra["runs"], columns)
             extras.append((key, kind, extra, shown, summarize(extra["runs"], shown)))
-    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs,
-                     load_seed_runs(seed_table) if seed_table else ())
+    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs, seed_runs)
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)

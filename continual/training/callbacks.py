@@ -28,10 +28,20 @@ class CheckpointCallback(Extension):
     def on_iteration_end(self) -> None:
         s = self.session
         due_steps = self.every and s.global_step // self.every != self._last_step // self.every
-        due_time = self.minutes and time.monotonic() - s.last_save_time >= 60.0 * self.minutes
-        if (due_steps or due_time) and not s.checkpoint_requested:
-            s.request_checkpoint(f"periodic__step{s.global_step}")
+        if due_steps or self.due_by_time(s.last_save_time, self.minutes):
+            self.request(s)
         self._last_step = s.global_step
+
+    @staticmethod
+    def due_by_time(last_save_time: float, minutes: float) -> bool:
+        """`minutes` of wall time have passed since `last_save_time` (0: never)."""
+        return bool(minutes) and time.monotonic() - last_save_time >= 60.0 * minutes
+
+    @staticmethod
+    def request(session: Any) -> None:
+        """A periodic checkpoint at the end of the iteration in progress, unless one of any kind is asked for."""
+        if not session.checkpoint_requested:
+            session.request_checkpoint(f"periodic__step{session.global_step}")
 
 
 class SwitchCheckpointCallback(Extension):

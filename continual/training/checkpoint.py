@@ -214,7 +214,7 @@ def load_policy_file(path: str) -> dict:
     if not isinstance(config.get("architecture"), str):
         raise UserError(f"run config {config_path!r} has no architecture")
     finals = glob.glob(os.path.join(checkpoint_dir(run_dir), "final__step*" + SUFFIX))
-    step = max(map(_step_of, finals)) if finals else int(config.get("resolved_total_timesteps") or 0)
+    step = max(map(step_of, finals)) if finals else int(config.get("resolved_total_timesteps") or 0)
     names = field_names()
     return {"architecture": config["architecture"], "args": {k: v for k, v in config.items() if k in names},
             "model": data, "global_step": step, "regimes": config.get("possible_modifications") or [],
@@ -224,7 +224,7 @@ def load_policy_file(path: str) -> dict:
 def checkpoints_newest_first(run_dir: str) -> list[str]:
     """The checkpoints of a run directory, newest first (by global step, then modification time)."""
     files = glob.glob(os.path.join(checkpoint_dir(run_dir), "*" + SUFFIX))
-    return sorted(files, key=lambda f: (_step_of(f), os.path.getmtime(f)), reverse=True)
+    return sorted(files, key=lambda f: (step_of(f), os.path.getmtime(f)), reverse=True)
 
 
 def latest_checkpoint(run_dir: str) -> str:
@@ -238,10 +238,11 @@ def latest_checkpoint(run_dir: str) -> str:
 def newest_whole_step(run_dir: str) -> Optional[int]:
     """The step of the newest checkpoint of `run_dir` that looks whole (`looks_complete`): the one --resume takes,
     unless it is damaged inside (None: no such checkpoint)."""
-    return next((_step_of(f) for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
+    return next((step_of(f) for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
 
 
-def _step_of(path: str) -> int:
+def step_of(path: str) -> int:
+    """The step in a checkpoint's name (`periodic__step1024...`), -1 for a name without one."""
     m = re.search(r"step(\d+)", os.path.basename(path))
     return int(m.group(1)) if m else -1
 
@@ -254,6 +255,6 @@ def remove_partial_writes(folder: str) -> None:
 
 def prune_periodic(folder: str, keep: int) -> None:
     """Keep the `keep` newest periodic checkpoints; switch and final checkpoints are never removed."""
-    files = sorted(glob.glob(os.path.join(folder, "periodic__step*" + SUFFIX)), key=_step_of)
+    files = sorted(glob.glob(os.path.join(folder, "periodic__step*" + SUFFIX)), key=step_of)
     for f in files[:-keep] if keep > 0 else files:
         os.unlink(f)

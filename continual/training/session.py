@@ -339,10 +339,11 @@ class RunSession:
     def checkpoint_requested(self) -> bool:
         return bool(self._checkpoint_requests)
 
-    def hand_over_checkpoint_clock(self) -> float:
+    def checkpoint_minutes_off(self) -> float:
         """Turn this session's --checkpoint_minutes clock off and return its minutes, for a caller that keeps one
-        clock for several sessions (agents/dqn_seeds.py: its seeds checkpoint at the same step) and requests their
-        periodic checkpoints itself; --checkpoint_every stays the session's."""
+        clock for several sessions and requests their periodic checkpoints itself (agents/dqn_seeds.py, with
+        CheckpointCallback.due_by_time and .request: its seeds checkpoint at the same step); --checkpoint_every
+        stays the session's."""
         minutes, self._periodic.minutes = self._periodic.minutes, 0.0
         return minutes
 
