@@ -257,12 +257,37 @@ def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
         "the no-agent score under its training strings 27.5, beaten by the training return of 1 of 2 runs")
     assert "006_seed=6" not in got["learned"]["left_out"] and "005_seed=5" in got["learned"]["left_out"]
     assert any("beats the no-agent row's 25.0" in x for x in got["markdown"])
-    # the per-run table: each run's training return and its scores, in the report's column order
+    # the per-run table: each run's training return, its first scoring game and its scores, in the report's order
     assert got["columns"] == ["", "stop_all_cars", "vary_car_speeds"]
+    firsts = {"005_seed=5": "40,000", "006_seed=6": "40,000"} | {f"{s:03d}_seed={s}": "20,480" for s in range(1, 5)}
     for r in got["runs"]:
         row = [x for x in got["markdown"] if x.startswith(f"| {r['run']} | {r['label']} | ")]
         cells = " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in got["columns"])
-        assert row == [f"| {r['run']} | {r['label']} | {r['training_return']:.1f} | {cells} |"], row
+        assert row == [f"| {r['run']} | {r['label']} | {r['training_return']:.1f} | {firsts[r['run']]} | {cells} |"], row
+
+
+@pytest.mark.parametrize("episodes, expected", [
+    ([], None), ([(100, 0.0), (200, 0.0)], None), ([(100, 0.0), (200, 1.0), (300, 5.0)], 200),
+    ([(300, 2.0), (100, 0.0), (200, 0.0)], 300),  # read in step order, whatever the file's
+    ([(100, -1.0), (150, 0.5)], 150),  # a negative return is not a score
+])
+def test_first_score_is_the_end_of_the_first_game_with_a_positive_return(episodes, expected):
+    assert robustness.first_score(episodes) == expected
+
+
+def test_the_per_run_table_says_never_for_a_run_that_never_scored_and_nothing_without_games(tmp_path):
+    folder = str(tmp_path / "exp")
+    for seed, rets in ((1, [0.0, 0.0, 0.0]), (2, [0.0, 3.0, 7.0]), (3, None)):
+        name = f"{seed:03d}_seed={seed}"
+        _run(folder, name, "unmodified", seed, {"": 10.0 * seed}, total=40960, last=40960)
+        if rets is not None:
+            with open(os.path.join(folder, "runs", name, "metrics.jsonl"), "w") as f:
+                for k, ret in enumerate(rets):
+                    f.write(json.dumps({"kind": "episode", "global_step": 16384 * (k + 1), "modification": "",
+                                        "return": ret, "length": 2048}) + "\n")
+    rows = {x.split(" | ")[0][2:]: x.split(" | ")[3] for x in robustness.report(folder, seed_table=None)["markdown"]
+            if x.startswith("| 00")}
+    assert rows == {"001_seed=1": "never", "002_seed=2": "32,768", "003_seed=3": ""}, rows
 
 
 def test_a_declared_variant_is_a_second_table_from_each_runs_eval_json(folder, tmp_path, capsys):

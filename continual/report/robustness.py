@@ -107,7 +107,15 @@ def run_scores(run_dir: str) -> Optional[dict]:
             "scores": {normalize_modification(r["modification"]): r["mean"] for r in final},
             "training": sorted({normalize_modification(r["modification"]) for r in final
                                 if r.get("split") == "curriculum"}),
-            "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None}
+            "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None,
+            "training_games": len(episodes), "first_score": first_score(episodes)}
+
+
+def first_score(episodes: Sequence[tuple[int, float]]) -> Optional[int]:
+    """The agent step at which the run's first training game with a positive return ended (None: none did): on
+    Freeway it tells a run that never crossed the road from one that crossed and then lost it, and when the
+    crossing was found."""
+    return next((step for step, ret in sorted(episodes) if ret > 0), None)
 
 
 def load_runs(folder: str) -> list[dict]:
@@ -330,12 +338,15 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
     for label in table:
         lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
     # a mean over 5 runs hides a bimodal column (a stopped car: 0 or ~40 per run) and a run that never learned
-    lines += ["", "Per run: the mean return of its games under each modification, and its training return at the end:",
-              "", "| run | trained on | training | " + " | ".join(m or "unmodified" for m in columns) + " |",
-              "|---|---|---|" + "---|" * len(columns)]
+    lines += ["", "Per run: the mean return of its games under each modification, its training return at the end, and "
+              "the agent step at which its first scoring training game ended:",
+              "", "| run | trained on | training | first score | " + " | ".join(m or "unmodified" for m in columns)
+              + " |", "|---|---|---|---|" + "---|" * len(columns)]
     for r in runs:
         end = "" if r.get("training_return") is None else f"{r['training_return']:.1f}"
-        lines.append(f"| {r['run']} | {r['label']} | {end} | "
+        first = ("" if not r.get("training_games") else "never" if r.get("first_score") is None
+                 else f"{r['first_score']:,}")
+        lines.append(f"| {r['run']} | {r['label']} | {end} | {first} | "
                      + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
     if seed_runs:
         lines += ["", "The seed's runs one by one (its W&B run names; unmodified: its post-training evaluation):", "",
