@@ -3,6 +3,8 @@ normalisation by the running std of the discounted return, on the same reward an
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -72,8 +74,9 @@ def test_episodes_cut_restarts_the_discounted_returns():
     np.testing.assert_array_equal(scaler.returns, [2.0, 0.0])  # not 0.5 * 4 + 2
 
 
-@pytest.mark.parametrize("mode, expected", [("clip", [-1.0, 0.0, 1.0, 1.0]), ("none", [-2.5, 0.0, 0.25, 7.0])])
-def test_clip_and_none(mode, expected):
+@pytest.mark.parametrize("mode, expected", [("clip", [-1.0, 0.0, 1.0, 1.0]), ("none", [-2.5, 0.0, 0.25, 7.0]),
+                                            ("zero", [0.0, 0.0, 0.0, 0.0])])
+def test_clip_none_and_zero(mode, expected):
     scaler = RewardScaler(mode, 4, 0.99)
     out = scaler(np.array([-2.5, 0.0, 0.25, 7.0]), np.zeros(4, bool))
     assert out.dtype == np.float32 and out.tolist() == expected
@@ -120,7 +123,25 @@ def test_a_row_never_written_is_none():
     assert state_from_row([0.0] * 5, "normalize") is None
 
 
-@pytest.mark.parametrize("mode", ["clip", "none", "normalize"])
+@pytest.mark.parametrize("mode", ["clip", "none", "normalize", "zero"])
 def test_the_row_keeps_the_mode_given(mode):
     scaler = RewardScaler(mode, 2, 0.99)
     assert state_from_row(state_to_row(scaler.state_dict()), mode)["mode"] == mode
+
+
+def test_a_run_with_zero_rewards_learns_from_none_and_logs_the_games_scores(tmp_path):
+    """--reward_scaling zero: PPO on MinAtar Breakout, where a random policy breaks bricks. The learner's rewards are
+    0, so its value loss falls towards 0 (1e-4 after 8 updates; with clipped rewards ~0.1), while the episode
+    statistics keep the game's scores."""
+    from continual.training.tracking import read_metrics
+    from continual_training_example import main
+
+    losses = {}
+    for mode in ("zero", "clip"):
+        main(["--architecture", "PPO", "--env_id", "MinAtar/Breakout-v1", "--backend", "MinAtar", "--num_envs", "8",
+              "--num_steps", "128", "--total_timesteps", "8192", "--seed", "1", "--reward_scaling", mode,
+              "--runs_dir", str(tmp_path), "--run_name", mode, "--no-progress-bar"])
+        records = read_metrics(os.path.join(tmp_path, mode, "metrics.jsonl"))
+        assert any(r["return"] > 0 for r in records if r["kind"] == "episode")
+        losses[mode] = [r["losses/value_loss"] for r in records if r["kind"] == "iteration"][-1]
+    assert losses["zero"] < 1e-3 < 1e-2 < losses["clip"], losses

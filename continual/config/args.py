@@ -86,8 +86,9 @@ class Args:
     """up to this many random no-ops after each Atari reset"""
     deactivate_episodic_life: bool = False
     """do not end training episodes at a life loss (episode statistics are always whole games)"""
-    reward_scaling: Optional[Literal["clip", "normalize", "none"]] = None
-    """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return;
+    reward_scaling: Optional[Literal["clip", "normalize", "none", "zero"]] = None
+    """training rewards: clip = sign (CleanRL Atari), normalize = divided by a running std of the discounted return,
+    zero = every reward 0 (a control: what the learner does with no reward; episode statistics stay the game's);
     default: clip, none for MiniHack (its -0.001 step penalty clipped would cost as much as a win)"""
     norm_obs: bool = False
     """standardise observations by running statistics saved with the weights (CleanRL's continuous-action PPO)"""

@@ -3,7 +3,8 @@ checkpoints (the reference restarted its normaliser at every switch).
 
 - clip: sign(r), CleanRL's Atari choice;
 - normalize: r / sqrt(var(discounted return) + eps), running statistics over all envs (as gymnasium NormalizeReward);
-- none: unchanged.
+- none: unchanged;
+- zero: every reward 0, a control (the learner's view of a game it never scores in; episode statistics stay raw).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class RewardScaler:
             return np.sign(reward).astype(np.float32)
         if self.mode == "none":
             return reward.astype(np.float32)
+        if self.mode == "zero":
+            return np.zeros(reward.shape, dtype=np.float32)
         self.returns = self.returns * self.gamma + reward
         self._update(self.returns)
         self.returns[np.asarray(done, dtype=bool)] = 0.0
