@@ -258,6 +258,17 @@ def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(
     assert L.main(args + ["--resume-id", "2", "--retry_failed"]) == 0
     assert [a[1] for a in attempts(runs[3])][-2:] == ["resume", "end"] and q.status("002_seed=3")["state"] == "done"
     assert q.status("003_seed=4")["state"] == "failed" and len(attempts(runs[4])) == 1
+    # every run waits for CPU with OpenMP's PASSIVE policy (not spinning against the other runs), unless set
+    assert {open(os.path.join(d, "omp_wait_policy")).read() for d in runs.values()} == {"PASSIVE"}
+
+
+def test_the_runs_omp_wait_policy_is_passive_unless_the_launcher_has_one(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert L.omp_wait_policy() == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")
+    assert L.omp_wait_policy() == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert L.omp_wait_policy() == "ACTIVE"
 
 
 def test_damaged_files_are_retried_from_the_newest_whole_checkpoint(tmp_path, ray_shutdown):

@@ -22,6 +22,7 @@ import time
 from typing import Optional, Sequence
 
 from continual.errors import UserError, exit_on_user_error
+from continual.launch.launcher import omp_wait_policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESERVED = ("--agent_path", "--agent-path", "--output")  # this tool sets them, one run at a time
@@ -50,7 +51,8 @@ def evaluate_pass(folder: str, into: str, flags: Sequence[str], script: str) -> 
     for run, policy in pending(folder, into):
         print(f"{time.strftime('%H:%M:%S')} evaluating {run}", flush=True)
         proc = subprocess.run([sys.executable, script, "--agent_path", policy, "--output", os.path.join(into, run),
-                               "--no-progress-bar", *flags], capture_output=True, text=True)
+                               "--no-progress-bar", *flags], capture_output=True, text=True,
+                              env={**os.environ, "OMP_WAIT_POLICY": omp_wait_policy()})  # beside the runs
         if proc.returncode == 0 and os.path.exists(os.path.join(into, run + ".json")):
             done.append(run)
         else:

@@ -175,6 +175,17 @@ class Job:
         return self.entries[0]
 
 
+def omp_wait_policy() -> str:
+    """The OpenMP wait policy of the runs: the launcher's own OMP_WAIT_POLICY, else PASSIVE.
+
+    A launcher shares its cores: runs side by side, evaluations, other jobs. Under OpenMP's default an idle thread spins
+    before it sleeps, and a parallel region waits for its slowest thread; with torch's 2 threads on 2 cores and one
+    more busy process, a Nature-CNN update took 9-10 s where it took 0.9-1.0 s alone (the Freeway robustness runs'
+    `time/learn_s`, 2026-11-30), and a 32-sample minibatch step 410 ms against 20 ms with PASSIVE (2 threads, the
+    same load). The wait policy changes when threads sleep, not what they compute."""
+    return os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
+
+
 class Launcher:
     def __init__(self, exp: Experiment, entries: Sequence[Entry], queue: Queue, script: str, max_retries: int,
                  retry_failed: bool, console: Console, kept: Optional[Queue] = None):
@@ -188,7 +199,7 @@ class Launcher:
         self.note: dict[str, str] = {}  # entry -> what this launcher knows (other launcher, skipped, ...)
         self.task = ray_runner.remote_run(exp.cpus_per_run, exp.gpus_per_run)
         paths = [os.path.dirname(script)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        self.env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        self.env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "OMP_WAIT_POLICY": omp_wait_policy(),
                     **{k: v for k, v in os.environ.items() if k.startswith("WANDB_")}}
 
     # --- one entry ---------------------------------------------------------------------------------------------

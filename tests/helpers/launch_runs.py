@@ -39,6 +39,7 @@ else:
     json.dump({**cfg, "resolved_total_timesteps": 100}, open(os.path.join(run_dir, "config.json"), "w"))
 with open(os.path.join(run_dir, "attempts"), "a") as f:
     f.write(f"{os.getpid()} {'resume' if opt('--resume') else 'fresh'} {time.time()}\n")
+open(os.path.join(run_dir, "omp_wait_policy"), "w").write(os.environ.get("OMP_WAIT_POLICY", "unset"))
 n = len(open(os.path.join(run_dir, "attempts")).readlines())
 n += sum(len(open(os.path.join(p, "attempts")).readlines()) for p in glob.glob(run_dir + ".incomplete*"))
 plan = json.load(open(os.path.join(here, "plan.json"))).get(str(cfg.get("seed", 1)), ["ok"])
