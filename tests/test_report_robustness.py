@@ -396,3 +396,26 @@ def test_runs_that_did_not_learn_are_named_and_the_differences_given_again_witho
     again = robustness.report(path, seed_table=None, baseline=str(reflex))
     assert again["learned"]["left_out"] == [] and not any(x.startswith("Post hoc, not declared") for x in
                                                           again["markdown"])
+
+
+def test_the_arms_own_training_strings_are_a_table_of_their_own_not_columns(folder, tmp_path):
+    """A run evaluated also under its own training strings (the evaluator adds them): those strings leave the table,
+    the differences and the costs, and get their own table, each cell the t interval over that arm's runs."""
+    path, data = folder
+    blue = [20.0, 22.0, 27.0]
+    for i, v in enumerate(blue):
+        _run(path, f"5{i:02d}_mixture", "mixture", 20 + i, {**{m: 25.0 + i for m in MODS}, "all_blue_cars": v},
+             training=("", "all_blue_cars"))
+    res = robustness.report(path, str(tmp_path / "out"), seed_table=None)
+    assert res["columns"] == MODS and res["own_columns"] == ["all_blue_cars"]
+    assert all("all_blue_cars" not in cells for cells in res["table"].values())
+    assert all("all_blue_cars" not in cells for cells in res["pairs"].values())
+    assert list(res["own_table"]["mixture"]) == ["all_blue_cars"] and res["own_table"]["unmodified"] == {}
+    cell = res["own_table"]["mixture"]["all_blue_cars"]
+    assert np.allclose([cell["estimate"], *cell["ci"]], list(_t(blue)), rtol=1e-12)
+    md = res["markdown"]
+    head = next(i for i, line in enumerate(md) if line.startswith("| trained on | unmodified"))
+    assert "all_blue_cars" not in md[head]
+    own = next(i for i, line in enumerate(md) if line.startswith("Under the arms' own training strings"))
+    assert md[own + 2] == "| trained on | all_blue_cars |" and md[own + 4].startswith("| mixture | 23.0 [")
+    assert not md[own + 5].startswith("| unmodified")  # an arm without other strings has no row

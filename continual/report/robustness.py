@@ -204,6 +204,15 @@ def evaluated(runs: Sequence[dict], columns: Sequence[str]) -> list[str]:
     return [m for m in columns if m in seen] + sorted(seen - set(columns))
 
 
+def split_columns(runs: Sequence[dict], columns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the given columns these runs were evaluated under, in their order; the other strings they were evaluated
+    under, sorted): the evaluator adds each run's own training strings, which are no column of the table asked for.
+    Runs evaluated under none of the given columns (another game) show all their strings as columns."""
+    seen = {m for r in runs for m in r["scores"]}
+    asked = [m for m in columns if m in seen]
+    return (asked, sorted(seen - set(asked))) if asked else (sorted(seen), [])
+
+
 def summarize(runs: Sequence[dict], columns: Sequence[str]) -> dict:
     """{label: {modification: Interval over that label's runs}} for every column some run evaluated."""
     labels = list(dict.fromkeys(r["label"] for r in runs))
@@ -259,9 +268,11 @@ def baseline_row(baseline: dict, columns: Sequence[str]) -> str:
 
 def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Optional[dict],
              pairs: Sequence[tuple[str, str]], baseline: Optional[dict] = None, extras: Sequence[tuple] = (),
-             learned_pairs: Optional[dict] = None, seed_runs: Sequence[dict] = ()) -> list[str]:
+             learned_pairs: Optional[dict] = None, seed_runs: Sequence[dict] = (), own: Sequence[str] = (),
+             own_table: Optional[dict] = None) -> list[str]:
     """`extras`: (key, heading, loaded variant, its columns, its cells by label); `learned_pairs`: the differences
-    over the runs that learned, {"left_out", "intervals": {(x, y): {modification: interval}}}."""
+    over the runs that learned, {"left_out", "intervals": {(x, y): {modification: interval}}}; `own`: the runs'
+    training strings outside `columns`, `own_table` their cells by label."""
     greedy = sorted({g for r in runs for g in r["greedy"]})
     episodes = sorted({e for r in runs for e in r["episodes"]})
     policy = {"['True']": "greedy (argmax)", "['False']": "sampled"}.get(str(greedy), f"mixed {greedy}")
@@ -278,6 +289,19 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         lines += ["", f"The last row plays one action ({baseline['action']}) whatever it sees: what each "
                   f"modification leaves achievable without looking (`eval.py --constant_action`, "
                   f"`{baseline['path']}`)."]
+    if own:
+        lines += ["", "Under the arms' own training strings (the evaluator adds each run's training strings to its "
+                  "evaluation; no column of the table above)" + (", the seed's runs' means below ours" if seed else "")
+                  + ":", "", "| trained on | " + " | ".join(own) + " |", "|---|" + "---|" * len(own)]
+        for label, cells in (own_table or {}).items():
+            if cells:
+                lines.append("| " + " | ".join([label] + [_cell(cells.get(m)) for m in own]) + " |")
+        for label, cells in (seed or {}).items():
+            if any(m in cells for m in own):
+                lines.append("| " + " | ".join([f"{label} (seed)"] + [_cell(statistics.interval(cells[m])) if m in cells
+                                                                      else "" for m in own]) + " |")
+        if baseline:
+            lines.append(baseline_row(baseline, own))
     for _, kind, extra, shown, cells_by_label in extras:
         policy = {"[False]": "sampled", "[True]": "greedy (argmax)"}.get(str(extra["greedy"]), "mixed")
         games = ", ".join(map(str, extra["episodes"]))
@@ -389,9 +413,8 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
     runs = load_runs(folder)
     other = load_variant(variant, runs) if variant else None
     added = load_variant(post_hoc, runs, "--post-hoc", reason=True) if post_hoc else None
-    columns = [normalize_modification(m) for m in columns]
-    columns = evaluated(runs, columns)
-    table = summarize(runs, columns)
+    columns, own = split_columns(runs, [normalize_modification(m) for m in columns])
+    table, own_table = summarize(runs, columns), summarize(runs, own)
     seed_runs = load_seed_runs(seed_table) if seed_table else []
     seed = by_group(seed_runs) if seed_table else None
     labels = list(table)
@@ -413,9 +436,11 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
         if extra is not None:
             shown = evaluated(extra["runs"], columns)
             extras.append((key, kind, extra, shown, summarize(extra["runs"], shown)))
-    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs, seed_runs)
+    lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs, seed_runs, own, own_table)
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
+              "own_columns": own,
+              "own_table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in own_table.items()},
               "pairs": {f"{x} - {y}": {m: (iv.as_dict() if (iv := compare_labels(runs, x, y, m)) else None)
                                        for m in columns} for x, y in pairs},
               "paired_drop": {lab: {m: (iv.as_dict() if (iv := paired_drop(runs, lab, m)) else None)
