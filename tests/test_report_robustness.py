@@ -263,7 +263,7 @@ def test_the_learned_check_reads_each_runs_last_training_window(tmp_path):
     for r in got["runs"]:
         row = [x for x in got["markdown"] if x.startswith(f"| {r['run']} | {r['label']} | ")]
         cells = " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in got["columns"])
-        assert row == [f"| {r['run']} | {r['label']} | {r['training_return']:.1f} | {firsts[r['run']]} | {cells} |"], row
+        assert row == [f"| {r['run']} | {r['label']} | {r['training_return']:.1f} | {firsts[r['run']]} |  | {cells} |"], row
 
 
 @pytest.mark.parametrize("episodes, expected", [
@@ -419,3 +419,30 @@ def test_the_arms_own_training_strings_are_a_table_of_their_own_not_columns(fold
     own = next(i for i, line in enumerate(md) if line.startswith("Under the arms' own training strings"))
     assert md[own + 2] == "| trained on | all_blue_cars |" and md[own + 4].startswith("| mixture | 23.0 [")
     assert not md[own + 5].startswith("| unmodified")  # an arm without other strings has no row
+
+
+def test_wall_seconds_sums_each_process_from_its_start_to_its_last_record():
+    """A run killed and resumed hours later: only the two processes' running times count; records before any start
+    (none in a real run) are ignored, and a run without a start record has no wall time."""
+    records = [{"kind": "start", "time": 100.0}, {"kind": "iteration", "time": 160.0},
+               {"kind": "episode", "time": 170.5},                        # killed here
+               {"kind": "start", "time": 10_000.0, "resumed": True}, {"kind": "iteration", "time": 10_030.0},
+               {"kind": "eval_summary", "time": 10_090.25}]
+    assert robustness.wall_seconds(records) == pytest.approx(70.5 + 90.25, abs=1e-9)
+    assert robustness.wall_seconds(records[:1]) == 0.0
+    assert robustness.wall_seconds([{"kind": "iteration", "time": 5.0}]) is None
+
+
+def test_the_report_states_each_runs_wall_time_and_the_total(tmp_path):
+    folder = str(tmp_path)
+    for i, (t0, t1) in enumerate(((0.0, 3600.0), (50.0, 50.0 + 5400.0))):
+        _run(folder, f"00{i}_unmodified", "unmodified", i, {m: 20.0 + i for m in MODS})
+        with open(os.path.join(folder, "runs", f"00{i}_unmodified", "metrics.jsonl"), "w") as f:
+            for r in ({"kind": "start", "time": t0, "global_step": 0},
+                      {"kind": "episode", "time": t1, "global_step": 1000, "return": 5.0}):
+                f.write(json.dumps(r) + "\n")
+    res = robustness.report(folder, seed_table=None)
+    assert [r["wall_seconds"] for r in res["runs"]] == [3600.0, 5400.0]
+    assert any(line.startswith("Cost: 2 runs, 1.00-1.50 h of wall time each (median 1.25), 2.5 h in all")
+               for line in res["markdown"])
+    assert any(line.startswith("| 001_unmodified | unmodified | 5.0 | 1,000 | 1.50 | 21.0") for line in res["markdown"])

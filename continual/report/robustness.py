@@ -34,6 +34,11 @@ the robustness file's greedy games, `python eval.py --agent_path RUN --greedy ..
 second table of cells, with its protocol read from the JSONs; it makes no claim. A run without its JSON is named.
 `--post-hoc FOLDER` is the same for an evaluation added after the experiment started, labelled so, its reason the
 first line of FOLDER/README.md (required).
+
+Columns are the table's modifications (FREEWAY_COLUMNS); the strings an arm was trained on, which the evaluator adds
+to each run's evaluation, are a table of their own. Per run: its first scoring training game, and its cost, the wall
+time its training processes ran (each start or resume record to the last record before the next; final evaluation
+included), with the total over runs.
 """
 
 from __future__ import annotations
@@ -98,8 +103,8 @@ def run_scores(run_dir: str) -> Optional[dict]:
     if cfg.get("total_timesteps") and last < cfg["total_timesteps"]:
         return None  # unfinished: its last evaluation is not the end-of-run one
     final = [r for r in rows if r["step"] == last]
-    episodes = [(int(r["global_step"]), float(r["return"])) for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-                if r.get("kind") == "episode"]
+    records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    episodes = [(int(r["global_step"]), float(r["return"])) for r in records if r.get("kind") == "episode"]
     return {"run": os.path.basename(run_dir), "label": cfg.get("exp_name") or cfg.get("architecture", "?"),
             "seed": cfg.get("seed"), "step": last,
             "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
@@ -108,7 +113,23 @@ def run_scores(run_dir: str) -> Optional[dict]:
             "training": sorted({normalize_modification(r["modification"]) for r in final
                                 if r.get("split") == "curriculum"}),
             "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None,
-            "training_games": len(episodes), "first_score": first_score(episodes)}
+            "training_games": len(episodes), "first_score": first_score(episodes),
+            "wall_seconds": wall_seconds(records)}
+
+
+def wall_seconds(records: Sequence[dict]) -> Optional[float]:
+    """The seconds the run's training processes ran: from each "start" record (a launch or a resume) to the last
+    record before the next one, summed, so a run stopped for hours between sessions counts only its running time
+    (its final evaluation included). None for records without a start."""
+    total, begun, last = 0.0, None, None
+    for r in records:
+        if r.get("kind") == "start":
+            if begun is not None:
+                total += last - begun
+            begun = last = r["time"]
+        elif begun is not None and "time" in r:
+            last = r["time"]
+    return None if begun is None else total + last - begun
 
 
 def first_score(episodes: Sequence[tuple[int, float]]) -> Optional[int]:
@@ -362,15 +383,22 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
     for label in table:
         lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
     # a mean over 5 runs hides a bimodal column (a stopped car: 0 or ~40 per run) and a run that never learned
-    lines += ["", "Per run: the mean return of its games under each modification, its training return at the end, and "
-              "the agent step at which its first scoring training game ended:",
-              "", "| run | trained on | training | first score | " + " | ".join(m or "unmodified" for m in columns)
-              + " |", "|---|---|---|---|" + "---|" * len(columns)]
+    hours = [r["wall_seconds"] / 3600 for r in runs if r.get("wall_seconds") is not None]
+    if hours:
+        lines += ["", f"Cost: {len(hours)} runs, {min(hours):.2f}-{max(hours):.2f} h of wall time each (median "
+                  f"{float(np.median(hours)):.2f}), {sum(hours):.1f} h in all: the time their training processes ran, "
+                  "final evaluation included, pauses between a kill and a resume left out, on whatever machine and "
+                  "load they had."]
+    lines += ["", "Per run: the mean return of its games under each modification, its training return at the end, "
+              "the agent step at which its first scoring training game ended, and its wall time:",
+              "", "| run | trained on | training | first score | hours | "
+              + " | ".join(m or "unmodified" for m in columns) + " |", "|---|---|---|---|---|" + "---|" * len(columns)]
     for r in runs:
         end = "" if r.get("training_return") is None else f"{r['training_return']:.1f}"
         first = ("" if not r.get("training_games") else "never" if r.get("first_score") is None
                  else f"{r['first_score']:,}")
-        lines.append(f"| {r['run']} | {r['label']} | {end} | {first} | "
+        wall = "" if r.get("wall_seconds") is None else f"{r['wall_seconds'] / 3600:.2f}"
+        lines.append(f"| {r['run']} | {r['label']} | {end} | {first} | {wall} | "
                      + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
     if seed_runs:
         lines += ["", "The seed's runs one by one (its W&B run names; unmodified: its post-training evaluation):", "",
