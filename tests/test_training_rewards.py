@@ -144,4 +144,4 @@ def test_a_run_with_zero_rewards_learns_from_none_and_logs_the_games_scores(tmp_
         records = read_metrics(os.path.join(tmp_path, mode, "metrics.jsonl"))
         assert any(r["return"] > 0 for r in records if r["kind"] == "episode")
         losses[mode] = [r["losses/value_loss"] for r in records if r["kind"] == "iteration"][-1]
-    assert losses["zero"] < 1e-3 < 1e-2 < losses["clip"], losses
+    assert losses["zero"] < 1e-3 and losses["clip"] > 1e-2, losses

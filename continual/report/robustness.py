@@ -221,8 +221,8 @@ def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant", rea
 
 def evaluated(runs: Sequence[dict], columns: Sequence[str]) -> list[str]:
     """The modifications these runs were evaluated under: the given columns' order first, then the others sorted."""
-    seen = {m for r in runs for m in r["scores"]}
-    return [m for m in columns if m in seen] + sorted(seen - set(columns))
+    asked, others = split_columns(runs, columns)
+    return asked + others
 
 
 def split_columns(runs: Sequence[dict], columns: Sequence[str]) -> tuple[list[str], list[str]]:
