@@ -37,8 +37,10 @@ class Args:
     cuda: bool = True
     """use CUDA when available"""
     torch_threads: Optional[int] = None
-    """CPU threads for torch (default: 1 for vector/object observations, whose small MLPs gain nothing from more and
-    lose much when cores are shared; torch's default for pixels)"""
+    """CPU threads for torch (default: 1 for vector/object observations and small grids such as MinAtar's: on 2 idle
+    cores a second thread speeds PureJaxRL's MinAtar settings 1.26x, but under OpenMP's PASSIVE wait, which the
+    launcher sets, it slows them 1.2x, and without it it spins against whatever shares the cores
+    (docs/benchmarks/small-envs.md); torch's default for pixels)"""
     act_threads: int = 1
     """CPU threads for torch while a rollout acts (PPO's act step: a forward pass over num_envs observations between
     env steps; the update keeps --torch_threads): more threads synchronise and spin against the env workers for too

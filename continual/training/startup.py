@@ -158,8 +158,8 @@ def check_modifications(args: Args, factory: ModificationFactory, extra: Sequenc
 
 
 def set_torch_threads(args: Args, obs_shape: Sequence[int]) -> None:
-    """--torch_threads, or 1 for non-pixel observations (intra-op threads only add contention for small MLPs and
-    the small CNN of MinAtar's 10x10 grids)."""
+    """--torch_threads, or 1 for non-pixel observations (small MLPs and the small CNN of MinAtar's 10x10 grids): a
+    second thread pays only on idle cores without OpenMP's PASSIVE wait (Args.torch_threads says by how much)."""
     small = len(obs_shape) != 3 or obs_shape[1] < 36
     threads = args.torch_threads if args.torch_threads else (1 if small else None)
     if threads:
