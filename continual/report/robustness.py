@@ -387,8 +387,8 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
     if hours:
         lines += ["", f"Cost: {len(hours)} runs, {min(hours):.2f}-{max(hours):.2f} h of wall time each (median "
                   f"{float(np.median(hours)):.2f}), {sum(hours):.1f} h in all: the time their training processes ran, "
-                  "final evaluation included, pauses between a kill and a resume left out, on whatever machine and "
-                  "load they had."]
+                  "final evaluation included, the time between a kill and a resume left out (a stopped but living "
+                  "process, SIGSTOP, still counts), on whatever machine and load they had."]
     lines += ["", "Per run: the mean return of its games under each modification, its training return at the end, "
               "the agent step at which its first scoring training game ended, and its wall time:",
               "", "| run | trained on | training | first score | hours | "
