@@ -446,3 +446,52 @@ def test_the_report_states_each_runs_wall_time_and_the_total(tmp_path):
     assert any(line.startswith("Cost: 2 runs, 1.00-1.50 h of wall time each (median 1.25), 2.5 h in all")
                for line in res["markdown"])
     assert any(line.startswith("| 001_unmodified | unmodified | 5.0 | 1,000 | 1.50 | 21.0") for line in res["markdown"])
+
+
+def test_a_mixtures_training_return_per_string_over_the_last_third_and_the_strings_of_the_learned_window(tmp_path):
+    """Post hoc: a curriculum of several strings draws them in blocks, so the learned check's window may hold one of
+    them. The report names the strings of each mixed run's window, and per arm and string the mean over runs of each
+    run's mean training return over the games ending in the last third of training (step > last - last // 3),
+    against the no-agent score under that string; an experiment of one string per run prints neither."""
+    folder, total = str(tmp_path / "exp"), 90000
+    rng = np.random.default_rng(5)
+    # 10,000 steps each: the last third (60,000, 90,000] holds blue and white, the window (69,520, 90,000] white only
+    blocks = ["", "all_white_cars", "", "all_white_cars", "all_blue_cars", "all_white_cars", "all_blue_cars",
+              "all_white_cars", "all_white_cars"]
+    late: dict[str, list[float]] = {}
+    for seed in (1, 2, 3):
+        name = f"{seed:03d}_seed={seed}"
+        _run(folder, name, "colours", seed, {"": 25.0, "all_white_cars": 21.0}, total=total, last=total,
+             training=("", "all_white_cars", "all_blue_cars"))
+        games, own = [], {}
+        for step in range(500, total, 1000):
+            m = blocks[step // 10000]
+            ret = float(rng.integers(10, 35))
+            games.append({"kind": "episode", "global_step": step, "modification": m, "return": ret, "length": 2048})
+            if step > total - total // 3:
+                own.setdefault(m, []).append(ret)
+        with open(os.path.join(folder, "runs", name, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(g) + "\n" for g in games)
+        for m, v in own.items():
+            late.setdefault(m, []).append(float(np.mean(np.asarray(v, dtype=np.float64))))
+    reflex = tmp_path / "reflex.json"
+    reflex.write_text(json.dumps({"constant_action": 1, "results": [
+        {"modification": m, "episodes": 21, "mean": 21.8} for m in ("", "all_white_cars", "all_blue_cars")]}))
+    got = robustness.report(folder, seed_table=None, baseline=str(reflex))
+    assert [r["window_strings"] for r in got["runs"]] == [["all_white_cars"]] * 3  # the last 20,480 steps: one block
+    assert set(late) == {"all_blue_cars", "all_white_cars"}
+    for m, means in late.items():
+        assert [r["late"][m]["mean"] for r in got["runs"]] == pytest.approx(means, rel=1e-12)
+        assert [r["late"][m]["games"] for r in got["runs"]] == [{"all_blue_cars": 10, "all_white_cars": 20}[m]] * 3
+        mean, lo, hi = _t(means)
+        row = [x for x in got["markdown"] if x.startswith(f"| colours | {m} | ")]
+        assert row == [f"| colours | {m} | {mean:.1f} [{lo:.1f}, {hi:.1f}] (t, n=3) | 21.8 | "
+                       f"{sum(v > 21.8 for v in means)} of 3 |"], row
+    assert any("001_seed=1: all_white_cars; 002_seed=2: all_white_cars" in x for x in got["markdown"])
+    assert any("games ending after 60,000 agent steps" in x for x in got["markdown"])
+    # one string per run: no such section
+    single = str(tmp_path / "single")
+    _run(single, "001_seed=1", "unmodified", 1, {"": 25.0}, total=total, last=total)
+    with open(os.path.join(single, "runs", "001_seed=1", "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"kind": "episode", "global_step": 50000, "modification": "", "return": 3.0}) + "\n")
+    assert not any("last third" in x for x in robustness.report(single, seed_table=None)["markdown"])

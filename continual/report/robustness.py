@@ -27,7 +27,9 @@ It also says which runs learned: a run whose training return at the end does not
 own training strings (their mean; `--baseline` takes several JSONs, e.g. one with the curricula's strings) has not
 learned to look (a run on vary_car_speeds that only walks up scores always UP's 27.0 there, above its unmodified
 21.8), and where there is one, the differences between curricula are given again over the runs that learned,
-labelled post hoc (not declared) with the runs left out.
+labelled post hoc (not declared) with the runs left out. A curriculum of several strings draws them in blocks, so
+that window may hold one string only: for such runs the report names the window's strings and gives, post hoc, each
+arm's training return per training string over the last third of training beside the no-agent score under it.
 
 A declared evaluation variant (`--variant FOLDER`: eval.py's JSON of each finished run, `FOLDER/<run>.json`, e.g.
 the robustness file's greedy games, `python eval.py --agent_path RUN --greedy ... --output FOLDER/<run>`) is a
@@ -59,6 +61,7 @@ from continual.modstrings import normalize_modification
 from continual.report.budget import windowed_returns
 
 TRAINING_WINDOW = 20480  # the learned check's window: the Freeway pilot's (hackatari_freeway_pilot.json)
+LATE_FRACTION = 3  # the post-hoc per-string training return: the games of the last third of training
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SEED_TABLES = {"freeway": "continual_hackatari_freeway.json"}
 # the seed's table, in the issue's column order ("" = the unmodified game)
@@ -104,7 +107,9 @@ def run_scores(run_dir: str) -> Optional[dict]:
         return None  # unfinished: its last evaluation is not the end-of-run one
     final = [r for r in rows if r["step"] == last]
     records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-    episodes = [(int(r["global_step"]), float(r["return"])) for r in records if r.get("kind") == "episode"]
+    games = [(int(r["global_step"]), float(r["return"]), normalize_modification(r.get("modification") or ""))
+             for r in records if r.get("kind") == "episode"]
+    episodes = [(step, ret) for step, ret, _ in games]
     return {"run": os.path.basename(run_dir), "label": cfg.get("exp_name") or cfg.get("architecture", "?"),
             "seed": cfg.get("seed"), "step": last,
             "greedy": sorted({str(r.get("greedy")) for r in final}), "episodes": sorted({r["episodes"] for r in final}),
@@ -114,7 +119,21 @@ def run_scores(run_dir: str) -> Optional[dict]:
                                 if r.get("split") == "curriculum"}),
             "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None,
             "training_games": len(episodes), "first_score": first_score(episodes),
-            "wall_seconds": wall_seconds(records)}
+            "window_strings": sorted({m for step, _, m in games if last - TRAINING_WINDOW < step <= last}),
+            "late": late_by_string(games, last), "wall_seconds": wall_seconds(records)}
+
+
+def late_by_string(games: Sequence[tuple[int, float, str]], last: int) -> dict:
+    """The run's training return per training string over the last third of its training: {string: {"mean",
+    "games"}} over the games that ended at steps in (last - last // 3, last]. A mixture draws its strings in blocks
+    (~26,600 agent steps in the Freeway files), so the learned check's last 20,480 steps may hold one of them only;
+    a third of 1.5M steps holds each of five strings several times."""
+    start = last - last // LATE_FRACTION
+    by: dict[str, list[float]] = {}
+    for step, ret, m in games:
+        if start < step <= last:
+            by.setdefault(m, []).append(ret)
+    return {m: {"mean": math.fsum(v) / len(v), "games": len(v)} for m, v in sorted(by.items())}
 
 
 def wall_seconds(records: Sequence[dict]) -> Optional[float]:
@@ -368,6 +387,7 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
             line += (f"; the no-agent score under its training strings {shown}, beaten by the training return of "
                      f"{sum(learned(r, baseline) for r in rs)} of {len(rs)} runs")
         lines.append(line)
+    lines += late_lines(runs, table, baseline)
     if learned_pairs and learned_pairs["left_out"] and pairs:
         lines += ["", "Post hoc, not declared: the differences between curricula over the runs that learned (training "
                   "return at the end above the no-agent score under the run's training strings, above); left out: "
@@ -407,6 +427,33 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
         for r in seed_runs:
             lines.append(f"| {r['run']} | {r['label']} | "
                          + " | ".join(f"{r['scores'][m]:.1f}" if m in r["scores"] else "" for m in columns) + " |")
+    return lines
+
+
+def late_lines(runs: Sequence[dict], table: dict, baseline: Optional[dict]) -> list[str]:
+    """Post hoc: which strings the learned check's window held, for runs trained on several, and each arm's training
+    return per training string over the last third of training against the no-agent score under that string."""
+    mixed = [r for r in runs if len(r.get("late") or {}) > 1]
+    if not mixed:
+        return []
+    starts = ", ".join(f"{s:,}" for s in sorted({r["step"] - r["step"] // LATE_FRACTION for r in runs}))
+    lines = ["", f"Post hoc, not declared (added to the report after runs had been read): a curriculum of several "
+             f"strings draws them in blocks, so the {TRAINING_WINDOW:,} steps the learned check reads may hold one "
+             "string only. The strings of each such run's games there: "
+             + "; ".join(f"{r['run']}: {', '.join(m or 'unmodified' for m in r['window_strings']) or 'no game'}"
+                         for r in mixed) + ".", "",
+             f"Training return per training string over the last third of training (games ending after {starts} "
+             "agent steps), mean over runs of each run's mean [95% t interval] (n runs), the no-agent score under the string and the "
+             "runs above it:", "", "| trained on | training string | training return, last third | no agent | "
+             "runs above it |", "|---|---|---|---|---|"]
+    for label in table:
+        rs = [r for r in runs if r["label"] == label]
+        for m in sorted({m for r in rs for m in r.get("late") or {}}):
+            means = [r["late"][m]["mean"] for r in rs if m in (r.get("late") or {})]
+            bar = baseline["scores"].get(m) if baseline else None
+            above = "" if bar is None else f"{sum(v > bar for v in means)} of {len(means)}"
+            lines.append(f"| {label} | {m or 'unmodified'} | {_cell(statistics.interval(means))} | "
+                         f"{'' if bar is None else f'{bar:.1f}'} | {above} |")
     return lines
 
 
