@@ -489,6 +489,14 @@ def test_a_mixtures_training_return_per_string_over_the_last_third_and_the_strin
                        f"{sum(v > 21.8 for v in means)} of 3 |"], row
     assert any("001_seed=1: all_white_cars; 002_seed=2: all_white_cars" in x for x in got["markdown"])
     assert any("games ending after 60,000 agent steps" in x for x in got["markdown"])
+    # a run trained on several strings is named even when its last third holds one of them
+    one = str(tmp_path / "one")
+    _run(one, "001_seed=1", "colours", 1, {"": 25.0, "all_white_cars": 21.0}, total=total, last=total,
+         training=("", "all_white_cars"))
+    with open(os.path.join(one, "runs", "001_seed=1", "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"kind": "episode", "global_step": 80000, "modification": "all_white_cars",
+                            "return": 3.0}) + "\n")
+    assert any("001_seed=1: all_white_cars." in x for x in robustness.report(one, seed_table=None)["markdown"])
     # one string per run: no such section
     single = str(tmp_path / "single")
     _run(single, "001_seed=1", "unmodified", 1, {"": 25.0}, total=total, last=total)

@@ -433,7 +433,7 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
 def late_lines(runs: Sequence[dict], table: dict, baseline: Optional[dict]) -> list[str]:
     """Post hoc: which strings the learned check's window held, for runs trained on several, and each arm's training
     return per training string over the last third of training against the no-agent score under that string."""
-    mixed = [r for r in runs if len(r.get("late") or {}) > 1]
+    mixed = [r for r in runs if len(r.get("training") or ()) > 1]  # trained on several strings
     if not mixed:
         return []
     starts = ", ".join(f"{s:,}" for s in sorted({r["step"] - r["step"] // LATE_FRACTION for r in runs}))
@@ -443,8 +443,8 @@ def late_lines(runs: Sequence[dict], table: dict, baseline: Optional[dict]) -> l
              + "; ".join(f"{r['run']}: {', '.join(m or 'unmodified' for m in r['window_strings']) or 'no game'}"
                          for r in mixed) + ".", "",
              f"Training return per training string over the last third of training (games ending after {starts} "
-             "agent steps), mean over runs of each run's mean [95% t interval] (n runs), the no-agent score under the string and the "
-             "runs above it:", "", "| trained on | training string | training return, last third | no agent | "
+             "agent steps), mean over runs of each run's mean [95% t interval] (n runs), the no-agent score under the "
+             "string and the runs above it:", "", "| trained on | training string | training return, last third | no agent | "
              "runs above it |", "|---|---|---|---|---|"]
     for label in table:
         rs = [r for r in runs if r["label"] == label]
