@@ -169,6 +169,46 @@ def test_the_seeds_runs_are_printed_one_by_one(folder):
     assert stopped[0] == 0.0 and stopped[-1] > 39.0
 
 
+def test_the_seeds_differences_and_costs_are_printed_under_ours_from_its_raw_export(tmp_path):
+    """Under our declared pairs and within-run costs, the seed's counterparts (SEED_COUNTERPARTS: the groups of the
+    issue's table) over its runs, against a float64 Welch and paired t computed here from the extracted export."""
+    with open(os.path.join(ROOT, "continual", "report", "data", "continual_hackatari_freeway.json")) as f:
+        groups = json.load(f)["groups"]
+
+    def column(group, m):  # the seed's per-run values, "" its post-training evaluation
+        return np.array([r["training_final_reward"] if m == "" else r["eval"][m] for r in groups[group]["runs"]],
+                        dtype=np.float64)
+
+    def welch(a, b):
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+        h = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+        return a.mean() - b.mean(), a.mean() - b.mean() - h, a.mean() - b.mean() + h
+
+    arms = {"PPO unmodified": "Freeway-v5 baseline", "PPO colours": "Freeway-v5 Colors",
+            "PPO colours + vary_car_speeds": "Freeway-v5 Colors and vary_car_speeds"}
+    folder = str(tmp_path)
+    for i, label in enumerate(arms):
+        for seed in (3, 4):
+            _run(folder, f"{i}{seed}_{seed}", label, seed, {m: 20.0 + seed + i for m in robustness.FREEWAY_COLUMNS})
+    pairs = [("PPO colours", "PPO unmodified"), ("PPO colours + vary_car_speeds", "PPO colours")]
+    res = robustness.report(folder, pairs=pairs)
+    for x, y in pairs:
+        for m in robustness.FREEWAY_COLUMNS:
+            cell = res["seed_pairs"][f"{x} - {y}"][m]
+            assert np.allclose([cell["estimate"], *cell["ci"]], welch(column(arms[x], m), column(arms[y], m)),
+                               rtol=1e-10), (x, y, m)
+    for label, group in arms.items():
+        for m in robustness.FREEWAY_COLUMNS[1:]:
+            cell = res["seed_paired_drop"][label][m]
+            assert np.allclose([cell["estimate"], *cell["ci"]], _t(column(group, "") - column(group, m)), rtol=1e-10)
+    md = res["markdown"]
+    # the primary cell as printed: the seed's colours - baseline under all_white_cars, 15.6 (31.4 - 15.8)
+    row = next(x for x in md if x.startswith("| colours (seed) | baseline (seed) |"))
+    assert row.count("|") == len(robustness.FREEWAY_COLUMNS) + 3 and row.split(" | ")[3].startswith("15.6 [")
+    assert any(x.startswith("| colours + vary_cars_speeds (typo: colours) (seed) | ") for x in md)
+
+
 def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         report_main(["robustness", str(tmp_path)])

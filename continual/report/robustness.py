@@ -71,6 +71,10 @@ FREEWAY_COLUMNS = ["", "all_white_cars", "all_black_cars", "stop_all_cars", "sto
 SEED_GROUPS = {"baseline": "Freeway-v5 baseline", "colours": "Freeway-v5 Colors",
                "vary_cars_speeds (typo: unmodified)": "Freeway-v5 vary_car_speeds",
                "colours + vary_cars_speeds (typo: colours)": "Freeway-v5 Colors and vary_car_speeds"}
+# the seed's group beside each arm of hackatari_freeway_robustness.json (its declared.published; the issue's table):
+# its differences and within-run costs are printed under ours, over its runs, with the same intervals
+SEED_COUNTERPARTS = {"PPO unmodified": "baseline", "PPO colours": "colours",
+                     "PPO colours + vary_car_speeds": "colours + vary_cars_speeds (typo: colours)"}
 
 
 def load_seed_runs(name: str) -> list[dict]:
@@ -281,6 +285,22 @@ def paired_drop(runs: Sequence[dict], label: str, modification: str) -> Optional
     return statistics.interval(d) if d else None
 
 
+def seed_difference(seed: dict, x: str, y: str, modification: str) -> Optional[statistics.Interval]:
+    """The seed's counterpart of `compare_labels`: its groups beside arms x and y, Welch over its runs."""
+    sx, sy = SEED_COUNTERPARTS.get(x), SEED_COUNTERPARTS.get(y)
+    if sx not in seed or sy not in seed or modification not in seed[sx] or modification not in seed[sy]:
+        return None
+    return statistics.welch_interval(seed[sx][modification], seed[sy][modification])
+
+
+def seed_drop(seed_runs: Sequence[dict], label: str, modification: str) -> Optional[statistics.Interval]:
+    """The seed's counterpart of `paired_drop`: unmodified minus `modification` within each of its runs."""
+    group = SEED_COUNTERPARTS.get(label)
+    d = [r["scores"][""] - r["scores"][modification] for r in seed_runs
+         if r["label"] == group and "" in r["scores"] and modification in r["scores"]]
+    return statistics.interval(d) if d else None
+
+
 def _cell(iv: Optional[statistics.Interval]) -> str:
     return "" if iv is None else iv.format(digits=1)
 
@@ -369,6 +389,10 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
                   "|---|---|" + "---|" * len(columns)]
         for x, y in pairs:
             lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(runs, x, y, m)) for m in columns) + " |")
+        for x, y in pairs if seed else ():
+            if SEED_COUNTERPARTS.get(x) in seed and SEED_COUNTERPARTS.get(y) in seed:
+                lines.append(f"| {SEED_COUNTERPARTS[x]} (seed) | {SEED_COUNTERPARTS[y]} (seed) | "
+                             + " | ".join(_cell(seed_difference(seed, x, y, m)) for m in columns) + " |")
     lines += ["", f"Did the runs learn? Training return at the end (the sampled training games of the last "
               f"{TRAINING_WINDOW:,} steps, under the run's own curriculum), mean over runs [95% t interval], lowest run"
               + (f"; runs whose unmodified evaluation beats the no-agent row's {baseline['scores']['']:.1f}"
@@ -402,6 +426,10 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
               "|---|" + "---|" * len([m for m in columns if m])]
     for label in table:
         lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
+    for label in table if seed_runs else ():
+        if any(r["label"] == SEED_COUNTERPARTS.get(label) for r in seed_runs):
+            lines.append(f"| {SEED_COUNTERPARTS[label]} (seed) | "
+                         + " | ".join(_cell(seed_drop(seed_runs, label, m)) for m in columns if m) + " |")
     # a mean over 5 runs hides a bimodal column (a stopped car: 0 or ~40 per run) and a run that never learned
     hours = [r["wall_seconds"] / 3600 for r in runs if r.get("wall_seconds") is not None]
     if hours:
@@ -521,6 +549,11 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
               "paired_drop": {lab: {m: (iv.as_dict() if (iv := paired_drop(runs, lab, m)) else None)
                                     for m in columns if m} for lab in labels},
               "runs": runs}
+    if seed:  # the seed's counterparts of "pairs" and "paired_drop", keyed by our arms
+        result["seed_pairs"] = {f"{x} - {y}": {m: iv.as_dict() if (iv := seed_difference(seed, x, y, m)) else None
+                                               for m in columns} for x, y in pairs}
+        result["seed_paired_drop"] = {lab: {m: iv.as_dict() if (iv := seed_drop(seed_runs, lab, m)) else None
+                                            for m in columns if m} for lab in labels}
     if reflex:
         result["baseline"] = reflex
     if learned_pairs:
