@@ -196,6 +196,8 @@ REPRODUCED = {  # bench/results/<name> -> the test that rebuilds it (byte for by
                                      "test_committed_v2_tuning_report_is_reproduced_and_its_choice_is_what_v2_runs"),
     "hackatari_freeway_pilot": ("test_report_budget.py",
                                 "test_committed_freeway_pilot_report_is_reproduced_byte_for_byte"),
+    "hackatari_freeway_robustness": ("test_report_robustness.py",
+                                     "test_committed_freeway_robustness_report_is_reproduced_byte_for_byte"),
     "minatar_reference": ("test_report_minatar.py", "test_rebuilt_from_the_committed_report_json_reproduces_it"),
     "minatar_ppo_1m": ("test_report_minatar.py", "test_rebuilt_from_the_committed_report_json_reproduces_it"),
     "plasticity_minatar": ("test_report_plasticity.py", "test_from_report_reproduces_the_committed_report"),

@@ -543,3 +543,23 @@ def test_a_mixtures_training_return_per_string_over_the_last_third_and_the_strin
     with open(os.path.join(single, "runs", "001_seed=1", "metrics.jsonl"), "w") as f:
         f.write(json.dumps({"kind": "episode", "global_step": 50000, "modification": "", "return": 3.0}) + "\n")
     assert not any("last third" in x for x in robustness.report(single, seed_table=None)["markdown"])
+
+
+def test_committed_freeway_robustness_report_is_reproduced_byte_for_byte(tmp_path, monkeypatch):
+    """bench/results/hackatari_freeway_robustness (issue 46's table; its command on docs/results/hackatari-freeway.md
+    and docs/experiments.md) comes out of the archived runs, the always-UP baselines, the greedy variant's and the
+    post-hoc evaluation's JSONs byte for byte: report.md, report.json, heatmap.png; all 15 declared runs are in it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    committed = os.path.join(root, "bench", "results", "hackatari_freeway_robustness")
+    with open(os.path.join(committed, "report.json"), encoding="utf-8") as f:
+        stored = json.load(f)
+    assert stored["folder"] == "bench/experiments/hackatari_freeway_robustness"
+    assert len(stored["runs"]) == 15 and len({r["run"] for r in stored["runs"]}) == 15
+    monkeypatch.chdir(root)  # the report keeps the folder as given, as the page gives it
+    report_main(["robustness", stored["folder"], "--baseline", "bench/results/freeway_always_up.json",
+                 "bench/results/freeway_always_up_training.json", "--variant",
+                 "bench/experiments/hackatari_freeway_robustness_greedy", "--post-hoc",
+                 "bench/experiments/hackatari_freeway_robustness_posthoc", "--out", str(tmp_path)])
+    for name in ("report.md", "report.json", "heatmap.png"):
+        with open(os.path.join(committed, name), "rb") as f:
+            assert (tmp_path / name).read_bytes() == f.read(), name
