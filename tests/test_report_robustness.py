@@ -209,6 +209,31 @@ def test_the_seeds_differences_and_costs_are_printed_under_ours_from_its_raw_exp
     assert any(x.startswith("| colours + vary_cars_speeds (typo: colours) (seed) | ") for x in md)
 
 
+def test_the_heatmap_shows_ours_the_no_agent_row_and_the_seeds_groups_on_one_scale(folder, tmp_path):
+    """The heatmap's rows: our arms' means, then the no-agent policy's scores, then the seed's groups' means over its
+    runs (from its raw export), in that order."""
+    path, data = folder
+    reflex = {"action": 1, "episodes": [21], "path": "x.json", "scores": {"": 21.8, "all_white_cars": 21.8}}
+    table = robustness.report(path, seed_table=None)
+    cells = robustness.summarize(robustness.load_runs(path), MODS)
+    with open(os.path.join(ROOT, "continual", "report", "data", "continual_hackatari_freeway.json")) as f:
+        groups = json.load(f)["groups"]
+    seed = robustness.load_seed_table("freeway")
+    labels, values = robustness.heatmap_rows(cells, MODS, seed, reflex)
+    assert labels[:3] == ["unmodified (ours)", "colours (ours)", "no agent: action 1 every step"]
+    for i, label in enumerate(("unmodified", "colours")):
+        ours = [np.mean([data[(label, s)][m] for s in range(1, 5)]) for m in MODS]
+        assert np.allclose(values[i], ours, rtol=1e-12)
+    assert values[2][:2].tolist() == [21.8, 21.8] and np.isnan(values[2][2:]).all()
+    baseline = groups["Freeway-v5 baseline"]["runs"]
+    row = labels.index("baseline (seed, 10M steps)")
+    assert np.allclose(values[row], [np.mean([r["training_final_reward"] if m == "" else r["eval"][m] for r in baseline])
+                                     for m in MODS], rtol=1e-12)
+    assert len(labels) == 3 + len(seed) and table["table"]
+    robustness.heatmap(cells, MODS, str(tmp_path / "h.png"), seed, reflex)
+    assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         report_main(["robustness", str(tmp_path)])

@@ -485,15 +485,30 @@ def late_lines(runs: Sequence[dict], table: dict, baseline: Optional[dict]) -> l
     return lines
 
 
-def heatmap(table: dict, columns: Sequence[str], path: str) -> None:
+def heatmap_rows(table: dict, columns: Sequence[str], seed: Optional[dict] = None,
+                 baseline: Optional[dict] = None) -> tuple[list[str], np.ndarray]:
+    """The heatmap's rows, top to bottom: our arms, the no-agent policy, the seed's groups (mean over its runs)."""
+    rows = [(f"{lab} (ours)" if seed else lab, [table[lab][m].estimate if m in table[lab] else np.nan for m in columns])
+            for lab in table]
+    if baseline:
+        rows.append((f"no agent: action {baseline['action']} every step",
+                     [baseline["scores"].get(m, np.nan) for m in columns]))
+    for lab, cells in (seed or {}).items():
+        rows.append((f"{lab} (seed, 10M steps)", [float(np.mean(cells[m])) if m in cells else np.nan for m in columns]))
+    return [lab for lab, _ in rows], np.array([v for _, v in rows], dtype=np.float64)
+
+
+def heatmap(table: dict, columns: Sequence[str], path: str, seed: Optional[dict] = None,
+            baseline: Optional[dict] = None) -> None:
+    """Training curriculum x evaluation modification, ours above the no-agent row and the seed's groups, on one
+    colour scale; lines separate the three."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(table)
-    values = np.array([[table[lab][m].estimate if m in table[lab] else np.nan for m in columns] for lab in labels])
-    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.6 * len(labels) + 1.5))
+    labels, values = heatmap_rows(table, columns, seed, baseline)
+    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 3, 0.6 * len(labels) + 1.5))
     im = ax.imshow(values, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(columns)), [m or "unmodified" for m in columns], rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -501,6 +516,8 @@ def heatmap(table: dict, columns: Sequence[str], path: str) -> None:
         for j in range(len(columns)):
             if np.isfinite(values[i, j]):
                 ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+    for edge in sorted({len(table), len(table) + (1 if baseline else 0)} - {len(labels)}):
+        ax.axhline(edge - 0.5, color="w", linewidth=2)
     fig.colorbar(im, ax=ax, label="mean evaluation return")
     ax.set_xlabel("evaluated under")
     ax.set_ylabel("trained on")
@@ -565,7 +582,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
             "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in cells_by_label.items()}}
     if out:
         os.makedirs(out, exist_ok=True)
-        heatmap(table, columns, os.path.join(out, "heatmap.png"))
+        heatmap(table, columns, os.path.join(out, "heatmap.png"), seed, reflex)
         with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
             f.write(f"# Robustness under modifications ({os.path.basename(os.path.normpath(folder))})\n\n" +
                     "\n".join(lines) + "\n\n![heatmap](heatmap.png)\n")
