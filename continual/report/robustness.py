@@ -285,20 +285,14 @@ def paired_drop(runs: Sequence[dict], label: str, modification: str) -> Optional
     return statistics.interval(d) if d else None
 
 
-def seed_difference(seed: dict, x: str, y: str, modification: str) -> Optional[statistics.Interval]:
-    """The seed's counterpart of `compare_labels`: its groups beside arms x and y, Welch over its runs."""
-    sx, sy = SEED_COUNTERPARTS.get(x), SEED_COUNTERPARTS.get(y)
-    if sx not in seed or sy not in seed or modification not in seed[sx] or modification not in seed[sy]:
-        return None
-    return statistics.welch_interval(seed[sx][modification], seed[sy][modification])
+def seed_difference(seed_runs: Sequence[dict], x: str, y: str, modification: str) -> Optional[statistics.Interval]:
+    """`compare_labels` over the seed's runs: its groups beside arms x and y."""
+    return compare_labels(seed_runs, SEED_COUNTERPARTS.get(x), SEED_COUNTERPARTS.get(y), modification)
 
 
 def seed_drop(seed_runs: Sequence[dict], label: str, modification: str) -> Optional[statistics.Interval]:
-    """The seed's counterpart of `paired_drop`: unmodified minus `modification` within each of its runs."""
-    group = SEED_COUNTERPARTS.get(label)
-    d = [r["scores"][""] - r["scores"][modification] for r in seed_runs
-         if r["label"] == group and "" in r["scores"] and modification in r["scores"]]
-    return statistics.interval(d) if d else None
+    """`paired_drop` over the seed's runs: its group beside arm `label`."""
+    return paired_drop(seed_runs, SEED_COUNTERPARTS.get(label), modification)
 
 
 def _cell(iv: Optional[statistics.Interval]) -> str:
@@ -389,10 +383,10 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
                   "|---|---|" + "---|" * len(columns)]
         for x, y in pairs:
             lines.append(f"| {x} | {y} | " + " | ".join(_cell(compare_labels(runs, x, y, m)) for m in columns) + " |")
-        for x, y in pairs if seed else ():
-            if SEED_COUNTERPARTS.get(x) in seed and SEED_COUNTERPARTS.get(y) in seed:
+        for x, y in pairs:
+            if SEED_COUNTERPARTS.get(x) in (seed or {}) and SEED_COUNTERPARTS.get(y) in (seed or {}):
                 lines.append(f"| {SEED_COUNTERPARTS[x]} (seed) | {SEED_COUNTERPARTS[y]} (seed) | "
-                             + " | ".join(_cell(seed_difference(seed, x, y, m)) for m in columns) + " |")
+                             + " | ".join(_cell(seed_difference(seed_runs, x, y, m)) for m in columns) + " |")
     lines += ["", f"Did the runs learn? Training return at the end (the sampled training games of the last "
               f"{TRAINING_WINDOW:,} steps, under the run's own curriculum), mean over runs [95% t interval], lowest run"
               + (f"; runs whose unmodified evaluation beats the no-agent row's {baseline['scores']['']:.1f}"
@@ -426,8 +420,8 @@ def markdown(runs: Sequence[dict], table: dict, columns: Sequence[str], seed: Op
               "|---|" + "---|" * len([m for m in columns if m])]
     for label in table:
         lines.append(f"| {label} | " + " | ".join(_cell(paired_drop(runs, label, m)) for m in columns if m) + " |")
-    for label in table if seed_runs else ():
-        if any(r["label"] == SEED_COUNTERPARTS.get(label) for r in seed_runs):
+    for label in table:
+        if SEED_COUNTERPARTS.get(label) in (seed or {}):
             lines.append(f"| {SEED_COUNTERPARTS[label]} (seed) | "
                          + " | ".join(_cell(seed_drop(seed_runs, label, m)) for m in columns if m) + " |")
     # a mean over 5 runs hides a bimodal column (a stopped car: 0 or ~40 per run) and a run that never learned
@@ -516,8 +510,9 @@ def heatmap(table: dict, columns: Sequence[str], path: str, seed: Optional[dict]
         for j in range(len(columns)):
             if np.isfinite(values[i, j]):
                 ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
-    for edge in sorted({len(table), len(table) + (1 if baseline else 0)} - {len(labels)}):
-        ax.axhline(edge - 0.5, color="w", linewidth=2)
+    for edge in [len(table)] + ([len(table) + 1] if baseline else []):  # below ours, below the no-agent row
+        if edge < len(labels):
+            ax.axhline(edge - 0.5, color="w", linewidth=2)
     fig.colorbar(im, ax=ax, label="mean evaluation return")
     ax.set_xlabel("evaluated under")
     ax.set_ylabel("trained on")
@@ -567,7 +562,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
                                     for m in columns if m} for lab in labels},
               "runs": runs}
     if seed:  # the seed's counterparts of "pairs" and "paired_drop", keyed by our arms
-        result["seed_pairs"] = {f"{x} - {y}": {m: iv.as_dict() if (iv := seed_difference(seed, x, y, m)) else None
+        result["seed_pairs"] = {f"{x} - {y}": {m: iv.as_dict() if (iv := seed_difference(seed_runs, x, y, m)) else None
                                                for m in columns} for x, y in pairs}
         result["seed_paired_drop"] = {lab: {m: iv.as_dict() if (iv := seed_drop(seed_runs, lab, m)) else None
                                             for m in columns if m} for lab in labels}
