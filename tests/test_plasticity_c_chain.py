@@ -25,6 +25,7 @@ from continual.plasticity.c_chain import (
     q_churn,
     schedule_for,
 )
+from continual.training.checkpoint import save_checkpoint
 
 
 def tiny(seed: int = 0) -> nn.Module:
@@ -205,9 +206,10 @@ def test_dqn_loop_equals_the_paper_codes_bit_for_bit():
             assert torch.equal(a, b)
 
 
-def test_state_dict_round_trip_continues_exactly():
-    """A CChain restored from its state (the reference weights, update count, coefficient and windows) goes on as
-    the original would."""
+def test_state_dict_round_trip_continues_exactly(tmp_path):
+    """A CChain restored from its state (the reference weights, update count, coefficient and windows) through a
+    checkpoint file goes on as the original would. Past its warm-up the coefficient is a Python float: it was
+    numpy's, and weights_only loading refused the experiment's checkpoints."""
     s = Schedule(target=0.1, initial=5.0, window=4, warmup=3)
     net = tiny(3)
     c = CChain(net, s)
@@ -215,7 +217,9 @@ def test_state_dict_round_trip_continues_exactly():
     for _ in range(7):
         c.before_step()
         c.record(float(rng.normal()), float(rng.random()))
-    state = c.state_dict()
+    assert type(c.coef) is float and c.coef != s.initial
+    path = save_checkpoint(str(tmp_path / "x.cleanrl_model"), {"c_chain": c.state_dict()})
+    state = torch.load(path, weights_only=True)["c_chain"]
     d = CChain(tiny(4), s)
     d.load_state_dict(state)
     assert d.updates == c.updates and d.coef == c.coef

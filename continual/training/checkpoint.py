@@ -11,6 +11,7 @@ explicitly, or a run whose checkpoints are all corrupt, is a UserError (exit 2).
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import pickle
@@ -60,9 +61,36 @@ def _to_tuple(x: Any) -> Any:
     return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
 
 
+# What torch.load(weights_only=True) reads back (numpy values are refused, and np.float64 is a float: tested first)
+_PLAIN = (torch.Tensor, bool, int, float, complex, str, bytes, bytearray, type(None), torch.dtype, torch.device,
+          torch.Size)
+
+
+def plain(x: Any, where: str = "checkpoint") -> Any:
+    """`x` with numpy scalars turned into Python values (containers copied only where one changed); any other value
+    that `load_checkpoint` would refuse is a TrainingError here, at the save, not at a resume hours later."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, _PLAIN):
+        return x
+    if isinstance(x, dict):
+        items = [(plain(k, f"{where} key {k!r}"), plain(v, f"{where}[{k!r}]")) for k, v in x.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, x.items())):
+            return x
+        out = copy.copy(x)  # keeps the type and a state_dict's _metadata
+        out.clear()
+        out.update(items)
+        return out
+    if type(x) in (list, tuple, set):
+        items = [plain(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        return x if all(v is v0 for v, v0 in zip(items, x)) else type(x)(items)
+    raise TrainingError(f"{where} is a {type(x).__module__}.{type(x).__qualname__}, which a checkpoint cannot hold "
+                        f"(loading reads only tensors and plain Python values)")
+
+
 def save_checkpoint(path: str, payload: dict) -> str:
     """Write atomically: a crash mid-write leaves the previous file (or none), never a truncated one."""
-    payload = {"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload}
+    payload = plain({"format_version": FORMAT_VERSION, "library_version": LIBRARY_VERSION, **payload})
     try:
         with storage_errors(path):  # a full disk: StorageError (the temporary file is gone, the previous one intact)
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
