@@ -166,7 +166,7 @@ def test_cli_writes_the_report(folder, tmp_path, capsys):
     out = str(tmp_path / "out")
     report_main(["c_chain", folder, "--out", out])
     printed = capsys.readouterr().out
-    assert "22.044 +- 0.733" in printed and "C-CHAIN - vanilla" in printed and "running: step 150" in printed
+    assert "22.044 +- 0.733" in printed and "C-CHAIN - vanilla" in printed and "unfinished: evaluated up to step 150" in printed
     assert {"report.md", "report.json", "curves.png"} <= set(os.listdir(out))
     data = json.load(open(os.path.join(out, "report.json")))
     assert data["score"]["vanilla"]["n"] == 5 and len(data["runs"]) == 10

@@ -284,7 +284,8 @@ def markdown(recs: Sequence[dict], main: dict, alt: dict, paper: dict) -> list[s
         s = r["scores"]
         cells = [f"{s['per_game_mean'].get(g, math.nan):.2f} / {s['per_game_final'].get(g, math.nan):.2f}"
                  for g in games]
-        state = "" if r["finished"] else f" (running: step {r['last_step']:,} of {r['total_timesteps']:,})"
+        state = "" if r["finished"] else (f" (unfinished: evaluated up to step {r['last_step']:,} of "
+                                          f"{r['total_timesteps']:,})")
         lines.append(f"| {r['run']}{state} | {r['arm']} | {r['seed']} | {s['score']:.3f} | " + " | ".join(cells)
                      + f" | {s['evaluations']} |")
     notes = protocol_notes(recs)
