@@ -166,7 +166,8 @@ def test_cli_writes_the_report(folder, tmp_path, capsys):
     out = str(tmp_path / "out")
     report_main(["c_chain", folder, "--out", out])
     printed = capsys.readouterr().out
-    assert "22.044 +- 0.733" in printed and "C-CHAIN - vanilla" in printed and "unfinished: evaluated up to step 150" in printed
+    assert "22.044 +- 0.733" in printed and "C-CHAIN - vanilla" in printed
+    assert "unfinished: evaluated up to step 150" in printed
     assert {"report.md", "report.json", "curves.png"} <= set(os.listdir(out))
     data = json.load(open(os.path.join(out, "report.json")))
     assert data["score"]["vanilla"]["n"] == 5 and len(data["runs"]) == 10
@@ -179,3 +180,24 @@ def test_a_folder_without_runs_is_a_one_line_error(tmp_path):
 
     with pytest.raises(UserError):
         c_chain.load(str(tmp_path))
+
+
+def test_provenance_lists_the_commits_and_the_resumes_from_the_runs_start_records(folder):
+    """The runs' "start" records (metrics.jsonl, or the archive's metrics.jsonl.gz): each commit with its runs, each
+    resumed run with its steps. The C-CHAIN experiment's runs changed commit at a resume (2026-12-01)."""
+    import gzip
+
+    def start(step, commit, resumed):
+        return json.dumps({"kind": "start", "global_step": step, "resumed": resumed,
+                           "code_revision": {"commit": commit, "dirty": False}})
+
+    runs = sorted(os.listdir(os.path.join(folder, "runs")))
+    with open(os.path.join(folder, "runs", runs[0], "metrics.jsonl"), "w") as f:
+        f.write("\n".join([start(0, "a" * 40, False), '{"kind": "iteration", "global_step": 10}',
+                           start(50, "b" * 40, True), start(150, "b" * 40, True)]) + "\n")
+    with gzip.open(os.path.join(folder, "runs", runs[1], "metrics.jsonl.gz"), "wt") as f:
+        f.write(start(0, "b" * 40, False) + "\n")
+    res = c_chain.report(folder)
+    text = "\n".join(res["markdown"])
+    assert "- Code: aaaaaaa (1 run); bbbbbbb (2 runs)\n" in text  # the hand-made runs without records: none
+    assert f"- Resumed from a checkpoint (1 runs; episodes in flight restarted): {runs[0]} at 50, 150" in text

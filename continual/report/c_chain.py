@@ -44,7 +44,9 @@ import numpy as np
 from continual.curricula.tasks import task_string
 from continual.errors import UserError
 from continual.evaluation import statistics
+from continual.evaluation.metrics import provenance, provenance_lines
 from continual.evaluation.table import read_run_table
+from continual.io import read_jsonl
 from continual.launch.declarations import read_declarations
 from continual.modstrings import normalize_modification
 
@@ -117,7 +119,8 @@ def run_record(run_dir: str) -> Optional[dict]:
                                                   "eval_episodes", "eval_greedy", "c_chain",
                                                   "c_chain_target_rel_loss_scale", "c_chain_coef")},
             "regimes": [t["regime"] for t in tasks],
-            "greedy": sorted({str(r.get("greedy")) for r in rows}), "episodes": sorted({r["episodes"] for r in rows})}
+            "greedy": sorted({str(r.get("greedy")) for r in rows}), "episodes": sorted({r["episodes"] for r in rows}),
+            "starts": [r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if r.get("kind") == "start"]}
 
 
 def scores(rec: dict) -> dict:
@@ -294,6 +297,7 @@ def markdown(recs: Sequence[dict], main: dict, alt: dict, paper: dict) -> list[s
     missing = [r["run"] for r in recs if r["missing"]]
     if missing:
         lines += ["", f"Runs missing the paper's game at some evaluation step: {', '.join(missing)}"]
+    lines += ["", "Provenance:", ""] + provenance_lines(provenance((r["run"], r["starts"]) for r in recs))
     return lines
 
 
