@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from continual.errors import UserError
-from continual.evaluation.metrics import load_run
+from continual.evaluation.metrics import load_run, provenance, provenance_lines
 
 
 def windowed_returns(episodes: Sequence[tuple[int, float]], steps: Sequence[int], window: int) -> list[Optional[float]]:
@@ -73,7 +73,8 @@ def load_runs(folder: str) -> list[dict]:
         run = load_run(path)
         runs.append({"run": d, "label": run.config.get("exp_name") or run.config.get("architecture", "?"),
                      "seed": run.config.get("seed"), "total_timesteps": run.config.get("total_timesteps"),
-                     "end_step": int(run.end_step), "episodes": [(int(s), float(r)) for s, _, r in run.episodes]})
+                     "end_step": int(run.end_step), "episodes": [(int(s), float(r)) for s, _, r in run.episodes],
+                     "starts": run.starts})
     if not runs:
         raise UserError(f"{root}: no run directory with a config.json yet")
     return runs
@@ -107,7 +108,7 @@ def report(folder: str, out: Optional[str] = None, threshold: float = 20.0, wind
     if amended:
         rule["declared_threshold"] = declared_threshold
     result = {"folder": folder, "rule": rule, "budget": chosen, "why_none": why, "all_finished": finished,
-              "runs": rows}
+              "runs": rows, "provenance": provenance((r["run"], r["starts"]) for r in runs)}
     if amended:
         result["budget_declared"] = budget(runs, declared_threshold, window, multiple)
         for row, r in zip(rows, runs, strict=True):
@@ -148,4 +149,6 @@ def markdown(result: dict, shown: Sequence[int]) -> list[str]:
         first = "-" if r["first_reached"] is None else f"{r['first_reached']:,}"
         lines.append(f"| {r['run']} | {r['seed']} | {r['end_step']:,} | {r['episodes']} | {first} | "
                      + " | ".join(cells) + " |")
+    if result.get("provenance", {}).get("commits"):
+        lines += ["", "Provenance:", ""] + provenance_lines(result["provenance"])
     return lines

@@ -41,7 +41,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import cora, cw, statistics
-from continual.evaluation.metrics import RunData, at_or_before, load_run
+from continual.evaluation.metrics import RunData, at_or_before, load_run, provenance, provenance_lines
 
 PPO_FAMILY = ("PPO", "PPO_CBP")
 REFERENCE_PREFIX = "reference"
@@ -327,6 +327,7 @@ def report(folder: str, out: Optional[str] = None, experiment: Optional[str] = N
                                 "drop": _iv(w["drop"]).as_dict(), "recovery": _iv(w["recovery"]).as_dict()}
                                for w in per_method[m]["switches"]] for m in per_method},
               "table": table, "comparisons": comparisons, "per_method": per_method,
+              "provenance": provenance((r.name, r.starts) for r in runs),
               **({"tuning_check": tuning_check} if tuning_check is not None else {})}
     lines = markdown(result)
     result["markdown"] = lines
@@ -431,6 +432,8 @@ def markdown(result: dict) -> list[str]:
                     else "no reference run yet" if raw else "")
             cells.append(cell + (f" ({np.mean(raw):.1f})" if raw else ""))
         lines.append(f"| {mark(m)} | " + " | ".join(cells) + " |")
+    if result.get("provenance"):
+        lines += ["", "Provenance (references included):", ""] + provenance_lines(result["provenance"])
     return lines
 
 

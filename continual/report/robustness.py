@@ -54,6 +54,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import statistics
+from continual.evaluation.metrics import provenance, provenance_lines
 from continual.evaluation.table import read_run_table
 from continual.io import read_jsonl
 from continual.launch import declarations
@@ -124,7 +125,8 @@ def run_scores(run_dir: str) -> Optional[dict]:
             "training_return": windowed_returns(episodes, [last], TRAINING_WINDOW)[0] if episodes else None,
             "training_games": len(episodes), "first_score": first_score(episodes),
             "window_strings": sorted({m for step, _, m in games if last - TRAINING_WINDOW < step <= last}),
-            "late": late_by_string(games, last), "wall_seconds": wall_seconds(records)}
+            "late": late_by_string(games, last), "wall_seconds": wall_seconds(records),
+            "starts": [r for r in records if r.get("kind") == "start"]}
 
 
 def late_by_string(games: Sequence[tuple[int, float, str]], last: int) -> dict:
@@ -552,6 +554,7 @@ def report(folder: str, out: Optional[str] = None, seed_table: Optional[str] = "
             shown = evaluated(extra["runs"], columns)
             extras.append((key, kind, extra, shown, summarize(extra["runs"], shown)))
     lines = markdown(runs, table, columns, seed, pairs, reflex, extras, learned_pairs, seed_runs, own, own_table)
+    lines += ["", "Provenance:", ""] + provenance_lines(provenance((r["run"], r["starts"]) for r in runs))
     result = {"folder": folder, "columns": columns,
               "table": {lab: {m: iv.as_dict() for m, iv in cells.items()} for lab, cells in table.items()},
               "own_columns": own,

@@ -36,7 +36,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation import cw, statistics
-from continual.evaluation.metrics import RunData, load_run
+from continual.evaluation.metrics import RunData, load_run, provenance, provenance_lines
 from continual.launch import declarations as D
 from continual.launch.experiment import load_experiment
 from continual.report import forgetting as F
@@ -134,7 +134,7 @@ def choose(folder: str) -> dict:
             "normalisation": ({"kind": "reference_runs", "reference_final_return": scores,
                                "missing": [list(m) for m in missing_refs], "unreferenced_tasks": unreferenced}
                               if norm else {"kind": "none"}),
-            "sweeps": sweeps}
+            "sweeps": sweeps, "provenance": provenance((r.name, r.starts) for r in runs)}
 
 
 def pick(arms: list[dict], rule: dict, missing_refs: list, unreferenced: Sequence[str] = ()
@@ -205,6 +205,8 @@ def markdown(result: dict) -> list[str]:
         c = sw["chosen"]
         lines.append(f"- {prefix}: " + (f"chosen {sw['flag']}={c['value']} ({c['label']!r}; {sw['why']})" if c else
                                         f"no choice yet ({sw['why']})"))
+    if result.get("provenance", {}).get("commits"):
+        lines += ["", "Provenance (references included):", ""] + provenance_lines(result["provenance"])
     return lines
 
 
