@@ -171,3 +171,53 @@ def test_eval_constant_action_is_a_reflex_baseline_under_the_runs_env(run, tmp_p
     err = capsys.readouterr().err
     assert e.value.code == 2 and "constant_action: 2 is no action of CartPole-v1" in err and len(err.splitlines()) == 1
     assert not os.path.exists(str(tmp_path / "bad") + ".json")
+
+
+def test_eval_random_actions_is_the_no_agent_baseline_under_the_runs_env(run, tmp_path, capsys):
+    """--random_actions draws every env's action uniformly from a generator seeded with --seed: each game's return is
+    that of plain gymnasium envs stepped in lockstep with the same draws (env i from seed + i, reset as soon as a game
+    ends; a game past an env's quota is played but not counted), the same for the same seed, and the JSON says the
+    agent did not act. With --constant_action or --greedy: one line and exit 2, before anything is written."""
+    run_dir, _ = run
+    out = str(tmp_path / "random")
+    argv = ["--agent_path", run_dir, "--random_actions", "--eval_episodes", "5", "--num_envs", "2", "--seed", "7",
+            "--modifs", "", "gravity=15", "--no-progress-bar", "--action_shares"]
+    proc = run_main("eval.py", *argv, "--output", out)
+    assert "with uniformly random actions, not the agent's" in proc.stdout
+    result = json.load(open(out + ".json"))
+    assert result["random_actions"] is True and "constant_action" not in result
+    gen = torch.Generator().manual_seed(7)  # one generator for the whole evaluation: gravity=15 continues its draws
+    for row, gravity in zip(result["results"], (9.8, 15.0)):
+        envs = [gym.make("CartPole-v1") for _ in range(2)]
+        for i, env in enumerate(envs):
+            env.unwrapped.gravity = gravity
+            env.reset(seed=7 + i)
+        quota, games, ret, taken = [3, 2], [[], []], [0.0, 0.0], [0, 0]
+        while any(len(g) < q for g, q in zip(games, quota)):
+            actions = torch.randint(2, (2,), generator=gen).tolist()
+            for i, env in enumerate(envs):
+                if len(games[i]) < quota[i]:
+                    taken[actions[i]] += 1
+                _, r, term, trunc, _ = env.step(actions[i])
+                ret[i] += r
+                if term or trunc:
+                    if len(games[i]) < quota[i]:
+                        games[i].append(ret[i])
+                    ret[i] = 0.0
+                    env.reset()
+        expected = games[0] + games[1]
+        assert row["mean"] == pytest.approx(sum(expected) / 5) and row["min"] == min(expected), (row, expected)
+        assert row["action_share"] == [t / sum(taken) for t in taken]
+    again = str(tmp_path / "again")
+    run_main("eval.py", *argv, "--output", again)
+    assert [r["mean"] for r in json.load(open(again + ".json"))["results"]] == [r["mean"] for r in result["results"]]
+    import eval as eval_script
+
+    for flags, words in ((["--constant_action", "1"], "random_actions: not with --constant_action"),
+                         (["--greedy"], "random_actions: not with --greedy")):
+        with pytest.raises(SystemExit) as e:
+            eval_script.main(["--agent_path", run_dir, "--random_actions", *flags, "--output", str(tmp_path / "bad"),
+                              "--no-progress-bar"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err and len(err.splitlines()) == 1, err
+        assert not os.path.exists(str(tmp_path / "bad") + ".json")

@@ -25,7 +25,7 @@ from continual.envs.backends import task_compat, validate_env_id, validate_task
 from continual.envs.vector import EnvSettings, make_vector_env, regime_slug
 from continual.errors import UserError
 from continual.evaluation.continual import single_torch_thread
-from continual.evaluation.episodes import EvalResult, agent_policy, constant_policy, evaluate
+from continual.evaluation.episodes import EvalResult, agent_policy, constant_policy, evaluate, random_policy
 from continual.io import atomic_write_csv, atomic_write_json, storage_errors
 from continual.modstrings import normalize_modification, parse_task, parse_tasks, task_env_ids
 from continual.plasticity.injection import restore_injection
@@ -68,6 +68,10 @@ class EvalArgs:
     constant_action: Optional[int] = None
     """play this action every step instead of the agent's (a reflex baseline, e.g. Freeway's UP = 1), under the
     run's own env settings; the network is loaded and checked but does not act"""
+    random_actions: bool = False
+    """play uniformly random actions instead of the agent's (the no-agent baseline of a game; drawn from a torch
+    generator seeded with --seed), under the run's own env settings; the network is loaded and checked but does not
+    act"""
     action_shares: bool = False
     """also record the share of each action taken in the evaluated games (a discrete action space; column
     action_share): a policy that drifted off an action shows here, e.g. Freeway's UP"""
@@ -169,6 +173,10 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
         raise UserError(f"num_envs: must be positive, got {args.num_envs}")
     if args.eval_max_episode_steps is not None and args.eval_max_episode_steps <= 0:
         raise UserError(f"eval_max_episode_steps: must be positive, got {args.eval_max_episode_steps}")
+    if args.random_actions and args.constant_action is not None:
+        raise UserError("random_actions: not with --constant_action (one policy plays instead of the agent)")
+    if args.random_actions and args.greedy:
+        raise UserError("random_actions: not with --greedy (the actions are drawn uniformly, not from the agent)")
     state = load_policy_file(args.agent_path[0])
     if agent_module(state["architecture"]) is None:
         raise UserError(f"checkpoint architecture {state['architecture']!r} is not supported by this version")
@@ -195,6 +203,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
     stem = os.path.basename(state["path"]).replace(".cleanrl_model", "")
     if args.constant_action is not None:
         stem += f"__constant_action{args.constant_action}"
+    if args.random_actions:
+        stem += "__random_actions"
     output = args.output or os.path.join(run_dir, "eval", f"{stem}__{int(time.time())}")
     check_writable(os.path.dirname(os.path.abspath(output)) or ".")
 
@@ -224,14 +234,18 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
             raise UserError(f"constant_action: {args.constant_action} is no action of {env_id} ({space})")
         if args.action_shares and not isinstance(space, gym.spaces.Discrete):
             raise UserError(f"action_shares: {env_id}'s actions are not discrete ({space})")
+        if args.random_actions and not isinstance(space, gym.spaces.Discrete):
+            raise UserError(f"random_actions: {env_id}'s actions are not discrete ({space})")
         print(f"evaluating {len(modifs)} modification{'s' * (len(modifs) != 1)} x {args.eval_episodes} games"
               + ("" if args.constant_action is None else f" with the constant action {args.constant_action}, not "
                  "the agent's")
+              + (" with uniformly random actions, not the agent's" if args.random_actions else "")
               + ("" if args.all_regimes or len(modifs) > 1 else " (--all_regimes: every regime of the curriculum)"))
         bar = tqdm(total=len(modifs) * args.eval_episodes, unit="game", disable=not args.progress_bar,
                    dynamic_ncols=True, mininterval=1.0)  # the ETA is the estimate of the time left
-        act = (agent_policy(agent, greedy=args.greedy) if args.constant_action is None
-               else constant_policy(args.constant_action))
+        act = (constant_policy(args.constant_action) if args.constant_action is not None
+               else random_policy(space.n, args.seed) if args.random_actions
+               else agent_policy(agent, greedy=args.greedy))
         # a few observations a step: one torch thread (a whole Freeway game took 26 s instead of 191 s on a loaded
         # 2-core machine); the caller's thread count is restored (the Python API's notebook)
         with single_torch_thread():
@@ -254,6 +268,8 @@ def evaluate_checkpoint(args: EvalArgs, agent_module: AgentLookup) -> list[dict]
             "max_episode_steps": args.eval_max_episode_steps}
     if args.constant_action is not None:  # the agent did not act: say so where the greedy flag would mislead
         meta["constant_action"] = args.constant_action
+    if args.random_actions:
+        meta["random_actions"] = True
     if train_args.her:  # HER: the goal setup the agent was evaluated with (from the checkpoint)
         meta["her"] = {"game_specific_goals": train_args.game_specific_goals, "tolerance": train_args.her_tolerance}
     with storage_errors(output + ".csv", hint=FREE_SPACE):

@@ -98,6 +98,16 @@ def agent_policy(agent: torch.nn.Module, greedy: bool = False) -> Callable[..., 
     return act
 
 
+def random_policy(num_actions: int, seed: int) -> Callable[..., torch.Tensor]:
+    """`act` for `evaluate` that draws each env's action uniformly from `num_actions`, whatever it sees (the
+    no-agent baseline of a game), from a generator of its own seeded with `seed`: the same games for the same seed."""
+    gen = torch.Generator().manual_seed(int(seed))
+
+    def act(x: torch.Tensor, goals: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return torch.randint(int(num_actions), (x.shape[0],), generator=gen)
+    return act
+
+
 def constant_policy(action: int) -> Callable[..., torch.Tensor]:
     """`act` for `evaluate` that plays `action` every step, whatever it sees: a reflex baseline (Freeway's always UP
     scores ~22 in the unmodified game and ~40 with the cars stopped, so a trained agent's score needs it beside)."""
