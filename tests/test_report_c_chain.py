@@ -201,3 +201,37 @@ def test_provenance_lists_the_commits_and_the_resumes_from_the_runs_start_record
     text = "\n".join(res["markdown"])
     assert "- Code: aaaaaaa (1 run); bbbbbbb (2 runs)\n" in text  # the hand-made runs without records: none
     assert f"- Resumed from a checkpoint (1 runs; episodes in flight restarted): {runs[0]} at 50, 150" in text
+
+
+def test_learned_check_counts_final_evaluations_above_a_random_policy(folder, tmp_path, capsys):
+    """--baseline (eval.py's JSON of a --random_actions evaluation): per arm and game, the runs that reached the end of
+    the game's task (the unfinished seed-5 C-CHAIN run has reached SpaceInvaders' end at step 100), their final
+    evaluations' mean and t interval, and how many beat the random mean and the random best game (learned)."""
+    rand = {REGIMES[0]: (15.0, 20.0), REGIMES[1]: (25.0, 26.0), REGIMES[2]: (0.1, 1.0)}
+    path = tmp_path / "random.json"
+    path.write_text(json.dumps({"random_actions": True, "greedy": False, "seed": 1, "results": [
+        {"modification": m, "episodes": 100, "mean": a, "max": b} for m, (a, b) in rand.items()]}))
+    res = c_chain.report(folder, baseline=str(path))
+    got = {(c["arm"], c["game"]): c for c in res["learned_check"]["games"]}
+    assert len(got) == 6
+    seeds = {"vanilla": [1, 2, 3, 4, 5], "C-CHAIN": [1, 2, 3, 4]}
+    for (arm, game), c in got.items():
+        k = GAMES.index(game)
+        finals = [value((k + 1) * TASK, k, s, arm) for s in seeds[arm] + ([5] if arm == "C-CHAIN" and k == 0 else [])]
+        mean, top = rand[REGIMES[k]]
+        assert c["runs"] == len(finals) and c["final"]["estimate"] == pytest.approx(np.mean(finals), rel=1e-12)
+        half = stats.t.ppf(0.975, len(finals) - 1) * np.std(finals, ddof=1) / math.sqrt(len(finals))
+        assert c["final"]["ci"] == pytest.approx([np.mean(finals) - half, np.mean(finals) + half], rel=1e-9)
+        assert (c["above_mean"], c["learned"]) == (sum(v > mean for v in finals), sum(v > top for v in finals))
+    assert got["C-CHAIN", GAMES[0]]["runs"] == 5 and 0 < got["C-CHAIN", GAMES[0]]["learned"] < 5  # the bar bites
+    text = "\n".join(res["markdown"])
+    assert "| C-CHAIN | SpaceInvaders | 5 |" in text and "15.00 / 20 |" in text
+    # a constant-action evaluation, or two files, are refused in one line
+    other = tmp_path / "always.json"
+    other.write_text(json.dumps({"constant_action": 1, "results": [{"modification": "", "episodes": 1, "mean": 0}]}))
+    for argv, words in ((["--baseline", str(other)], "not an evaluation with --random_actions"),
+                        (["--baseline", str(path), str(path)], "reads one eval.py JSON")):
+        with pytest.raises(SystemExit) as e:
+            report_main(["c_chain", folder, *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and words in err[0], err

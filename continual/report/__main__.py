@@ -39,7 +39,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    "ours ('none' for none)")
     p.add_argument("--baseline", nargs="+", help="robustness: eval.py's JSON(s) of a --constant_action evaluation "
                    "under the same modifications, printed as a row of its own (what a policy that ignores the screen "
-                   "scores); the learned check reads it under each run's training strings")
+                   "scores); the learned check reads it under each run's training strings. c_chain: eval.py's JSON "
+                   "of a --random_actions evaluation of the three games, for its learned check")
     p.add_argument("--variant", help="robustness: a folder of eval.py JSONs, one per run (<run>.json), of a declared "
                    "evaluation variant (e.g. greedy games), shown as a second table without a claim")
     p.add_argument("--post-hoc", help="robustness: as --variant, for an evaluation added after the experiment "
@@ -66,7 +67,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
-                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness",)),
+                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness", "c_chain")),
                                ("--variant", a.variant, ("robustness",)), ("--post-hoc", a.post_hoc, ("robustness",)),
                                ("--threshold", a.threshold, ("budget",)),
                                ("--declared-threshold", a.declared_threshold, ("budget",)),
@@ -94,7 +95,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     elif a.kind == "minatar":
         result = minatar.report(a.folder, a.out, from_report=a.from_report)
     elif a.kind == "c_chain":
-        result = c_chain.report(a.folder, a.out)
+        if a.baseline is not None and len(a.baseline) != 1:
+            raise UserError(f"--baseline: the c_chain report reads one eval.py JSON, got {len(a.baseline)}")
+        result = c_chain.report(a.folder, a.out, baseline=a.baseline[0] if a.baseline else None)
     elif a.kind == "robustness":
         result = robustness.report(a.folder, a.out, seed_table=None if a.seed_table == "none" else a.seed_table,
                                    baseline=a.baseline, variant=a.variant, post_hoc=a.post_hoc)

@@ -25,6 +25,13 @@ reports, a Student-t 95% interval, the published numbers beside, and the differe
 interval, the paired-by-seed t interval, the probability of improvement and exact one-sided tests. Only runs that
 reached the end of the sequence count; others are listed with their progress.
 
+Learned check (`--baseline`, eval.py's JSON of a `--random_actions` evaluation of the three games under the runs' env
+settings; added 2026-12-01 after the launch, before any run had reached the end of its first task, so not in the
+experiment file's declarations): per game, of the runs that reached the end of its task, how many scored more at
+that end (its final evaluation, 10 greedy games) than the random policy's mean and than the best of its games. A
+game counts as learned by a run whose final evaluation beats the random policy's best game: a score that is then
+mostly one game's would be a score of what the agents did not learn.
+
 The published numbers are the experiment's `declared.published` (the folder's experiment.json, as
 configs/experiments/c_chain_minatar.json declares Table 4: Double DQN 22.044 +- 0.733, Double DQN + C-CHAIN
 29.513 +- 0.682, mean +- SE over 12 seeds), matched to an arm by its runs' method label (exp_name); with their mean,
@@ -301,6 +308,62 @@ def markdown(recs: Sequence[dict], main: dict, alt: dict, paper: dict) -> list[s
     return lines
 
 
+def load_random_baseline(path: str) -> dict:
+    """eval.py's JSON of a --random_actions evaluation: {"path", "episodes", "games": {regime: {"mean", "max"}}}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--baseline {path}: cannot read an eval.py JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("random_actions") is not True or not data.get("results"):
+        raise UserError(f"--baseline {path}: not an evaluation with --random_actions (eval.py's JSON records "
+                        f"random_actions)")
+    rows = data["results"]
+    return {"path": path, "episodes": sorted({r["episodes"] for r in rows}),
+            "games": {normalize_modification(r["modification"]): {"mean": r["mean"], "max": r["max"]} for r in rows}}
+
+
+def learned_check(recs: Sequence[dict], baseline: dict) -> list[dict]:
+    """Per arm and game: the runs that reached the end of the game's task, their final evaluations, and how many beat
+    the random policy's mean and its best game (see the module docstring)."""
+    out = []
+    for arm in ARMS:
+        rs = [r for r in recs if r["arm"] == arm]
+        if not rs:
+            continue
+        for k, (game, regime) in enumerate(zip(rs[0]["games"], rs[0]["regimes"])):
+            rand = baseline["games"].get(normalize_modification(regime))
+            finals = [r["final"][k] for r in rs if k in r["final"]]
+            out.append({"arm": arm, "game": game, "regime": regime, "runs": len(finals),
+                        "final": statistics.interval(finals).as_dict() if finals else None,
+                        "random_mean": rand and rand["mean"], "random_max": rand and rand["max"],
+                        "above_mean": None if rand is None else sum(v > rand["mean"] for v in finals),
+                        "learned": None if rand is None else sum(v > rand["max"] for v in finals)})
+    return out
+
+
+def _mean_ci(d: Optional[dict]) -> str:
+    if not d:
+        return ""
+    low, high = d["ci"]
+    return f"{d['estimate']:.2f}" + ("" if low is None else f" [{low:.2f}, {high:.2f}]") + f" (n={d['n']})"
+
+
+def learned_lines(check: Sequence[dict], baseline: dict) -> list[str]:
+    lines = ["", f"Learned check (added 2026-12-01 after the launch, before any run had reached the end of its first "
+             f"task; not declared): each game's final evaluation at the end of its task (10 greedy games), against "
+             f"uniformly random actions under the same env settings ({baseline['path']}, "
+             f"{', '.join(map(str, baseline['episodes']))} games each). Learned: above the random policy's best game.",
+             "", "| arm | game | runs at the task's end | final evaluation | random: mean / best game | "
+             "above the random mean | learned |", "|---|---|---|---|---|---|---|"]
+    for c in check:
+        rand = "not evaluated" if c["random_mean"] is None else f"{c['random_mean']:.2f} / {c['random_max']:g}"
+        count = (lambda n: "" if n is None or not c["runs"] else f"{n} of {c['runs']}")
+        lines.append(f"| {c['arm']} | {c['game'].split('/')[-1]} | {c['runs']} | {_mean_ci(c['final'])} | {rand} | "
+                     f"{count(c['above_mean'])} | {count(c['learned'])} |")
+    return lines
+
+
 def curves_figure(recs: Sequence[dict], path: str) -> None:
     import matplotlib
 
@@ -329,13 +392,17 @@ def curves_figure(recs: Sequence[dict], path: str) -> None:
     plt.close(fig)
 
 
-def report(folder: str, out: Optional[str] = None) -> dict:
+def report(folder: str, out: Optional[str] = None, baseline: Optional[str] = None) -> dict:
+    random = load_random_baseline(baseline) if baseline else None
     recs = load(folder)
     main, alt = summarize(recs, "score"), summarize(recs, "score_all_evaluations")
     paper = published(folder, recs)
     lines = markdown(recs, main, alt, paper)
     result = {"folder": folder, "paper": paper, "score": main,
               "score_all_evaluations": alt, "runs": recs}
+    if random:
+        result["learned_check"] = {"baseline": random, "games": learned_check(recs, random)}
+        lines += learned_lines(result["learned_check"]["games"], random)
     if out:
         os.makedirs(out, exist_ok=True)
         if any(r["finished"] for r in recs):
