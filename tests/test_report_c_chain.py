@@ -200,7 +200,7 @@ def test_provenance_lists_the_commits_and_the_resumes_from_the_runs_start_record
     res = c_chain.report(folder)
     text = "\n".join(res["markdown"])
     assert "- Code: aaaaaaa (1 run); bbbbbbb (2 runs)\n" in text  # the hand-made runs without records: none
-    assert f"- Resumed from a checkpoint (1 runs; episodes in flight restarted): {runs[0]} at 50, 150" in text
+    assert f"- Resumed from a checkpoint (1 run; episodes in flight restarted): {runs[0]} at 50, 150" in text
 
 
 def test_learned_check_counts_final_evaluations_above_a_random_policy(folder, tmp_path, capsys):
