@@ -8,6 +8,7 @@ dqn.py --seed s, record by record and checkpoint by checkpoint."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import glob
 import json
 import os
@@ -227,17 +228,27 @@ def _cut_copy(run: str, dst: str, step: int) -> str:
 
 
 @pytest.mark.long  # ~25 s: 2 seeds x (a run, two resumes)
-def test_a_group_resumes_as_each_seed_resumes_alone(tmp_path):
+def test_a_group_resumes_as_each_seed_resumes_alone(tmp_path, monkeypatch):
     """`dqn_seeds.py --resume RUN RUN` (the launcher's group after a kill): each seed continues as `agents/dqn.py
     --resume RUN` continues it, record by record and checkpoint by checkpoint (Adam's moments and step, C-CHAIN's
     reference, coefficient and update count, the replay buffer, the generators); from the switch checkpoint, where
-    the envs restart anyway, the final weights are the uninterrupted group's. Checkpoints at other steps: refused."""
+    the envs restart anyway, the final weights are the uninterrupted group's. Checkpoints at other steps: refused.
+    C-CHAIN's warm-up is shortened (50 updates, not the paper's 10,000) so that its coefficient is automatic before
+    the checkpoints: a numpy coefficient made the experiment's checkpoints unreadable at --resume (2026-12-01)."""
+    quick = dataclasses.replace(dqn.CONTINUAL, c_chain=dataclasses.replace(
+        dqn.CONTINUAL.c_chain, schedule=Schedule(target=0.01, initial=50.0, window=100, warmup=50)))
+    monkeypatch.setattr(dqn, "CONTINUAL", quick)
+    monkeypatch.setattr(dqn_seeds, "CONTINUAL", quick)
     cfg = write_config(tmp_path, RUN, "run.json")
     runs = str(tmp_path / "runs")
     common = ["--no-progress-bar", "--no-metrics"]
     full = dqn_seeds.main(["--config", str(cfg), "--runs_dir", runs, "--checkpoint_minutes", "0", *common,
                            "--seeds", "4", "9", "--run_name", "full", "--save_agent_with_switch",
                            "--save_replay_buffer"])
+    for run in full:  # the coefficient in the checkpoint the group resumes from is automatic, a Python float
+        switch, = glob.glob(os.path.join(run, "checkpoints", "switch__*step400.cleanrl_model"))
+        ck = torch.load(switch, weights_only=True)["c_chain"]["coefficient"]
+        assert type(ck["coef"]) is float and ck["coef"] != 50.0 and ck["records"] > 50, ck
     group = [_cut_copy(run, os.path.join(runs, f"group{k}"), 400) for k, run in enumerate(full)]
     alone = [_cut_copy(run, os.path.join(runs, f"alone{k}"), 400) for k, run in enumerate(full)]
     assert dqn_seeds.main(["--resume", *group, *common]) == group
