@@ -267,7 +267,8 @@ def test_committed_v1_reanalysis_is_reproduced_with_its_stated_diff(tmp_path, mo
     new = (tmp_path / "report.md").read_text().splitlines()
     # the provenance the report has gained since (v1's 85 runs at one commit, 6 of them resumed): cut, as committed
     cut = new.index("Provenance (references included):")
-    assert new[cut + 2] == "- Code: d28738a (85 runs)" and new[cut + 3].startswith("- Resumed from a checkpoint (6 runs")
+    assert new[cut + 2] == "- Code: d28738a (85 runs)"
+    assert new[cut + 3].startswith("- Resumed from a checkpoint (6 runs")
     new = new[:cut - 1] + new[cut + 4:]
     learned = new.index(next(line for line in new if line.startswith("Learned check: ")))
     assert all(re.search(r"\(-?\d+\.\d\) \|$", line) for line in new[learned + 4:] if line.startswith("| "))

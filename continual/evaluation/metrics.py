@@ -244,8 +244,8 @@ def provenance_lines(prov: dict) -> list[str]:
     lines = ["- Code: " + "; ".join(f"{c} ({len(names)} run{'s' * (len(names) != 1)})"
                                     for c, names in prov["commits"].items())]
     if prov["resumed"]:
-        n = len(prov["resumed"])
-        lines.append(f"- Resumed from a checkpoint ({n} run{'s' * (n != 1)}; episodes in flight restarted): "
+        count = len(prov["resumed"])
+        lines.append(f"- Resumed from a checkpoint ({count} run{'s' * (count != 1)}; episodes in flight restarted): "
                      + ", ".join(f"{n} at {', '.join(map(str, s))}" for n, s in prov["resumed"].items()))
     else:
         lines.append("- Resumed from a checkpoint: none (every run is its seed's uninterrupted run)")

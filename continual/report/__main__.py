@@ -67,7 +67,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise UserError(f"{a.kind}: give the experiment FOLDER")
     for flag, value, kinds in (("--from-report", a.from_report, ("plasticity", "minatar")),
                                ("--early", a.early, ("plasticity",)), ("--late", a.late, ("plasticity",)),
-                               ("--tuning", a.tuning, ("forgetting",)), ("--baseline", a.baseline, ("robustness", "c_chain")),
+                               ("--tuning", a.tuning, ("forgetting",)),
+                               ("--baseline", a.baseline, ("robustness", "c_chain")),
                                ("--variant", a.variant, ("robustness",)), ("--post-hoc", a.post_hoc, ("robustness",)),
                                ("--threshold", a.threshold, ("budget",)),
                                ("--declared-threshold", a.declared_threshold, ("budget",)),
