@@ -289,6 +289,31 @@ def test_damaged_files_are_retried_from_the_newest_whole_checkpoint(tmp_path, ra
     assert all(q.status(os.path.basename(d))["state"] == "done" for d in runs.values())
 
 
+def test_restart_failed_starts_a_failed_entry_from_step_0_and_keeps_its_remains(tmp_path, ray_shutdown):
+    """An entry refused at --resume (exit 2: checkpoints whole but unusable, as C-CHAIN's were on 2026-12-01) stays
+    failed under --retry_failed, which resumes it again; --restart_failed starts it from step 0 once, its run directory
+    kept as <entry>.incomplete1 (which the reports leave out), and a later failure of the new run is retried from the
+    new run's checkpoint. The entry that did not fail is left as it was."""
+    from continual.launch.queue import run_dirs
+
+    script = fake_script(tmp_path / "s", {"1": ["fail", "usage", "usage", "fail", "ok"], "2": ["ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2]}, "max_retries": 2})
+    folder = str(tmp_path / "f")
+    base = [exp, "--folder", folder, "--script", script, "--num_cpus", "2", "--no-aggregate"]
+    assert L.main(base) == 1
+    q = Queue(folder)
+    one, two = q.run_dir("000_seed=1"), q.run_dir("001_seed=2")
+    assert q.status("000_seed=1")["state"] == "failed" and q.status("001_seed=2")["state"] == "done"
+    assert L.main(base + ["--retry_failed"]) == 1  # resumed, refused again
+    assert [a[1] for a in attempts(one)] == ["fresh", "resume", "resume"]
+    assert L.main(base + ["--restart_failed"]) == 0
+    assert [a[1] for a in attempts(one + ".incomplete1")] == ["fresh", "resume", "resume"]
+    assert [a[1] for a in attempts(one)] == ["fresh", "resume", "end"]  # from step 0; its failure resumed
+    assert [a[1] for a in attempts(two)] == ["fresh", "end"]
+    assert q.status("000_seed=1")["state"] == "done"
+    assert run_dirs(folder) == [one, two]
+
+
 @pytest.fixture
 def cluster():
     """A Ray cluster on this machine (ray.cluster_utils: a head node of 2 CPUs; tests add nodes), shut down after."""

@@ -235,3 +235,11 @@ def test_learned_check_counts_final_evaluations_above_a_random_policy(folder, tm
             report_main(["c_chain", folder, *argv])
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and words in err[0], err
+
+
+def test_the_remains_of_a_run_started_again_are_left_out(folder):
+    """runs/<entry>.incomplete<k> (the launcher's remains of a run started again from step 0) is not a run."""
+    before = [r["run"] for r in c_chain.report(folder)["runs"]]
+    first = os.path.join(folder, "runs", before[0])
+    shutil.copytree(first, first + ".incomplete1")
+    assert [r["run"] for r in c_chain.report(folder)["runs"]] == before

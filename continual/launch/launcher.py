@@ -8,9 +8,10 @@ command continues the experiment: finished entries are skipped, unfinished ones 
 checkpoint. A run that exits non-zero is retried from its checkpoint up to --max_retries times, then reported as
 failed (a run refused with exit code 2, bad input, is not retried). Damaged files are not bad input: a run stopped by
 a full disk (exit 1) is retried, and every retry resumes from the newest checkpoint that reads (corrupt newer ones are
-skipped; a run with none whole starts again, its remains kept as `<entry>.incomplete<k>`). A run lost with its Ray node is resumed
-elsewhere without counting as a failure. Several launchers may share one experiment folder (also from several
-machines, the folder on shared storage): each entry is run by one of them.
+skipped; a run with none whole starts again, its remains kept as `<entry>.incomplete<k>`; --restart_failed does the
+same for the entries an earlier launch reported failed, whose checkpoints may be whole but unusable). A run lost with
+its Ray node is resumed elsewhere without counting as a failure. Several launchers may share one experiment folder
+(also from several machines, the folder on shared storage): each entry is run by one of them.
 
 The first launch records the experiment file's sha256, git revision and declarations in the folder
 (`declarations.json`, continual/launch/declarations.py); a later launch whose file declares otherwise, or renames or
@@ -41,7 +42,7 @@ from continual.evaluation import metrics, plots
 from continual.io import atomic_write_json
 from continual.launch import archive, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
-from continual.launch.queue import DONE, FAILED, Claim, Queue
+from continual.launch.queue import DONE, FAILED, Claim, Queue, set_aside
 from continual.training.checkpoint import newest_whole_step
 
 SCRIPT = "continual_training_example.py"
@@ -66,6 +67,9 @@ class LaunchArgs:
     """times a failed run is restarted from its checkpoint before it is reported (default: the file's, else 2)"""
     retry_failed: bool = False
     """run entries that an earlier launch reported as failed again"""
+    restart_failed: bool = False
+    """run entries that an earlier launch reported as failed again from step 0, each run directory first kept aside as
+    runs/<entry>.incomplete<k> (which the reports leave out): for runs whose checkpoints cannot be resumed"""
     num_cpus: Optional[int] = None
     """CPUs of the local Ray instance (default: all); runs at once = CPUs / the experiment's cpus_per_run"""
     object_store_mb: int = 200
@@ -188,9 +192,12 @@ def omp_wait_policy() -> str:
 
 class Launcher:
     def __init__(self, exp: Experiment, entries: Sequence[Entry], queue: Queue, script: str, max_retries: int,
-                 retry_failed: bool, console: Console, kept: Optional[Queue] = None):
+                 retry_failed: bool, console: Console, kept: Optional[Queue] = None, restart_failed: bool = False):
         self.exp, self.entries, self.queue, self.script, self.kept = exp, list(entries), queue, script, kept
-        self.max_retries, self.retry_failed, self.console = max_retries, retry_failed, console
+        self.max_retries, self.retry_failed, self.console = max_retries, retry_failed or restart_failed, console
+        # --restart_failed: the entries an earlier launch reported failed start from step 0, once
+        self.restarting = {e.name for e in self.entries
+                           if restart_failed and queue.status(e.name).get("state") == FAILED}
         self.jobs: dict[str, Job] = {}  # by the name of its first entry
         self.returned: list[Entry] = []  # entries of a group given back to the loop (a claim taken over)
         # seeds_per_process: entries whose configurations differ only by their seed are one arm
@@ -206,7 +213,9 @@ class Launcher:
     def resume_step(self, entry: Entry) -> Optional[int]:
         """The step its newest whole checkpoint is at, None for an entry that starts afresh. Damaged files (a full
         disk, a partial copy) are not bad input: resume from the newest whole checkpoint (the run skips newer corrupt
-        ones itself); with none whole, start again."""
+        ones itself); with none whole, start again. An entry --restart_failed restarts starts afresh once."""
+        if entry.name in self.restarting:
+            return None
         return newest_whole_step(self.queue.run_dir(entry.name))
 
     def resumable(self, entry: Entry) -> bool:
@@ -221,12 +230,9 @@ class Launcher:
                 return [self.script, "--resume", self.queue.run_dir(entries[0].name)]
             return [seeds_script(self.script), "--resume", *(self.queue.run_dir(e.name) for e in entries)]
         for entry in entries:
-            run_dir = self.queue.run_dir(entry.name)
-            if os.path.lexists(run_dir):  # started, lost before its first whole checkpoint: start again, keep the remains
-                k = 1
-                while os.path.lexists(f"{run_dir}.incomplete{k}"):
-                    k += 1
-                shutil.move(run_dir, f"{run_dir}.incomplete{k}")
+            # started but lost before its first whole checkpoint, or --restart_failed: start again, keep the remains
+            set_aside(self.queue.run_dir(entry.name))
+            self.restarting.discard(entry.name)
         first = entries[0]
         where = ["--config", self.queue.config_path(first.name), "--runs_dir",
                  os.path.dirname(self.queue.run_dir(first.name))]
@@ -623,7 +629,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         if restored:
             console.print(f"{restored} finished entries restored from the archive {kept.folder}")
     ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
-    launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept)
+    launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept,
+                        restart_failed=args.restart_failed)
     for e in exp.entries:  # finished before this launch (or by an earlier one without --archive, or interrupted)
         launcher.keep(e.name)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -5,6 +5,7 @@
       declarations.json          its sha256, git revision and declarations at the first launch (declarations.py)
       configs/<entry>.json       each entry's run_config.json
       runs/<entry>/              each entry's run directory (the training CLI's --runs_dir/--run_name)
+      runs/<entry>.incomplete<k> the remains of a run started again from step 0 (kept; `run_dirs` leaves them out)
       logs/<entry>.log           the training CLI's stdout and stderr, every attempt appended
       queue/<entry>.status.json  state (done, failed, ...), attempts, last exit code and error line
       queue/<entry>.claim.<g>    who runs the entry: generation g, created with O_CREAT|O_EXCL
@@ -26,6 +27,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from typing import Optional
@@ -74,6 +76,31 @@ class Claim:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+SET_ASIDE = re.compile(r"\.incomplete\d+$")  # runs/<entry>.incomplete<k>: a run started again, its remains kept
+
+
+def run_dirs(folder: str) -> list[str]:
+    """The run directories of an experiment folder (or of its archive), in entry order, without the remains of runs
+    started again (`set_aside`); [] without a runs/ folder."""
+    root = os.path.join(folder, "runs")
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, d) for d in sorted(os.listdir(root))
+            if not SET_ASIDE.search(d) and os.path.isdir(os.path.join(root, d))]
+
+
+def set_aside(run_dir: str) -> Optional[str]:
+    """Move a run directory out of its entry's way, to `<run_dir>.incomplete<k>` (the first free k), before the entry
+    starts again from step 0; None when there is none."""
+    if not os.path.lexists(run_dir):
+        return None
+    k = 1
+    while os.path.lexists(f"{run_dir}.incomplete{k}"):
+        k += 1
+    shutil.move(run_dir, f"{run_dir}.incomplete{k}")
+    return f"{run_dir}.incomplete{k}"
 
 
 class Queue:

@@ -28,6 +28,7 @@ import numpy as np
 
 from continual.errors import UserError
 from continual.evaluation.metrics import load_run, provenance, provenance_lines
+from continual.launch.queue import run_dirs
 
 
 def windowed_returns(episodes: Sequence[tuple[int, float]], steps: Sequence[int], window: int) -> list[Optional[float]]:
@@ -66,8 +67,8 @@ def load_runs(folder: str) -> list[dict]:
     if not os.path.isdir(root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
     runs = []
-    for d in sorted(os.listdir(root)):
-        path = os.path.join(root, d)
+    for path in run_dirs(folder):
+        d = os.path.basename(path)
         if not os.path.isfile(os.path.join(path, "config.json")):
             continue
         run = load_run(path)

@@ -55,6 +55,7 @@ from continual.evaluation.metrics import provenance, provenance_lines
 from continual.evaluation.table import read_run_table
 from continual.io import read_jsonl
 from continual.launch.declarations import read_declarations
+from continual.launch.queue import run_dirs
 from continual.modstrings import normalize_modification
 
 ARMS = ("vanilla", "C-CHAIN")
@@ -151,7 +152,7 @@ def load(folder: str) -> list[dict]:
     root = os.path.join(folder, "runs")
     if not os.path.isdir(root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
-    recs = [r for r in (run_record(os.path.join(root, d)) for d in sorted(os.listdir(root))) if r]
+    recs = [r for r in (run_record(d) for d in run_dirs(folder)) if r]
     if not recs:
         raise UserError(f"{root}: no run with an evaluation table yet")
     for r in recs:

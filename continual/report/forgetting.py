@@ -42,6 +42,7 @@ import numpy as np
 from continual.errors import UserError
 from continual.evaluation import cora, cw, statistics
 from continual.evaluation.metrics import RunData, at_or_before, load_run, provenance, provenance_lines
+from continual.launch.queue import run_dirs
 
 PPO_FAMILY = ("PPO", "PPO_CBP")
 REFERENCE_PREFIX = "reference"
@@ -78,7 +79,7 @@ def load_runs(folder: str) -> list[RunData]:
     root = os.path.join(folder, "runs")
     if not os.path.isdir(root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
-    runs = [load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if finished(folder, d)]
+    runs = [load_run(d) for d in run_dirs(folder) if finished(folder, os.path.basename(d))]
     if not runs:
         raise UserError(f"{root}: no finished run yet")
     return runs

@@ -28,6 +28,7 @@ from typing import Optional
 
 from continual.errors import UserError
 from continual.evaluation.metrics import mean_ci
+from continual.launch.queue import run_dirs
 from continual.modstrings import game_name
 from continual.training.tracking import read_metrics
 
@@ -100,7 +101,7 @@ def read_runs(folder: Optional[str], from_report: Optional[str]) -> tuple[list[d
     runs_root = os.path.join(folder, "runs")
     if not os.path.isdir(runs_root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
-    runs = [s for s in (run_summary(os.path.join(runs_root, d)) for d in sorted(os.listdir(runs_root))) if s]
+    runs = [s for s in (run_summary(d) for d in run_dirs(folder)) if s]
     return runs, folder
 
 

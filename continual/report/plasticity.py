@@ -80,6 +80,7 @@ from continual.evaluation.metrics import (
 )
 from continual.io import jsonl_file
 from continual.launch.declarations import POST_HOC_MARK
+from continual.launch.queue import run_dirs
 
 # the launcher's entry names for a grid of named flag sets and seeds, in either key order
 RUN_NAMES = (re.compile(r"^\d+_seed=(?P<seed>\d+)_(?P<method>.+)$"), re.compile(r"^\d+_(?P<method>.+)_seed=(?P<seed>\d+)$"))
@@ -192,8 +193,7 @@ def load_folder(folder: str, early: int, late: int) -> list[dict]:
     runs_root = os.path.join(folder, "runs")
     if not os.path.isdir(runs_root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
-    runs = [s for s in (run_summary(os.path.join(runs_root, d), early, late) for d in sorted(os.listdir(runs_root)))
-            if s]
+    runs = [s for s in (run_summary(d, early, late) for d in run_dirs(folder)) if s]
     if not runs:
         raise UserError(f"{runs_root}: no run with training episodes yet")
     return runs

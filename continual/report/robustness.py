@@ -58,6 +58,7 @@ from continual.evaluation.metrics import provenance, provenance_lines
 from continual.evaluation.table import read_run_table
 from continual.io import read_jsonl
 from continual.launch import declarations
+from continual.launch.queue import run_dirs
 from continual.modstrings import normalize_modification
 from continual.report.budget import windowed_returns
 
@@ -168,7 +169,7 @@ def load_runs(folder: str) -> list[dict]:
     root = os.path.join(folder, "runs")
     if not os.path.isdir(root):
         raise UserError(f"{folder}: no runs/ folder (is it an experiment folder?)")
-    runs = [s for s in (run_scores(os.path.join(root, d)) for d in sorted(os.listdir(root))) if s]
+    runs = [s for s in (run_scores(d) for d in run_dirs(folder)) if s]
     if not runs:
         raise UserError(f"{root}: no finished run with an evaluation table yet")
     return runs

@@ -39,6 +39,7 @@ from continual.evaluation import cw, statistics
 from continual.evaluation.metrics import RunData, load_run, provenance, provenance_lines
 from continual.launch import declarations as D
 from continual.launch.experiment import load_experiment
+from continual.launch.queue import run_dirs
 from continual.report import forgetting as F
 
 HIGHER_IS_BETTER = {"cw_average_performance": True, "cw_forgetting": False}
@@ -87,9 +88,8 @@ def choose(folder: str) -> dict:
                         f"only the criterion in words: the report cannot compute it")
     seeds = sorted(decl.tuning_seeds)
     plan = planned(folder)
-    root = os.path.join(folder, "runs")  # none finished yet is a state of a tuning folder, not an error
-    runs = [load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if F.finished(folder, d)] \
-        if os.path.isdir(root) else []
+    # none finished yet is a state of a tuning folder, not an error
+    runs = [load_run(d) for d in run_dirs(folder) if F.finished(folder, os.path.basename(d))]
     for label, seed, _ in plan + [(D.entry_label(r.config), D.entry_seed(r.config), r.config) for r in runs]:
         if seed not in seeds:
             raise UserError(f"{folder}: {label!r} runs on seed {seed}, not a declared tuning seed {seeds}: a tuning "
@@ -246,9 +246,8 @@ def check(folder: str, tuning_folder: str) -> dict:
                           f"{tuned['experiment_file']!r}")
     runs = planned(folder)  # what the folder plans, and what ran (a run's config.json is what it ran with)
     if os.path.isdir(os.path.join(folder, "configs")) and os.path.isdir(os.path.join(folder, "runs")):
-        root = os.path.join(folder, "runs")
         runs += [(D.entry_label(r.config), D.entry_seed(r.config), r.config)
-                 for r in (load_run(os.path.join(root, d)) for d in sorted(os.listdir(root)) if F.finished(folder, d))]
+                 for r in (load_run(d) for d in run_dirs(folder) if F.finished(folder, os.path.basename(d)))]
     if decl.tuning is not None:
         decl.chosen = marked_chosen(folder)
         failed += [f"seed split: {p}" for p in D.split_problems(decl, list(dict.fromkeys((lab, s) for lab, s, _ in runs)))]
