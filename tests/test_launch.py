@@ -380,8 +380,9 @@ def test_a_2x2_grid_runs_concurrently_on_local_ray_and_is_aggregated(tmp_path, r
     spans = sorted(intervals(d) for d in dirs)
     assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), spans  # two runs trained at the same time
     agg = json.load(open(folder / "aggregate.json"))
-    assert set(agg["groups"]) == {"PPO", "PPO_CBP"} and agg["groups"]["PPO"]["summary"]["final"]["n"] == 2
-    assert set(agg["robust"]["keys"]["final"]["methods"]) == {"PPO", "PPO_CBP"}
+    # grouped by exp_name, whose default is the architecture in lower case (CleanRL's: the script's name)
+    assert set(agg["groups"]) == {"ppo", "ppo_cbp"} and agg["groups"]["ppo"]["summary"]["final"]["n"] == 2
+    assert set(agg["robust"]["keys"]["final"]["methods"]) == {"ppo", "ppo_cbp"}
     assert (folder / "plots" / "robust.png").stat().st_size > 10_000 and (folder / "plots" / "comparison.png").exists()
     for d in dirs:
         assert json.load(open(os.path.join(d, "config.json")))["wandb_group"] == "e"
