@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from continual.training.extensions import Extension, Extensions
-from helpers.extension_reference import CASES, DATA, FAST, ROOT, run_case
+from helpers.extension_reference import CASES, DATA, FAST, ROOT, recorded, run_case
 
 with open(DATA) as f:
     RECORDED = json.load(f)
@@ -22,11 +22,15 @@ with open(DATA) as f:
 def test_every_case_is_recorded_and_the_recording_is_small():
     assert sorted(RECORDED["cases"]) == sorted(CASES)
     assert os.path.getsize(DATA) < 200_000
+    for path in glob.glob(DATA[:-len(".json")] + ".*.json"):  # machine recordings: cases of the plain file, and why
+        with open(path) as f:
+            machine = json.load(f)
+        assert set(machine["cases"]) <= set(CASES) and machine["same_as"], path
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == FAST else pytest.mark.slow) for c in CASES])
 def test_the_case_behaves_as_recorded(tmp_path, case):
-    expected, got = RECORDED["cases"][case], run_case(case, str(tmp_path))
+    expected, got = recorded()[case], run_case(case, str(tmp_path))
     assert got["episodes"] == expected["episodes"], "episodes"
     for i, (g, e) in enumerate(zip(got["records"], expected["records"])):
         assert g == e, f"record {i}: {g} != {e}"

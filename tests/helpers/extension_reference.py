@@ -8,6 +8,15 @@ of every checkpoint and a hash of the final weights. Each case runs in its own p
 unrolls in the learner's process, one actor after another, with the newest published weights, so the games do not
 depend on the actor processes' timing. Regenerate only when behaviour is meant to change, and say so in the commit:
 `python tests/helpers/extension_reference.py --write` (records the revision it ran on).
+
+The same code gives other floats with other CPU kernels (oneDNN's convolutions dispatch by instruction set; see
+tests/helpers/dqn_reference.py): the MinAtar DQN cases recorded at da56a98 differ on an AMD EPYC whose oneDNN reports
+"AVX-512 with Intel DL Boost and bfloat16 support", where 6fdc4fb, the revision that committed the recording, and
+main give the same outputs as each other. So a machine's cases come from the most specific recording there is,
+`extension_reference.<capability>.<oneDNN isa>.json`, then `extension_reference.<capability>.json`, over the plain
+file's. `--write-machine CASE ... --same-as REV` writes such a file for the cases named, at a revision whose outputs
+on this machine equal REV's, a revision where the plain recording passed (so the code is known not to have changed
+what is learned).
 """
 
 from __future__ import annotations
@@ -246,9 +255,43 @@ def run_case(case: str, workdir: str) -> dict:
             "checkpoints": checkpoints, "weights": weights}
 
 
+def machine_paths() -> list[str]:
+    """This machine's recordings, the most specific first (see the module docstring)."""
+    import torch
+
+    from helpers.dqn_reference import kernel_isa
+
+    base, capability = DATA[:-len(".json")], torch.backends.cpu.get_cpu_capability()
+    return [f"{base}.{capability}.{kernel_isa()}.json", f"{base}.{capability}.json"]
+
+
+def recorded() -> dict:
+    """case -> recording on this machine: the plain file's, each replaced by the most specific machine file's."""
+    with open(DATA) as f:
+        cases = json.load(f)["cases"]
+    for path in reversed(machine_paths()):
+        if os.path.exists(path):
+            with open(path) as f:
+                cases.update(json.load(f)["cases"])
+    return cases
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--run":
         return _run_in_this_process(sys.argv[2], sys.argv[3])
+    if sys.argv[1:2] == ["--write-machine"] and "--same-as" in sys.argv[:-1]:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))  # run as a script: helpers.* as the tests import them
+        at = sys.argv.index("--same-as")
+        cases, same_as = sys.argv[2:at], sys.argv[at + 1]
+        revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                  text=True).stdout.strip()
+        out = {"revision": revision, "same_as": same_as, "cases": {}}
+        for case in cases:
+            with tempfile.TemporaryDirectory() as tmp:
+                out["cases"][case] = run_case(case, tmp)
+        with open(machine_paths()[0], "w") as f:
+            json.dump(out, f, separators=(",", ":"))
+        return print("wrote", machine_paths()[0])
     if sys.argv[1:2] != ["--write"]:
         sys.exit("usage: python tests/helpers/extension_reference.py --write [CASE ...]   (rewrites "
                  "tests/data/extension_reference.json)")
