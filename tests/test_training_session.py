@@ -328,7 +328,7 @@ def _count(path: str, kind: str) -> int:
 
 
 def _kill_after_first_checkpoint(run_dir: str, argv: list[str], rng: random.Random, total: int,
-                                 wait_s: float, skip_if_done: bool = False) -> dict:
+                                 wait_s: float, skip_if_done: bool = False, leave: int = 1) -> dict:
     """Start a training run in its own process group, wait for its first checkpoint, let it run on for a random
     fraction of an iteration or more, SIGKILL the whole group (a preempted node, the OOM killer)."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
@@ -341,14 +341,19 @@ def _kill_after_first_checkpoint(run_dir: str, argv: list[str], rng: random.Rand
         deadline = t_start + wait_s
         while proc.poll() is None and not glob.glob(ckpts) and time.time() < deadline:
             time.sleep(0.05)
+        if skip_if_done and not glob.glob(os.path.join(run_dir, "checkpoints", "periodic__*")):
+            if proc.poll() is None and glob.glob(os.path.join(run_dir, "checkpoints", "final__*")):
+                proc.wait(timeout=600)  # the final checkpoint came first: the run is ending (seen 2026-12-01)
         if skip_if_done and proc.poll() == 0 and not glob.glob(os.path.join(run_dir, "checkpoints", "periodic__*")):
             pytest.skip(f"the run ended after {time.time() - t_start:.0f} s, before its first periodic checkpoint: "
                         f"on this machine a crash could not lose more than the interval")
         assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()[-2000:]}"
         assert glob.glob(ckpts), f"no checkpoint within {wait_s} s"
-        # a random number of further iterations (0 .. all but the last), then a random moment inside the next one
+        # a random number of further iterations (0 .. all but the last `leave`), then a random moment inside the next
+        # one (the sleep below lasts up to an observed iteration: a last one that ran shorter ended the true-defaults
+        # run before its kill, 2026-12-01, hence leave=2 there)
         first = _count(metrics, "iteration")
-        target = first + rng.randint(0, max(0, total - first - 1))
+        target = first + rng.randint(0, max(0, total - first - leave))
         seen, t_seen = first, [time.time()]
         while proc.poll() is None and seen < target:
             time.sleep(0.05)
@@ -425,7 +430,7 @@ def test_true_defaults_killed_after_the_first_5_minute_checkpoint(tmp_path):
     argv = ["--config", SHIPPED, "--runs_dir", runs, "--run_name", name, "--no-progress-bar"]
     t0 = time.time()
     killed = _kill_after_first_checkpoint(run_dir, argv, random.Random(5), total // args.rollout_size(),
-                                          wait_s=3600, skip_if_done=True)
+                                          wait_s=3600, skip_if_done=True, leave=2)
     first = min(glob.glob(os.path.join(run_dir, "checkpoints", "*.cleanrl_model")), key=os.path.getmtime)
     assert os.path.getmtime(first) - t0 >= 300, "a periodic checkpoint before 5 minutes"
     run_script("continual_training_example.py", "--resume", run_dir, "--no-progress-bar", timeout=7200)
