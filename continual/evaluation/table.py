@@ -1,6 +1,7 @@
 """`eval_table.csv`, the continual evaluation's table (one row per evaluation step x regime): its columns, its reader,
 and the rewrite that keeps the rows up to a resumed step. Written by `continual.evaluation.continual`, read by
-`continual.evaluation.metrics` and `continual.evaluation.plots`."""
+`continual.evaluation.metrics` and `continual.evaluation.plots`. Also the reader of eval.py's JSON of an evaluation in
+which no agent acted (the reports' `--baseline`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import os
 from typing import Optional
 
+from continual.errors import UserError
 from continual.io import atomic_write_csv, storage_errors
+from continual.modstrings import normalize_modification
 
 EVAL_TABLE = "eval_table.csv"
 COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "min", "max", "mean_length",
@@ -17,6 +20,21 @@ COLUMNS = ["step", "modification", "slug", "split", "episodes", "mean", "std", "
            "max_episode_steps", "capped"]  # the games' step cap (empty: whole games) and how many it cut short
 FLOAT_COLUMNS = ("mean", "std", "min", "max", "mean_length", "seconds", "success_rate")
 OPTIONAL_INT_COLUMNS = ("max_episode_steps", "capped")  # None where empty (whole games) or absent (older tables)
+
+
+def read_no_agent_eval(path: str, policy: str) -> tuple[dict, dict[str, dict]]:
+    """eval.py's JSON of an evaluation played by `policy` instead of the agent ("constant_action" or
+    "random_actions", the key the JSON records): (the JSON, its rows by normalised modification). Anything else is
+    a one-line UserError naming --baseline."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--baseline {path}: cannot read an eval.py JSON ({e})") from None
+    played = data.get(policy) if isinstance(data, dict) else None  # constant_action 0 is an action: not falsy here
+    if played is None or played is False or not data.get("results"):
+        raise UserError(f"--baseline {path}: not an evaluation with --{policy} (eval.py's JSON records {policy})")
+    return data, {normalize_modification(r["modification"]): r for r in data["results"]}
 
 
 def read_rows(path: str) -> list[dict[str, str]]:

@@ -154,7 +154,7 @@ class AutoCoefficient:
         if self.s.target > 0 and self.records >= self.s.warmup:
             running_main = np.mean(np.abs(self.main.values()))
             running_churn = np.mean(self.churn.values())
-            # float(): numpy's float64 would make the checkpoint one that weights_only loading refuses
+            # float(): the coefficient is a Python number wherever it goes (logs, checkpoints, a seed group's coefs)
             self.coef = float(max(self.s.target * running_main / (running_churn + 1e-8), self.s.floor))
 
     def state_dict(self) -> dict:

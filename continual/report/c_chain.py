@@ -52,7 +52,7 @@ from continual.curricula.tasks import task_string
 from continual.errors import UserError
 from continual.evaluation import statistics
 from continual.evaluation.metrics import provenance, provenance_lines
-from continual.evaluation.table import read_run_table
+from continual.evaluation.table import read_no_agent_eval, read_run_table
 from continual.io import read_jsonl
 from continual.launch.declarations import read_declarations
 from continual.launch.queue import run_dirs
@@ -311,17 +311,9 @@ def markdown(recs: Sequence[dict], main: dict, alt: dict, paper: dict) -> list[s
 
 def load_random_baseline(path: str) -> dict:
     """eval.py's JSON of a --random_actions evaluation: {"path", "episodes", "games": {regime: {"mean", "max"}}}."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"--baseline {path}: cannot read an eval.py JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("random_actions") is not True or not data.get("results"):
-        raise UserError(f"--baseline {path}: not an evaluation with --random_actions (eval.py's JSON records "
-                        f"random_actions)")
-    rows = data["results"]
-    return {"path": path, "episodes": sorted({r["episodes"] for r in rows}),
-            "games": {normalize_modification(r["modification"]): {"mean": r["mean"], "max": r["max"]} for r in rows}}
+    _, rows = read_no_agent_eval(path, "random_actions")
+    return {"path": path, "episodes": sorted({r["episodes"] for r in rows.values()}),
+            "games": {m: {"mean": r["mean"], "max": r["max"]} for m, r in rows.items()}}
 
 
 def learned_check(recs: Sequence[dict], baseline: dict) -> list[dict]:

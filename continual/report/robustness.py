@@ -55,7 +55,7 @@ import numpy as np
 from continual.errors import UserError
 from continual.evaluation import statistics
 from continual.evaluation.metrics import provenance, provenance_lines
-from continual.evaluation.table import read_run_table
+from continual.evaluation.table import read_no_agent_eval, read_run_table
 from continual.io import read_jsonl
 from continual.launch import declarations
 from continual.launch.queue import run_dirs
@@ -197,18 +197,10 @@ def load_baseline(paths: str | Sequence[str]) -> dict:
 
 
 def _load_baseline(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"--baseline {path}: cannot read an eval.py JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("constant_action") is None or not data.get("results"):
-        raise UserError(f"--baseline {path}: not an evaluation with --constant_action (eval.py's JSON records "
-                        f"constant_action)")
-    rows = data["results"]
+    data, rows = read_no_agent_eval(path, "constant_action")
     return {"path": path, "action": data["constant_action"], "env_id": data.get("env_id"),
-            "episodes": sorted({r["episodes"] for r in rows}),
-            "scores": {normalize_modification(r["modification"]): r["mean"] for r in rows}}
+            "episodes": sorted({r["episodes"] for r in rows.values()}),
+            "scores": {m: r["mean"] for m, r in rows.items()}}
 
 
 def load_variant(folder: str, runs: Sequence[dict], flag: str = "--variant", reason: bool = False) -> dict:
