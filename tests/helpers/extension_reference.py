@@ -21,6 +21,7 @@ what is learned).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -255,14 +256,16 @@ def run_case(case: str, workdir: str) -> dict:
             "checkpoints": checkpoints, "weights": weights}
 
 
-def machine_paths() -> list[str]:
-    """This machine's recordings, the most specific first (see the module docstring)."""
+@functools.lru_cache(maxsize=1)
+def machine_paths() -> tuple[str, str]:
+    """This machine's recordings, the most specific first (see the module docstring); read once (kernel_isa starts a
+    Python process)."""
     import torch
 
     from helpers.dqn_reference import kernel_isa
 
     base, capability = DATA[:-len(".json")], torch.backends.cpu.get_cpu_capability()
-    return [f"{base}.{capability}.{kernel_isa()}.json", f"{base}.{capability}.json"]
+    return f"{base}.{capability}.{kernel_isa()}.json", f"{base}.{capability}.json"
 
 
 def recorded() -> dict:
