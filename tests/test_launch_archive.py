@@ -199,7 +199,8 @@ def test_an_archive_of_another_experiment_or_a_missing_folder_is_exit_2_creating
 
 def test_the_launcher_archives_each_finished_run_and_a_new_folder_runs_only_the_rest(tmp_path, capsys, ray_shutdown):
     """Session 1 finishes seeds 1-2 (seed 3 fails); its scratch folder is lost; session 2, with a new folder and the
-    same archive, runs seed 3 alone."""
+    same archive, has seed 3 failed (its carry: continual/launch/carry.py) and with --retry_failed runs it alone,
+    resumed from its carried checkpoint."""
     script = fake_script(tmp_path / "s", {"3": ["fail"]})
     exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3]}, "max_retries": 0})
     kept = Queue(str(tmp_path / "kept"))
@@ -212,10 +213,12 @@ def test_the_launcher_archives_each_finished_run_and_a_new_folder_runs_only_the_
     write(os.path.join(tmp_path, "s", "plan.json"), {})
     second = Queue(str(tmp_path / "scratch2"))
     capsys.readouterr()
-    assert L.main([exp, "--folder", second.folder, "--script", script, "--num_cpus", "2", "--archive", kept.folder]) == 0
-    assert "2 finished entries restored" in capsys.readouterr().out
+    assert L.main([exp, "--folder", second.folder, "--script", script, "--num_cpus", "2", "--archive", kept.folder,
+                   "--retry_failed"]) == 0
+    out = capsys.readouterr().out
+    assert "2 finished entries restored" in out and "1 unfinished entries restored from the carry" in out
     assert [a[1] for a in attempts(second.run_dir("000_seed=1"))] == ["fresh", "end"]  # not run again
-    assert [a[1] for a in attempts(second.run_dir("002_seed=3"))] == ["fresh", "end"]
+    assert [a[1] for a in attempts(second.run_dir("002_seed=3"))] == ["fresh", "resume", "end"]
     assert sorted(os.listdir(os.path.join(kept.folder, "runs"))) == ["000_seed=1", "001_seed=2", "002_seed=3"]
     assert all(kept.status(f"{i:03d}_seed={i + 1}")["state"] == "done" for i in range(3))
     assert A.verify_manifest(kept.folder) == []

@@ -69,6 +69,7 @@ SKIPPED_SUFFIXES = (".cleanrl_model",)  # the final policy: a checkpoint, for ev
 ITERATION_FIELDS = ("kind", "global_step", "iteration", "modification", "losses/entropy", "pnc/compress",
                     "plasticity/trac_scale")
 METRICS = "metrics.jsonl"
+CARRY = "carry"  # continual.launch.carry's folder in an archive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,11 +258,12 @@ def digest(path: str) -> dict:
 
 
 def scan(folder: str, under: str = "") -> dict:
-    """relative path -> digest of every file under `folder` (or its subfolder `under`), but the manifest."""
+    """relative path -> digest of every file under `folder` (or its subfolder `under`), but the manifest and the
+    unfinished runs' carry (continual/launch/carry.py: rewritten at every carry, it has its own digests)."""
     out = {}
     root = os.path.join(folder, under) if under else folder
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not (dirpath == root and not under and d == CARRY))
         for name in sorted(filenames):
             rel = os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/")
             if rel != MANIFEST:

@@ -40,7 +40,7 @@ from continual.config.loading import cli
 from continual.errors import UserError, one_line
 from continual.evaluation import metrics, plots
 from continual.io import atomic_write_json
-from continual.launch import archive, declarations, ray_runner
+from continual.launch import archive, carry, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Claim, Queue, set_aside
 from continual.training.checkpoint import newest_whole_step
@@ -82,7 +82,8 @@ class LaunchArgs:
     archive: Optional[str] = None
     """keep each finished run here too, without its checkpoints (continual/launch/archive.py; 0.1-1.6 MB a 2M-step
     MinAtar run: a folder in a git repository); a launch restores the entries archived there first and runs only the
-    others"""
+    others. As it stops, the launcher carries each unfinished run's newest checkpoint and records to its carry/
+    (continual/launch/carry.py), from which a launch into a new folder resumes them: commit both at a session's end"""
     dry_run: bool = False
     """check the experiment and list its entries, then exit (creates nothing)"""
 
@@ -316,6 +317,8 @@ class Launcher:
             return
         try:
             archive.archive_entry(self.queue, self.kept, name)
+            if archive.archived(self.kept, name):
+                carry.drop(self.kept.folder, name)  # finished: its carry is out of date
         except OSError as e:
             self.note[name] = f"not archived: {one_line(str(e))[:120]}"
 
@@ -540,15 +543,17 @@ def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> No
 
 
 def check_declarations(queue: Queue, exp: Experiment, kept: Optional[Queue] = None) -> Optional[dict]:
-    """The declarations record the folder goes on with (its own, else the archive's; None: a first start), after
-    refusing a file whose declarations differ from it (declarations.check_record)."""
-    record = declarations.read_record(queue.folder)
-    if record is not None:
-        declarations.check_record(record, exp, queue.folder)
-    kept_record = declarations.read_record(kept.folder) if kept is not None else None
-    if kept_record is not None:
-        declarations.check_record(kept_record, exp, kept.folder)
-    return record or kept_record  # a new folder goes on with the archive's record
+    """The declarations record the folder goes on with (its own, else the archive's, else its carry's; None: a first
+    start), after refusing a file whose declarations differ from any of them (declarations.check_record)."""
+    records = [(queue.folder, declarations.read_record(queue.folder))]
+    if kept is not None:
+        records += [(f, declarations.read_record(f)) for f in (kept.folder, carry.folder_of(kept.folder))
+                    if os.path.isdir(f)]
+    for folder, record in records:
+        if record is not None:
+            declarations.check_record(record, exp, folder)
+    # a new folder goes on with the archive's record, or the carry's while nothing is archived
+    return next((record for _, record in records if record is not None), None)
 
 
 def start(queue: Queue, exp: Experiment, record: Optional[dict]) -> None:
@@ -608,8 +613,9 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     check_configs(queue, exp, exp.entries)
     kept = None
     if args.archive is not None:
-        archive.check_archive(args.archive, {e.name: run_config(e, exp.name) for e in exp.entries}, exp.path,
-                              source=queue)
+        configs = {e.name: run_config(e, exp.name) for e in exp.entries}
+        archive.check_archive(args.archive, configs, exp.path, source=queue)
+        carry.check(args.archive, configs, exp.path)
         kept = Queue(args.archive)
     record = check_declarations(queue, exp, kept)
     console = Console()
@@ -628,6 +634,10 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         restored = sum(archive.restore_entry(kept, queue, e.name) for e in entries)
         if restored:
             console.print(f"{restored} finished entries restored from the archive {kept.folder}")
+        steps = [s for e in entries if (s := carry.restore_entry(kept.folder, queue, e.name)) is not None]
+        if steps:
+            console.print(f"{len(steps)} unfinished entries restored from the carry {carry.folder_of(kept.folder)} "
+                          f"(steps {min(steps):,}-{max(steps):,}): they resume there")
     ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
     launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept,
                         restart_failed=args.restart_failed)
@@ -651,6 +661,12 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         ray_runner.stop()
         for e in entries:  # those that finished while the launcher stopped
             launcher.keep(e.name)
+        if kept is not None:  # the others, for a launch on another machine
+            n, written = carry.carry_folder(queue, kept.folder, {e.name: run_config(e, exp.name) for e in entries
+                                                                  if queue.status(e.name).get("state") != DONE})
+            if n:
+                console.print(f"{n} unfinished entries carried to {carry.folder_of(kept.folder)} "
+                              f"({written / 1e6:.1f} MB): commit it with the archive")
     states = {e.name: queue.status(e.name).get("state") for e in entries}
     failed = [e for e in entries if states[e.name] == FAILED]
     done = sum(s == DONE for s in states.values())

@@ -1,0 +1,341 @@
+"""continual.launch.carry: an unfinished run's newest whole checkpoint and records carried into the archive's carry/,
+restored into a new folder (the machine replaced between sessions) and resumed there as in its own folder; a carry
+rewritten only for a newer checkpoint, whole at every moment a kill can cut its writes, outside the archive's
+manifest, dropped once its entry is archived; another experiment's carry, an edited tar or a broken description
+refused in one line with exit 2 before anything is written."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import zipfile
+
+import pytest
+
+from continual.errors import UserError, exit_on_user_error
+from continual.launch import archive as A
+from continual.launch import carry as C
+from continual.launch import declarations
+from continual.launch import launcher as L
+from continual.launch.experiment import load_experiment, run_config
+from continual.launch.queue import Queue
+from continual.training.checkpoint import checkpoints_newest_first, step_of
+from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, write
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture
+def ray_shutdown():
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def sha(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def whole(path, payload: bytes = b"x") -> None:
+    with zipfile.ZipFile(path, "w") as z:  # what checkpoint.looks_complete takes for a whole checkpoint
+        z.writestr("archive/data.pkl", payload)
+
+
+def unfinished_folder(tmp_path, seeds=(1, 2)) -> tuple[Queue, dict]:
+    """A launcher's folder stopped mid-run: per entry a run directory with checkpoints (two whole ones and a newer cut
+    one), TensorBoard events, a W&B folder, a temporary file, records; each entry interrupted. And its configs."""
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": list(seeds)}})
+    q = Queue(str(tmp_path / "f"))
+    q.create()
+    shutil.copy(exp, os.path.join(q.folder, "experiment.json"))
+    write(os.path.join(q.folder, "declarations.json"), declarations.updated_record(None, load_experiment(exp), 0))
+    configs = {}
+    for i, e in enumerate(load_experiment(exp).entries):
+        run = q.run_dir(e.name)
+        for sub in ("checkpoints", "wandb/offline-run", "replay"):
+            os.makedirs(os.path.join(run, sub))
+        whole(os.path.join(run, "checkpoints", "periodic__step100.cleanrl_model"), b"old")
+        whole(os.path.join(run, "checkpoints", "switch__step150.cleanrl_model"), b"switch")
+        whole(os.path.join(run, "checkpoints", "interrupted__step200.cleanrl_model"), f"new {i}".encode())
+        open(os.path.join(run, "checkpoints", "periodic__step300.cleanrl_model"), "wb").write(b"PK\x03\x04 cut")
+        open(os.path.join(run, "checkpoints", ".tmp-abc.cleanrl_model"), "wb").write(b"partial")
+        open(os.path.join(run, "replay", "obs.npy"), "wb").write(b"r" * 100)  # CLEAR's buffer: a resume needs it
+        open(os.path.join(run, "events.out.tfevents.1.host.1.0"), "wb").write(b"tb")
+        open(os.path.join(run, "wandb", "offline-run", "run.wandb"), "wb").write(b"w")
+        write(os.path.join(run, "config.json"), {"seed": e.config["seed"]})
+        with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+            for step in range(0, 300, 10):
+                f.write(json.dumps({"kind": "episode", "global_step": step, "return": step / 7}) + "\n")
+        configs[e.name] = run_config(e, "e")
+        write(q.config_path(e.name), configs[e.name])
+        q.set_status(e.name, state="interrupted", attempts=1)
+    return q, configs
+
+
+def test_a_carry_holds_the_newest_whole_checkpoint_and_the_records_and_restores_them_byte_for_byte(tmp_path):
+    q, configs = unfinished_folder(tmp_path)
+    kept = str(tmp_path / "kept")
+    assert C.carry_folder(q, kept, configs)[0] == 2
+    for entry in configs:
+        meta = C.read_meta(kept, entry)
+        assert meta["step"] == 200 and meta["tar"] == f"{entry}.step200.tar.xz" and meta["config"] == configs[entry]
+        assert meta["status"]["state"] == "interrupted"
+        with tarfile.open(os.path.join(kept, "carry", meta["tar"])) as tar:
+            assert sorted(tar.getnames()) == ["checkpoints/interrupted__step200.cleanrl_model", "config.json",
+                                              "metrics.jsonl", "replay/obs.npy"]
+    assert sorted(os.listdir(os.path.join(kept, "carry")))[-2:] == ["declarations.json", "experiment.json"]
+    new = Queue(str(tmp_path / "g"))
+    new.create()
+    for entry in configs:
+        assert C.restore_entry(kept, new, entry) == 200
+        for rel in ("checkpoints/interrupted__step200.cleanrl_model", "metrics.jsonl", "replay/obs.npy", "config.json"):
+            assert sha(os.path.join(new.run_dir(entry), rel)) == sha(os.path.join(q.run_dir(entry), rel)), rel
+        assert json.load(open(new.config_path(entry))) == configs[entry]
+        assert new.status(entry)["state"] == "interrupted" and new.status(entry)["carried"] == 200
+        assert new.status(entry)["attempts"] == 1
+        assert C.restore_entry(kept, new, entry) is None  # a run directory there is newer: it stays
+    assert not glob.glob(os.path.join(new.folder, "runs", "*.restoring"))
+
+
+def test_a_carry_is_rewritten_only_for_a_newer_checkpoint_and_keeps_one_tar_an_entry(tmp_path):
+    q, configs = unfinished_folder(tmp_path, seeds=(1,))
+    kept = str(tmp_path / "kept")
+    (entry,) = configs
+    assert C.carry_folder(q, kept, configs) == (1, C.size(kept))
+    stamp = os.stat(os.path.join(kept, "carry", entry + ".json")).st_mtime_ns
+    assert C.carry_folder(q, kept, configs) == (0, 0)  # the same checkpoint: nothing written
+    assert os.stat(os.path.join(kept, "carry", entry + ".json")).st_mtime_ns == stamp
+    whole(os.path.join(q.run_dir(entry), "checkpoints", "interrupted__step250.cleanrl_model"), b"newer")
+    assert C.carry_folder(q, kept, configs)[0] == 1
+    assert C.read_meta(kept, entry)["step"] == 250
+    assert glob.glob(os.path.join(kept, "carry", "*.tar.xz")) == [os.path.join(kept, "carry",
+                                                                               f"{entry}.step250.tar.xz")]
+    q.set_status(entry, state="done")  # finished: nothing to carry
+    assert C.carry_folder(q, kept, configs) == (0, 0)
+
+
+@pytest.mark.parametrize("cut", range(11))
+def test_a_carry_killed_at_any_write_leaves_the_old_carry_or_the_new_one(tmp_path, monkeypatch, cut):
+    """The carry of a newer checkpoint cut at its k-th file operation (the experiment files' renames, each member
+    added to the tar, its rename, the description's write and rename, the old tar's removal: 10 in all, the last
+    case uncut): a restore gets step 200 or step 250 whole, never a mixture."""
+    q, configs = unfinished_folder(tmp_path, seeds=(1,))
+    kept = str(tmp_path / "kept")
+    (entry,) = configs
+    C.carry_folder(q, kept, configs)
+    whole(os.path.join(q.run_dir(entry), "checkpoints", "interrupted__step250.cleanrl_model"), b"newer")
+    calls = {"n": 0}
+
+    def counted(fn):
+        def wrapper(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == cut + 1:
+                raise KeyboardInterrupt("killed")
+            return fn(*a, **k)
+        return wrapper
+    for mod, name in ((C.os, "replace"), (C.os, "unlink"), (C.tarfile.TarFile, "addfile"), (C, "atomic_write_text")):
+        monkeypatch.setattr(mod, name, counted(getattr(mod, name)))
+    try:
+        C.carry_folder(q, kept, configs)
+        finished = True
+    except KeyboardInterrupt:
+        finished = False
+    monkeypatch.undo()
+    C.check(kept, configs, "e.json")  # whole: the description names a tar with its digest
+    new = Queue(str(tmp_path / f"g{cut}"))
+    new.create()
+    step = C.restore_entry(kept, new, entry)
+    assert step in (200, 250) and (step == 250 or not finished)
+    assert finished == (cut == 10)
+    names = os.listdir(os.path.join(new.run_dir(entry), "checkpoints"))
+    assert names == [f"interrupted__step{step}.cleanrl_model"]
+    C.carry_folder(q, kept, configs)  # the next carry finishes the job and clears what the cut one left
+    assert C.read_meta(kept, entry)["step"] == 250
+    assert sorted(os.listdir(os.path.join(kept, "carry"))) == sorted(
+        ["declarations.json", "experiment.json", f"{entry}.json", f"{entry}.step250.tar.xz"])
+
+
+def test_the_archives_manifest_leaves_the_carry_out_and_archiving_an_entry_drops_its_carry(tmp_path):
+    q, configs = unfinished_folder(tmp_path)
+    kept = str(tmp_path / "kept")
+    first, second = sorted(configs)
+    q.set_status(first, state="done")
+    assert A.main([q.folder, kept]) == 0
+    C.carry_folder(q, kept, configs)
+    assert C.entries(kept) == [second] and A.verify_manifest(kept) == []  # the carry is not a manifest problem
+    assert A.check_manifest(kept) == len(A.read_manifest(kept)["files"])
+    q.set_status(second, state="done")
+    launcher = L.Launcher.__new__(L.Launcher)  # keep() alone: archive the entry, then drop its carry
+    launcher.queue, launcher.kept, launcher.note = q, Queue(kept), {}
+    launcher.keep(second)
+    assert C.entries(kept) == [] and not glob.glob(os.path.join(kept, "carry", "*.tar.xz"))
+    assert A.verify_manifest(kept) == []
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("config", "holds another experiment's runs"),
+    ("tar", "is missing or not the file"),
+    ("gone", "is missing or not the file"),
+    ("json", "cannot be read"),
+])
+def test_a_foreign_edited_or_broken_carry_is_refused_in_one_line_exit_2_before_anything(tmp_path, capsys, damage,
+                                                                                        message):
+    q, configs = unfinished_folder(tmp_path, seeds=(1,))
+    kept = str(tmp_path / "kept")
+    (entry,) = configs
+    C.carry_folder(q, kept, configs)
+    meta_path = os.path.join(kept, "carry", entry + ".json")
+    tar_path = os.path.join(kept, "carry", C.read_meta(kept, entry)["tar"])
+    if damage == "config":
+        meta = json.load(open(meta_path))
+        meta["config"]["learning_rate"] = 1.0
+        write(meta_path, meta)
+    elif damage == "tar":
+        data = bytearray(open(tar_path, "rb").read())
+        data[len(data) // 2] ^= 1
+        open(tar_path, "wb").write(bytes(data))
+    elif damage == "gone":
+        os.unlink(tar_path)
+    else:
+        open(meta_path, "w").write("{not json")
+    exp = str(tmp_path / "e.json")
+    folder = str(tmp_path / "new")
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", folder, "--archive", kept, "--script",
+                                    fake_script(tmp_path / "s", {})])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: carry: ") and \
+        message in err, err
+    assert not os.path.exists(folder)
+    with pytest.raises(UserError, match=message.replace("'", ".")):
+        C.check(kept, configs, exp)
+
+
+def test_the_cli_carries_a_folder_and_refuses_what_is_not_one(tmp_path, capsys):
+    q, configs = unfinished_folder(tmp_path)
+    kept = str(tmp_path / "kept")
+    assert subprocess.run([PY, "-m", "continual.launch.carry", q.folder, kept], capture_output=True, text=True,
+                          env=env(), cwd=REPO, timeout=120).returncode == 0
+    assert C.entries(kept) == sorted(configs)
+    r = subprocess.run([PY, "-m", "continual.launch.carry", str(tmp_path), kept], capture_output=True, text=True,
+                       env=env(), cwd=REPO, timeout=120)
+    assert r.returncode == 2 and "is not an experiment folder" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_stopped_launcher_carries_and_a_launch_on_a_new_folder_resumes_from_the_carry(tmp_path):
+    """Session 1's launcher is stopped (SIGTERM) mid-run: it carries the run; its machine is lost (the folder
+    deleted); session 2 launches into a new folder with the same archive: the run resumes from the carried checkpoint
+    (the stand-in script's attempts, carried with the run: fresh, then resume), finishes, is archived, and its carry
+    is dropped."""
+    script = fake_script(tmp_path / "s", {"1": ["wait", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})
+    kept = str(tmp_path / "kept")
+    first = Queue(str(tmp_path / "f"))
+    cmd = [PY, "-m", "continual.launch", exp, "--script", script, "--num_cpus", "1", "--archive", kept]
+    a = subprocess.Popen([*cmd, "--folder", first.folder], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env=env(), cwd=REPO, text=True)
+    deadline = time.time() + 300
+    while not os.path.exists(os.path.join(first.run_dir("000_seed=1"), "attempts")) and time.time() < deadline:
+        time.sleep(0.2)
+    a.send_signal(signal.SIGTERM)
+    out = a.communicate(timeout=300)[0]
+    assert a.returncode == 130 and "1 unfinished entries carried to" in out
+    assert C.read_meta(kept, "000_seed=1")["step"] == 50
+    first_record = json.load(open(os.path.join(first.folder, "declarations.json")))
+    shutil.rmtree(first.folder)
+    second = Queue(str(tmp_path / "g"))
+    r = subprocess.run([*cmd, "--folder", second.folder], capture_output=True, text=True, env=env(), cwd=REPO,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 unfinished entries restored from the carry" in r.stdout
+    assert [x[1] for x in attempts(second.run_dir("000_seed=1"))] == ["fresh", "resume", "end"]
+    assert Queue(kept).status("000_seed=1")["state"] == "done" and C.entries(kept) == []
+    assert A.verify_manifest(kept) == []
+    # the new folder went on with the carry's declarations record (the first launch's), not a new one
+    assert json.load(open(os.path.join(second.folder, "declarations.json")))["revisions"][0] == \
+        first_record["revisions"][0]
+
+
+# the C-CHAIN experiment's protocol in small (tests/test_launch.py's MINATAR_DQN), its replay buffer in the checkpoints
+MINATAR_DQN = {"architecture": "DQN", "backend": "MinAtar", "env_id": "MinAtar/SpaceInvaders", "num_envs": 1,
+               "num_steps": 100, "reward_scaling": "none", "buffer_size": 1000, "learning_starts": 100,
+               "learning_starts_each_regime": True, "train_frequency": 1, "target_network_frequency": 100,
+               "exploration_fraction": 0.25, "double_dqn": True, "fused_adam": True, "torch_threads": 1,
+               "eval_every": 200, "eval_episodes": 1, "eval_greedy": True, "checkpoint_every": 100,
+               "checkpoint_minutes": 0, "keep_checkpoints": 5, "save_replay_buffer": True,
+               "modification_factory": "TaskSequence",
+               "modification_factory_kwargs": {"cycles": 1, "tasks": [{"env_id": "MinAtar/SpaceInvaders", "steps": 1000},
+                                                                       {"env_id": "MinAtar/Asterix", "steps": 1000}]}}
+
+
+@pytest.mark.long  # ~45 s (Ray, two real DQN seeds in one process, stopped, resumed twice)
+def test_real_dqn_seeds_resumed_from_their_carry_learn_what_they_learn_resumed_in_their_own_folder(tmp_path,
+                                                                                                   ray_shutdown):
+    """Two real MinAtar DQN seeds in one process (seeds_per_process, as the C-CHAIN experiment; replay buffers in the
+    checkpoints, a task switch) are stopped by their launcher past step 300 and carried; one copy of the folder
+    resumes in place (the machine kept), the carry resumes in a new folder (the machine replaced), both as a group:
+    every record, evaluation and checkpoint after the carried step is the same."""
+    import torch
+
+    from helpers.run_records import eval_rows, records, same
+
+    exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 2, "grid": {"seed": [3, 4]}})
+    kept = str(tmp_path / "kept")
+    folder = Queue(str(tmp_path / "f"))
+    names = [e.name for e in load_experiment(exp).entries]
+    stop = threading.Event()
+
+    def stopper():  # SIGTERM this process (the launcher's main thread) once a run has a checkpoint past 300
+        while not stop.is_set():
+            files = [f for n in names if os.path.isdir(folder.run_dir(n))
+                     for f in checkpoints_newest_first(folder.run_dir(n))]
+            if any(step_of(f) >= 300 for f in files):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+    t = threading.Thread(target=stopper)
+    t.start()
+    try:
+        assert L.main([exp, "--folder", folder.folder, "--num_cpus", "1", "--archive", kept, "--no-aggregate"]) == 130
+    finally:
+        stop.set()
+        t.join()
+    steps = {n: C.read_meta(kept, n)["step"] for n in names}
+    assert len(set(steps.values())) == 1 and 300 <= steps[names[0]] < 2000, steps
+    assert all(folder.status(n)["state"] == "interrupted" for n in names)
+    step = steps[names[0]]
+    kept_machine = Queue(str(tmp_path / "same"))
+    shutil.copytree(folder.folder, kept_machine.folder)
+    shutil.rmtree(folder.folder)
+    assert L.main([exp, "--folder", kept_machine.folder, "--num_cpus", "1", "--no-aggregate"]) == 0
+    new = Queue(str(tmp_path / "new"))
+    assert L.main([exp, "--folder", new.folder, "--num_cpus", "1", "--archive", kept, "--no-aggregate"]) == 0
+    assert f"dqn_seeds.py --resume {new.run_dir(names[0])} {new.run_dir(names[1])}" in open(new.log_path(names[0])).read()
+    for n in names:
+        a, b = new.run_dir(n), kept_machine.run_dir(n)
+        later = [[r for r in records(run) if r["global_step"] > step and r["kind"] != "start"] for run in (a, b)]
+        assert later[0] == later[1] and later[0][-1]["global_step"] == 2000
+        assert any(r["kind"] == "switch" for r in records(a))
+        assert eval_rows(a) == eval_rows(b)
+        ckpts = [sorted(os.path.basename(p) for p in glob.glob(os.path.join(run, "checkpoints", "*"))
+                        if step_of(p) > step) for run in (a, b)]
+        assert ckpts[0] and ckpts[0] == ckpts[1]
+        for name in ckpts[0]:
+            x, y = (torch.load(os.path.join(run, "checkpoints", name), weights_only=False) for run in (a, b))
+            for state in (x, y):
+                del state["rng"]["torch"], state["rng"]["python"]  # the process's globals, never drawn in the loop
+                state.pop("wandb_id", None)
+                for key in [k for k, v in state["args"].items() if str(tmp_path) in str(v)]:  # the folders' paths
+                    del state["args"][key]
+            same(x, y, f"{n}/{name}")
+    assert C.entries(kept) == [] and A.verify_manifest(kept) == []
