@@ -339,3 +339,19 @@ def test_real_dqn_seeds_resumed_from_their_carry_learn_what_they_learn_resumed_i
                     del state["args"][key]
             same(x, y, f"{n}/{name}")
     assert C.entries(kept) == [] and A.verify_manifest(kept) == []
+
+
+def test_a_run_started_again_from_step_0_loses_its_carry(tmp_path):
+    """--restart_failed keeps a run directory aside and starts the entry afresh: the carry of the run set aside goes
+    too, or the next machine would resume the run that was given up (the new run may stop before its first
+    checkpoint, leaving nothing to replace it)."""
+    q, configs = unfinished_folder(tmp_path, seeds=(1,))
+    kept = str(tmp_path / "kept")
+    (entry,) = configs
+    C.carry_folder(q, kept, configs)
+    launcher = L.Launcher.__new__(L.Launcher)  # argv() alone: how the entry would be started
+    launcher.queue, launcher.kept, launcher.script = q, Queue(kept), str(tmp_path / "train.py")
+    launcher.restarting = {entry}
+    argv = launcher.argv(load_experiment(str(tmp_path / "e.json")).entries)
+    assert "--resume" not in argv and os.path.isdir(q.run_dir(entry) + ".incomplete1")
+    assert C.entries(kept) == [] and not glob.glob(os.path.join(kept, "carry", "*.tar.xz"))

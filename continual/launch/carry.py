@@ -18,7 +18,7 @@ directory, and the entry resumes from that checkpoint as it would have in its ow
 byte; an entry that had failed stays failed, for --retry_failed). A run directory already in the folder is newer than
 any carry and stays. An entry's carry is replaced when it is carried again from a newer checkpoint (the json, renamed
 into place last, names the tar it describes: a kill leaves the old pair or the new one) and removed once the entry is
-archived finished. Not carried: TensorBoard events and W&B files (metrics.jsonl holds every record), the launcher's
+archived finished or started again from step 0 (--restart_failed). Not carried: TensorBoard events and W&B files (metrics.jsonl holds every record), the launcher's
 logs, older checkpoints (those at switches too).
 
 The carry lives in the archive's folder, outside its manifest: commit it with the archive at a session's end. Git

@@ -234,6 +234,8 @@ class Launcher:
             # started but lost before its first whole checkpoint, or --restart_failed: start again, keep the remains
             set_aside(self.queue.run_dir(entry.name))
             self.restarting.discard(entry.name)
+            if self.kept is not None:  # a carry of the run set aside would resume it on the next machine
+                carry.drop(self.kept.folder, entry.name)
         first = entries[0]
         where = ["--config", self.queue.config_path(first.name), "--runs_dir",
                  os.path.dirname(self.queue.run_dir(first.name))]
