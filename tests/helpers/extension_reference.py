@@ -12,7 +12,8 @@ depend on the actor processes' timing. Regenerate only when behaviour is meant t
 The same code gives other floats with other CPU kernels (oneDNN's convolutions dispatch by instruction set; see
 tests/helpers/dqn_reference.py): the MinAtar DQN cases recorded at da56a98 differ on an AMD EPYC whose oneDNN reports
 "AVX-512 with Intel DL Boost and bfloat16 support", where 6fdc4fb, the revision that committed the recording, and
-main give the same outputs as each other. So a machine's cases come from the most specific recording there is,
+main give the same outputs as each other; on an Intel Xeon whose oneDNN reports "AVX 10.1" (2026-12-01) all 18 cases
+differ, and again 6fdc4fb and main agree there. So a machine's cases come from the most specific recording there is,
 `extension_reference.<capability>.<oneDNN isa>.json`, then `extension_reference.<capability>.json`, over the plain
 file's. `--write-machine CASE ... --same-as REV` writes such a file for the cases named, at a revision whose outputs
 on this machine equal REV's, a revision where the plain recording passed (so the code is known not to have changed
