@@ -21,6 +21,9 @@ EXCEPTIONS = {
     "forgetting_minatar": 3_000_000,
     # v2's 163 runs, archived as they land: the first 35 average 0.19 MB (about 31 MB when complete)
     "forgetting_minatar_v2": 50_000_000,
+    # while its 6M-step DQN seeds run (15-30 h each, sessions of 3 h): the carry of the 10 in flight (continual/launch/
+    # carry.py, 2.3-4 MB a seed) beside its archived runs
+    "c_chain_minatar": 60_000_000,
 }
 
 
