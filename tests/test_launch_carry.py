@@ -94,6 +94,10 @@ def test_a_carry_holds_the_newest_whole_checkpoint_and_the_records_and_restores_
             assert sorted(tar.getnames()) == ["checkpoints/interrupted__step200.cleanrl_model", "config.json",
                                               "metrics.jsonl", "replay/obs.npy"]
     assert sorted(os.listdir(os.path.join(kept, "carry")))[-2:] == ["declarations.json", "experiment.json"]
+    run = q.run_dir(sorted(configs)[0])  # the same members whichever way the paths are spelled
+    newest = os.path.join(run, "checkpoints", "interrupted__step200.cleanrl_model")
+    assert C.members(os.path.relpath(run), newest) == C.members(run + os.sep, os.path.relpath(newest)) == \
+        C.members(run, newest)
     new = Queue(str(tmp_path / "g"))
     new.create()
     for entry in configs:

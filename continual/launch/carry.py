@@ -66,7 +66,7 @@ def newest_whole(run_dir: str) -> Optional[str]:
 def members(run_dir: str, checkpoint: str) -> list[str]:
     """The files of `run_dir` a carry holds (relative paths, sorted): all but TensorBoard events, temporary files,
     W&B and video folders, and of the checkpoints folder only `checkpoint`."""
-    out = []
+    out, checkpoint = [], os.path.normpath(os.path.abspath(checkpoint))
     for dirpath, dirnames, filenames in os.walk(run_dir):
         rel_dir = os.path.relpath(dirpath, run_dir)
         dirnames[:] = sorted(d for d in dirnames if not (rel_dir == "." and d in SKIPPED_DIRS))
@@ -74,7 +74,8 @@ def members(run_dir: str, checkpoint: str) -> list[str]:
             rel = os.path.normpath(os.path.join(rel_dir, name))
             if name.startswith(SKIPPED_PREFIXES):
                 continue
-            if rel.split(os.sep)[0] == CHECKPOINT_DIR and os.path.join(run_dir, rel) != checkpoint:
+            if rel.split(os.sep)[0] == CHECKPOINT_DIR and \
+                    os.path.normpath(os.path.abspath(os.path.join(run_dir, rel))) != checkpoint:
                 continue
             out.append(rel)
     return out
