@@ -23,6 +23,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
+@pytest.fixture
+def ray_shutdown():
+    """Shut down the Ray instance a test's in-process launcher started (tests/test_launch*.py)."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def run_script(*argv: str, timeout: float = 600, check: bool = True, env: dict | None = None
                ) -> subprocess.CompletedProcess:
     """Run a repository script as a user would (CleanRL-style subprocess smoke test)."""

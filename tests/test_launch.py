@@ -218,15 +218,6 @@ def test_a_stale_claim_is_taken_over_by_exactly_one(tmp_path):
 
 # --- the launcher with a stand-in training script --------------------------------------------------------------------
 
-@pytest.fixture
-def ray_shutdown():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(tmp_path, capsys, ray_shutdown):
     # seed 2 fails once then succeeds (resumed); seed 3 always fails; seed 4 is refused (exit 2: no retry)
     script = fake_script(tmp_path / "s", {"2": ["fail", "ok"], "3": ["fail"], "4": ["usage"]})

@@ -26,15 +26,6 @@ from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, 
 pytestmark = pytest.mark.xdist_group("ray")
 
 
-@pytest.fixture
-def ray_shutdown():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def configs(tmp_path) -> dict:
     """The entries' configs of the experiment `finished_folder` ran (e.json), as the launcher checks an archive."""
     e = load_experiment(str(tmp_path / "e.json"))

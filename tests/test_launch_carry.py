@@ -33,15 +33,6 @@ from helpers.launch_runs import CARTPOLE, PY, REPO, attempts, env, fake_script, 
 pytestmark = pytest.mark.xdist_group("ray")
 
 
-@pytest.fixture
-def ray_shutdown():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def sha(path) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 

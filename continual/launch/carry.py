@@ -43,24 +43,20 @@ import tyro
 from continual.config.loading import cli
 from continual.errors import UserError, exit_on_user_error, one_line
 from continual.io import TMP_PREFIX, atomic_write_text
-from continual.launch import declarations
-from continual.launch.archive import CARRY, digest
+from continual.launch import archive
+from continual.launch.archive import CARRY, EXPERIMENT_FILES, digest
 from continual.launch.queue import DONE, FAILED, Queue
-from continual.training.checkpoint import CHECKPOINT_DIR, checkpoints_newest_first, looks_complete, step_of
+from continual.training.checkpoint import CHECKPOINT_DIR, newest_whole, step_of
 
 FORMAT = "continual-carry/1"
-SKIPPED_DIRS = ("wandb", "videos")
-SKIPPED_PREFIXES = ("events.out.tfevents.", TMP_PREFIX)
-EXPERIMENT_FILES = ("experiment.json", declarations.RECORD)
+# what the archive leaves out but a resume needs (the checkpoints, CLEAR's replay) stays; temporary files go
+SKIPPED_DIRS = tuple(d for d in archive.SKIPPED_DIRS if d not in (CHECKPOINT_DIR, "replay"))
+SKIPPED_PREFIXES = (*archive.SKIPPED_PREFIXES, TMP_PREFIX)
 PRESET = 6  # xz's default: a MinAtar DQN checkpoint of 107 MB (its replay's frames as bools) in ~3 s to ~2-4 MB
 
 
 def folder_of(kept: str) -> str:
     return os.path.join(kept, CARRY)
-
-
-def newest_whole(run_dir: str) -> Optional[str]:
-    return next((f for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
 
 
 def members(run_dir: str, checkpoint: str) -> list[str]:
@@ -118,10 +114,6 @@ def carry_entry(queue: Queue, kept: str, entry: str, config: dict) -> Optional[i
         return None
     folder = folder_of(kept)
     os.makedirs(folder, exist_ok=True)
-    for name in EXPERIMENT_FILES:  # the experiment's own files, as the launcher's folder has them
-        if os.path.exists(os.path.join(queue.folder, name)):
-            shutil.copy2(os.path.join(queue.folder, name), os.path.join(folder, name + ".copying"))
-            os.replace(os.path.join(folder, name + ".copying"), os.path.join(folder, name))
     step = step_of(checkpoint)
     source = digest(checkpoint)
     old = read_meta(kept, entry)
@@ -159,16 +151,14 @@ def _remove_unnamed(folder: str, entry: str, keep: Optional[str]) -> None:
             os.unlink(path)
 
 
-def drop(kept: str, entry: str) -> bool:
-    """Remove an entry's carry (it was archived finished): the description first, so no tar is left described."""
+def drop(kept: str, entry: str) -> None:
+    """Remove an entry's carry (archived finished, or started again): the description first, so no tar is left
+    described."""
     folder = folder_of(kept)
-    path = os.path.join(folder, entry + ".json")
-    had = os.path.exists(path)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(os.path.join(folder, entry + ".json"))
     if os.path.isdir(folder):
         _remove_unnamed(folder, entry, None)
-    return had
 
 
 def check(kept: str, configs: dict, what: str) -> None:
@@ -207,8 +197,15 @@ def restore_entry(kept: str, queue: Queue, entry: str) -> Optional[int]:
 
 
 def carry_folder(queue: Queue, kept: str, configs: dict) -> tuple[int, int]:
-    """Carry every unfinished entry of `queue`'s folder that has a whole checkpoint: (entries carried now, bytes)."""
+    """Carry every unfinished entry of `queue`'s folder that has a whole checkpoint, and the experiment's own files
+    once: (entries carried now, bytes)."""
     n = total = 0
+    os.makedirs(folder_of(kept), exist_ok=True)
+    for name in EXPERIMENT_FILES:  # as the launcher's folder has them (a new folder goes on with its declarations)
+        src, dst = os.path.join(queue.folder, name), os.path.join(folder_of(kept), name)
+        if os.path.exists(src):
+            shutil.copy2(src, dst + ".copying")
+            os.replace(dst + ".copying", dst)
     for entry in sorted(configs):
         written = carry_entry(queue, kept, entry, configs[entry])
         if written is not None:

@@ -263,10 +263,16 @@ def latest_checkpoint(run_dir: str) -> str:
     return files[0]
 
 
+def newest_whole(run_dir: str) -> Optional[str]:
+    """The newest checkpoint of `run_dir` that looks whole (`looks_complete`): the one --resume takes, unless it is
+    damaged inside (None: no such checkpoint)."""
+    return next((f for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
+
+
 def newest_whole_step(run_dir: str) -> Optional[int]:
-    """The step of the newest checkpoint of `run_dir` that looks whole (`looks_complete`): the one --resume takes,
-    unless it is damaged inside (None: no such checkpoint)."""
-    return next((step_of(f) for f in checkpoints_newest_first(run_dir) if looks_complete(f)), None)
+    """The step of `newest_whole(run_dir)`, None without one."""
+    path = newest_whole(run_dir)
+    return None if path is None else step_of(path)
 
 
 def step_of(path: str) -> int:
