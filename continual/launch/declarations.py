@@ -42,7 +42,7 @@ declarations above, the method labels then, and the post-hoc labels. A later lau
 differ from the record (entries may be appended; declarations may not change), when a post-hoc label was removed,
 or when it adds a method label that is neither listed in post_hoc nor a declared sweep's chosen value. Each launch
 with a changed file appends its sha256 and revision to the record's `revisions`, so every edit of the file is
-visible.
+visible. The record's `code` lists the revisions the runs are pinned to (continual/launch/code.py).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ its Ray node is resumed elsewhere without counting as a failure. Several launche
 The first launch records the experiment file's sha256, git revision and declarations in the folder
 (`declarations.json`, continual/launch/declarations.py); a later launch whose file declares otherwise, or renames or
 removes an entry that was started, is refused (entries may be appended; a new method must be listed in post_hoc).
+`--code REV` pins the folder's runs to a git revision, run from a worktree of it at every later launch
+(continual/launch/code.py).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from continual.config.loading import cli
 from continual.errors import UserError, one_line
 from continual.evaluation import metrics, plots
 from continual.io import atomic_write_json
-from continual.launch import archive, carry, declarations, ray_runner
+from continual.launch import archive, carry, code, declarations, ray_runner
 from continual.launch.experiment import Entry, Experiment, load_experiment, run_config, validate
 from continual.launch.queue import DONE, FAILED, Claim, Queue, set_aside
 from continual.training.checkpoint import newest_whole_step
@@ -84,6 +86,13 @@ class LaunchArgs:
     MinAtar run: a folder in a git repository); a launch restores the entries archived there first and runs only the
     others. As it stops, the launcher carries each unfinished run's newest checkpoint and records to its carry/
     (continual/launch/carry.py), from which a launch into a new folder resumes them: commit both at a session's end"""
+    code: Optional[str] = None
+    """pin the folder's runs to this git revision: they run its script from a worktree of it (made under
+    ~/.cache/continual/code), and later launches of the folder (or of a new folder restored from its archive and carry)
+    run it again without the flag (continual/launch/code.py)"""
+    code_change: bool = False
+    """run other code than the folder's pinned revision (--code REV, or --script), recorded in its declarations
+    record; without it, such a launch is refused"""
     dry_run: bool = False
     """check the experiment and list its entries, then exit (creates nothing)"""
 
@@ -544,28 +553,41 @@ def check_configs(queue: Queue, exp: Experiment, entries: Sequence[Entry]) -> No
                                 f"(configs/{e.name}.json): use another --folder for a changed experiment")
 
 
-def check_declarations(queue: Queue, exp: Experiment, kept: Optional[Queue] = None) -> Optional[dict]:
-    """The declarations record the folder goes on with (its own, else the archive's, else its carry's; None: a first
-    start), after refusing a file whose declarations differ from any of them (declarations.check_record)."""
-    records = [(queue.folder, declarations.read_record(queue.folder))]
+def records(queue: Queue, kept: Optional[str]) -> list[tuple[str, Optional[dict]]]:
+    """(folder, declarations record or None) of the experiment folder, then of the archive and its carry."""
+    out = [(queue.folder, declarations.read_record(queue.folder))]
     if kept is not None:
-        records += [(f, declarations.read_record(f)) for f in (kept.folder, carry.folder_of(kept.folder))
-                    if os.path.isdir(f)]
-    for folder, record in records:
+        out += [(f, declarations.read_record(f)) for f in (kept, carry.folder_of(kept)) if os.path.isdir(f)]
+    return out
+
+
+def going_on(found: Sequence[tuple[str, Optional[dict]]]) -> Optional[dict]:
+    """The record the folder goes on with: its own, else the archive's, else the carry's while nothing is archived
+    (None: a first start)."""
+    return next((record for _, record in found if record is not None), None)
+
+
+def check_declarations(queue: Queue, exp: Experiment, kept: Optional[Queue] = None) -> Optional[dict]:
+    """The declarations record the folder goes on with, after refusing a file whose declarations differ from any of
+    them (declarations.check_record)."""
+    found = records(queue, kept.folder if kept is not None else None)
+    for folder, record in found:
         if record is not None:
             declarations.check_record(record, exp, folder)
-    # a new folder goes on with the archive's record, or the carry's while nothing is archived
-    return next((record for _, record in records if record is not None), None)
+    return going_on(found)
 
 
-def start(queue: Queue, exp: Experiment, record: Optional[dict]) -> None:
+def start(queue: Queue, exp: Experiment, record: Optional[dict], commit: Optional[str] = None,
+          script: Optional[str] = None) -> None:
     """Create the folder (or go on with it): the experiment file's copy, its declarations record (a new one, or this
-    file's revision appended), each entry's config."""
+    file's revision appended; the code pin moved by --code or --code_change), each entry's config."""
     started = len(glob.glob(os.path.join(queue.dir, "*.status.json")))  # runs before the record: an older folder
     queue.create()
     shutil.copyfile(exp.path, os.path.join(queue.folder, "experiment.json"))
-    atomic_write_json(os.path.join(queue.folder, declarations.RECORD),
-                      declarations.updated_record(record, exp, started_before=started if record is None else 0))
+    updated = declarations.updated_record(record, exp, started_before=started if record is None else 0)
+    if script is not None:
+        updated = code.updated(updated, commit, script, declarations.now())
+    atomic_write_json(os.path.join(queue.folder, declarations.RECORD), updated)
     for e in exp.entries:
         if not os.path.exists(queue.config_path(e.name)):
             with open(queue.config_path(e.name), "w") as f:
@@ -591,10 +613,6 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
     exp = load_experiment(args.experiment, stand_ins=args.dry_run)
-    script = find_script(args.script or exp.script, args.experiment)
-    if exp.seeds_per_process > 1 and not os.path.isfile(seeds_script(script)):
-        raise UserError(f"seeds_per_process: no {seeds_script(script)} beside the training script {script} (the seeds "
-                        f"of a group run in it)")
     entries = exp.entries
     if args.resume_id is not None:
         if not 0 <= args.resume_id < len(entries):
@@ -609,6 +627,20 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         raise UserError(f"stale_after: must be positive, got {args.stale_after}")
     folder = args.folder or os.path.join("experiments", exp.name)
     queue = Queue(folder, args.stale_after)
+    commit = code.choose(going_on(records(queue, args.archive)), args.code, args.script, args.code_change)
+    tree = None
+    if commit is not None:
+        tree = code.worktree_path(commit) if args.dry_run else code.worktree(commit)
+        script = code.script_in(tree, exp.script, SCRIPT)
+        if not os.path.isdir(tree):  # a dry run makes no worktree: it checks with the current checkout's factories
+            script = find_script(exp.script, args.experiment)
+        elif not os.path.isfile(script):
+            raise UserError(f"code: {commit[:12]} has no {os.path.relpath(script, tree)}")
+    else:
+        script = find_script(args.script or exp.script, args.experiment)
+    if exp.seeds_per_process > 1 and not os.path.isfile(seeds_script(script)):
+        raise UserError(f"seeds_per_process: no {seeds_script(script)} beside the training script {script} (the seeds "
+                        f"of a group run in it)")
     if prepare is not None:
         prepare(script)
     validate(exp, os.path.join(queue.folder, "runs"))
@@ -625,13 +657,18 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         for e in entries:
             console.print(f"{e.index:>4}  {e.name}")
         console.print(f"{len(entries)} entries, folder {queue.folder}, script {script}")
+        if commit is not None:
+            console.print(f"code: {commit[:12]}, from the worktree {tree}"
+                          + ("" if os.path.isdir(tree) else " (made at the first launch)"))
         for name, spec in exp.placeholders.items():
             if spec.get("value") is None:
                 console.print(f"placeholder {name}: not set yet ({spec.get('set_by')} sets it); this dry run used "
                               f"the stand-in {spec['dry_run']:,}")
         return 0
 
-    start(queue, exp, record)
+    start(queue, exp, record, commit, script)
+    if commit is not None:
+        console.print(f"code: {commit[:12]} (the worktree {tree})")
     if kept is not None:
         restored = sum(archive.restore_entry(kept, queue, e.name) for e in entries)
         if restored:
