@@ -119,6 +119,11 @@ def test_a_script_at_the_pinned_commit_with_unchanged_files_may_run_it(tmp_path,
         f.write("# edited\n")
     with pytest.raises(UserError, match="not that revision with its tracked files unchanged"):
         L.main([exp, "--folder", q.folder, "--num_cpus", "2", "--script", script, "--retry_failed"])
+    # --code_change runs it, and a checkout with changed files pins nothing: the folder is unpinned, recorded
+    assert L.main([exp, "--folder", q.folder, "--num_cpus", "2", "--script", script, "--retry_failed",
+                   "--code_change"]) == 0
+    assert pins(q.folder) == [(repo["B"], False), (None, True)]
+    assert C.pinned(json.load(open(os.path.join(q.folder, "declarations.json")))) is None
 
 
 def test_refusals_come_before_anything_is_written(tmp_path, repo):

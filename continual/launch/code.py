@@ -14,8 +14,9 @@ first on PYTHONPATH), so its start records name the pinned commit (continual/tra
 The pin is the `code` list of the folder's declarations record (continual/launch/declarations.py), which travels with
 the archive and the carry: a launch of a pinned folder runs the pin, and one that would run other code (another
 --code, or a --script whose checkout is not the pinned commit with its tracked files unchanged) is refused in one line,
-exit 2, before anything is written, unless --code_change appends the new revision to the list. A folder without a
-pin runs --script or the current checkout as before.
+exit 2, before anything is written, unless --code_change appends the new revision to the list (with --script, its
+checkout's commit; none, which unpins the folder, for a checkout with changed files or no checkout). A folder without
+a pin runs --script or the current checkout as before.
 """
 
 from __future__ import annotations
