@@ -692,6 +692,19 @@ def test_line_progress_and_the_table_at_80_columns(tmp_path):
     assert "PPO_CBP" in text and "…" not in text  # folded onto a second line, not cut
 
 
+def test_the_progress_line_tells_the_hours_left_at_the_last_rate(tmp_path):
+    """A run at step 440,000 of 6M at 114 steps/s has (6e6 - 440e3) / 114 / 3600 = 13.5 h left; nothing is told
+    for a run without a rate, a total or steps left."""
+    run = tmp_path / "r"
+    run.mkdir()
+    write(run / "config.json", {"resolved_total_timesteps": 6_000_000})
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"kind": "iteration", "global_step": 440_000, "charts/SPS": 114}) + "\n")
+    assert L.time_left(L.read_progress(str(run))) == ", ~13.5 h left"
+    for p in ({"step": 5, "total": 10, "sps": 0}, {"step": 10, "total": 10, "sps": 3}, {"step": 5, "sps": 3}, {}):
+        assert L.time_left(p) == ""
+
+
 @pytest.mark.slow
 def test_the_freeway_continual_experiment_runs_a_short_sequence_through_the_launcher(tmp_path):
     """hackatari_freeway_continual.json with its budget set to 512 steps a visit (a 2,048-step pixel Freeway sequence:

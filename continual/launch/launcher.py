@@ -155,6 +155,14 @@ def read_progress(run_dir: str) -> dict:
     return out
 
 
+def time_left(p: dict) -> str:
+    """", ~H h left" at the run's last steps/s (read_progress), for planning sessions; "" when it cannot be told."""
+    step, total, sps = p.get("step"), p.get("total"), p.get("sps")
+    if not all(isinstance(v, (int, float)) for v in (step, total, sps)) or sps <= 0 or step >= total:
+        return ""
+    return f", ~{(total - step) / sps / 3600:.1f} h left"
+
+
 def last_error(log_path: str) -> str:
     """The run's `error: ...` line, else its last line of output."""
     try:
@@ -526,7 +534,8 @@ class LineProgress:
             states = [state for _, (state, *_rest) in rows.values()]
             for e, (state, step, sps, ret, _note) in rows.values():
                 if state == "running" or state.startswith(("retry", "resumed")):
-                    self.console.print(f"{now} entry {e.index} ({e.label}): step {step}, {sps} steps/s, last "
+                    self.console.print(f"{now} entry {e.index} ({e.label}): step {step}, {sps} steps/s"
+                                       f"{time_left(read_progress(self.launcher.queue.run_dir(e.name)))}, last "
                                        f"return {ret}", soft_wrap=True)
             self.console.print(f"{now} {states.count(DONE)}/{len(states)} done, {states.count('running')} running, "
                                f"{states.count(FAILED)} failed", soft_wrap=True)
