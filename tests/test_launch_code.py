@@ -107,6 +107,22 @@ def test_a_new_machine_runs_the_pin_its_carry_recorded(tmp_path, repo, ray_shutd
     assert pins(second.folder) == [(repo["A"], False)]
 
 
+def test_a_pin_moved_after_the_last_archived_entry_is_the_one_a_new_machine_runs(tmp_path, repo, ray_shutdown):
+    """The archive's record was copied before the pin moved, the carry's after: the longer list is the newer."""
+    exp, kept = experiment(tmp_path), str(tmp_path / "kept")
+    first = str(tmp_path / "scratch1")
+    base = [exp, "--num_cpus", "2", "--archive", kept]
+    assert L.main([*base, "--folder", first, "--code", repo["A"]]) == 1
+    assert L.main([*base, "--folder", first, "--code", repo["B"], "--code_change", "--retry_failed"]) == 1
+    assert pins(os.path.join(kept, "carry")) == [(repo["A"], False), (repo["B"], True)]
+    assert pins(kept) == [(repo["A"], False)]  # written when seed 1 was archived
+    shutil.rmtree(first)
+    second = Queue(str(tmp_path / "scratch2"))
+    assert L.main([*base, "--folder", second.folder, "--retry_failed"]) == 0
+    assert ran_at(second, "001_seed=2") == ["A", "B", "B"]
+    assert pins(second.folder) == [(repo["A"], False), (repo["B"], True)]
+
+
 def test_a_script_at_the_pinned_commit_with_unchanged_files_may_run_it(tmp_path, repo, ray_shutdown):
     exp, q = experiment(tmp_path), Queue(str(tmp_path / "f"))
     assert L.main([exp, "--folder", q.folder, "--num_cpus", "2", "--code", repo["B"]]) == 1
@@ -123,7 +139,7 @@ def test_a_script_at_the_pinned_commit_with_unchanged_files_may_run_it(tmp_path,
     assert L.main([exp, "--folder", q.folder, "--num_cpus", "2", "--script", script, "--retry_failed",
                    "--code_change"]) == 0
     assert pins(q.folder) == [(repo["B"], False), (None, True)]
-    assert C.pinned(json.load(open(os.path.join(q.folder, "declarations.json")))) is None
+    assert C.pinned(json.load(open(os.path.join(q.folder, "declarations.json")))[C.KEY]) is None
 
 
 def test_refusals_come_before_anything_is_written(tmp_path, repo):

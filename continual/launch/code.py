@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 from continual.errors import UserError
 from continual.training.provenance import code_revision
@@ -94,22 +94,27 @@ def script_in(tree: str, script: Optional[str], default: str) -> str:
     return os.path.join(tree, rel)
 
 
-def pinned(record: Optional[dict]) -> Optional[str]:
-    """The commit a folder's declarations record pins its runs to (None: not pinned)."""
-    pins = (record or {}).get(KEY) or []
+def pins_of(records: Iterable[Optional[dict]]) -> list[dict]:
+    """The pins of the newest of a folder's records (its own, its archive's, its carry's): the longest list, as each
+    is the folder's list when it was copied and the list only grows (an archive written before the pin moved is
+    behind the carry written after)."""
+    return max(((r or {}).get(KEY) or [] for r in records), key=len, default=[])
+
+
+def pinned(pins: Sequence[dict]) -> Optional[str]:
+    """The commit the runs are pinned to (None: not pinned)."""
     return pins[-1]["commit"] if pins else None
 
 
-def choose(record: Optional[dict], code: Optional[str], script: Optional[str], change: bool) -> Optional[str]:
+def choose(pins: Sequence[dict], code: Optional[str], script: Optional[str], change: bool) -> Optional[str]:
     """The commit this launch runs from a worktree (None: the given or found script, as without a pin), after
     refusing a launch that would run other code than the folder's pin without --code_change.
 
-    `code`: --code; `script`: --script (mutually exclusive with --code); `record`: the folder's record, or the one it
-    goes on with (its archive's or carry's)."""
+    `code`: --code; `script`: --script (mutually exclusive with --code); `pins`: the folder's (pins_of)."""
     if code is not None and script is not None:
         raise UserError("code: --code runs the script of a worktree; drop --script (the experiment's \"script\" is "
                         "taken at the same place inside the worktree)")
-    pin = pinned(record)
+    pin = pinned(pins)
     if code is not None:
         commit = resolve(code)
         if pin is not None and commit != pin and not change:
@@ -128,16 +133,13 @@ def choose(record: Optional[dict], code: Optional[str], script: Optional[str], c
     return pin
 
 
-def updated(record: dict, commit: Optional[str], script: str, now: str) -> dict:
-    """`record` with this launch's pin appended when it moves: --code, or a --code_change onto a script (its
-    checkout's commit, None for no clean checkout)."""
-    pin = pinned(record)
-    if commit is None:
-        if pin is None:
-            return record
+def updated(record: dict, pins: Sequence[dict], commit: Optional[str], script: str, now: str) -> dict:
+    """`record` with the folder's pins (pins_of), this launch's appended when it moves: --code, or a --code_change
+    onto a script (its checkout's commit, None for no clean checkout)."""
+    pin = pinned(pins)
+    if commit is None and pin is not None:
         rev = code_revision(os.path.dirname(os.path.abspath(script)))
         commit = rev["commit"] if rev and not rev["dirty"] else None
-    if commit == pin:
-        return record
-    entry = {"commit": commit, "recorded": now, "change": pin is not None}
-    return {**record, KEY: [*(record.get(KEY) or []), entry]}
+    if commit != pin:
+        pins = [*pins, {"commit": commit, "recorded": now, "change": pin is not None}]
+    return {**record, KEY: list(pins)} if pins else record

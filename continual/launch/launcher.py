@@ -586,8 +586,8 @@ def check_declarations(queue: Queue, exp: Experiment, kept: Optional[Queue] = No
     return going_on(found)
 
 
-def start(queue: Queue, exp: Experiment, record: Optional[dict], commit: Optional[str] = None,
-          script: Optional[str] = None) -> None:
+def start(queue: Queue, exp: Experiment, record: Optional[dict], pins: Sequence[dict] = (),
+          commit: Optional[str] = None, script: Optional[str] = None) -> None:
     """Create the folder (or go on with it): the experiment file's copy, its declarations record (a new one, or this
     file's revision appended; the code pin moved by --code or --code_change), each entry's config."""
     started = len(glob.glob(os.path.join(queue.dir, "*.status.json")))  # runs before the record: an older folder
@@ -595,7 +595,7 @@ def start(queue: Queue, exp: Experiment, record: Optional[dict], commit: Optiona
     shutil.copyfile(exp.path, os.path.join(queue.folder, "experiment.json"))
     updated = declarations.updated_record(record, exp, started_before=started if record is None else 0)
     if script is not None:
-        updated = code.updated(updated, commit, script, declarations.now())
+        updated = code.updated(updated, pins, commit, script, declarations.now())
     atomic_write_json(os.path.join(queue.folder, declarations.RECORD), updated)
     for e in exp.entries:
         if not os.path.exists(queue.config_path(e.name)):
@@ -636,7 +636,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         raise UserError(f"stale_after: must be positive, got {args.stale_after}")
     folder = args.folder or os.path.join("experiments", exp.name)
     queue = Queue(folder, args.stale_after)
-    commit = code.choose(going_on(records(queue, args.archive)), args.code, args.script, args.code_change)
+    pins = code.pins_of(record for _, record in records(queue, args.archive))
+    commit = code.choose(pins, args.code, args.script, args.code_change)
     tree = None
     if commit is not None:
         tree = code.worktree_path(commit) if args.dry_run else code.worktree(commit)
@@ -675,7 +676,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
                               f"the stand-in {spec['dry_run']:,}")
         return 0
 
-    start(queue, exp, record, commit, script)
+    start(queue, exp, record, pins, commit, script)
     if commit is not None:
         console.print(f"code: {commit[:12]} (the worktree {tree})")
     if kept is not None:
