@@ -12,7 +12,7 @@ inside it), and a run's child process imports that worktree's `continual` (the l
 first on PYTHONPATH), so its start records name the pinned commit (continual/training/provenance.py).
 
 The pin is the `code` list of the folder's declarations record (continual/launch/declarations.py), which travels with
-the archive and the carry: a launch of a pinned folder runs the pin, and one that would run other code (another
+the archive and the carry (the newest of the three lists counts: pins_of): a launch of a pinned folder runs the pin, and one that would run other code (another
 --code, or a --script whose checkout is not the pinned commit with its tracked files unchanged) is refused in one line,
 exit 2, before anything is written, unless --code_change appends the new revision to the list (with --script, its
 checkout's commit; none, which unpins the folder, for a checkout with changed files or no checkout). A folder without
