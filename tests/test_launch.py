@@ -692,15 +692,26 @@ def test_line_progress_and_the_table_at_80_columns(tmp_path):
     assert "PPO_CBP" in text and "…" not in text  # folded onto a second line, not cut
 
 
-def test_the_progress_line_tells_the_hours_left_at_the_last_rate(tmp_path):
-    """A run at step 440,000 of 6M at 114 steps/s has (6e6 - 440e3) / 114 / 3600 = 13.5 h left; nothing is told
-    for a run without a rate, a total or steps left."""
+def test_the_progress_line_tells_the_hours_left_at_the_recent_rate(tmp_path):
+    """A run at step 440,000 of 6M at 114 steps/s has (6e6 - 440e3) / 114 / 3600 = 13.5 h left. The rate is read
+    from the iterations' times since the run's last start (a pause before it, or the start-up, lowers the SPS it
+    logs, which counts from the start: 50 here); with one iteration only, that SPS; nothing is told for a run without
+    a rate, a total or steps left."""
     run = tmp_path / "r"
     run.mkdir()
     write(run / "config.json", {"resolved_total_timesteps": 6_000_000})
     with open(run / "metrics.jsonl", "w") as f:
-        f.write(json.dumps({"kind": "iteration", "global_step": 440_000, "charts/SPS": 114}) + "\n")
-    assert L.time_left(L.read_progress(str(run))) == ", ~13.5 h left"
+        f.write(json.dumps({"kind": "iteration", "global_step": 1000, "time": 0.0, "charts/SPS": 7}) + "\n")
+        f.write(json.dumps({"kind": "start", "global_step": 2000, "time": 10.0}) + "\n")
+        for i in range(5):
+            f.write(json.dumps({"kind": "iteration", "global_step": 440_000 - 4 * 11_400 + i * 11_400,
+                                "time": 1000.0 + 100 * i, "charts/SPS": 50}) + "\n")
+            f.write(json.dumps({"kind": "episode", "global_step": 1, "return": 3.0}) + "\n")
+    assert "rate" not in L.read_progress(str(run))  # the table's read, every second, stops at what it shows
+    p = L.read_progress(str(run), rate=True)
+    assert p["step"] == 440_000 and p["rate"] == pytest.approx(114) and p["return"] == 3.0
+    assert L.time_left(p) == ", ~13.5 h left"
+    assert L.time_left({"step": 440_000, "total": 6_000_000, "sps": 114}) == ", ~13.5 h left"
     for p in ({"step": 5, "total": 10, "sps": 0}, {"step": 10, "total": 10, "sps": 3}, {"step": 5, "sps": 3}, {}):
         assert L.time_left(p) == ""
 

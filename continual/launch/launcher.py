@@ -126,8 +126,10 @@ def find_script(given: Optional[str], experiment_path: str) -> str:
 # --- progress --------------------------------------------------------------------------------------------------------
 
 
-def read_progress(run_dir: str) -> dict:
-    """Last step, SPS and episode return of a run, from the tail of its metrics.jsonl."""
+def read_progress(run_dir: str, rate: bool = False) -> dict:
+    """Last step, SPS and episode return of a run, from the tail of its metrics.jsonl; with `rate`, also its recent
+    steps/s over the tail's iterations since its last (re)start, which pauses and the start-up do not lower (the SPS
+    it logs counts from the start)."""
     out: dict = {}
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
@@ -141,23 +143,32 @@ def read_progress(run_dir: str) -> dict:
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return out
+    timed, since_start = [], rate  # (step, time) of the iterations since the last start, newest first
     for line in reversed(lines):
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("kind") == "iteration" and "step" not in out:
-            out["step"], out["sps"] = rec.get("global_step"), rec.get("charts/SPS")
+        if rec.get("kind") == "iteration":
+            if "step" not in out:
+                out["step"], out["sps"] = rec.get("global_step"), rec.get("charts/SPS")
+            if since_start and all(isinstance(rec.get(k), (int, float)) for k in ("global_step", "time")):
+                timed.append((rec["global_step"], rec["time"]))
+        elif rec.get("kind") == "start":
+            since_start = False
         elif rec.get("kind") == "episode" and "return" not in out:
             out["return"] = rec.get("return")
-        if "step" in out and "return" in out:
+        if "step" in out and "return" in out and not since_start:
             break
+    if len(timed) >= 2 and timed[0][1] > timed[-1][1]:
+        out["rate"] = (timed[0][0] - timed[-1][0]) / (timed[0][1] - timed[-1][1])
     return out
 
 
 def time_left(p: dict) -> str:
-    """", ~H h left" at the run's last steps/s (read_progress), for planning sessions; "" when it cannot be told."""
-    step, total, sps = p.get("step"), p.get("total"), p.get("sps")
+    """", ~H h left" at the run's recent steps/s (read_progress: over the iterations in its metrics' tail since its
+    last start, else its last SPS, which counts from the start), for planning sessions; "" when it cannot be told."""
+    step, total, sps = p.get("step"), p.get("total"), p.get("rate", p.get("sps"))
     if not all(isinstance(v, (int, float)) for v in (step, total, sps)) or sps <= 0 or step >= total:
         return ""
     return f", ~{(total - step) / sps / 3600:.1f} h left"
@@ -535,7 +546,7 @@ class LineProgress:
             for e, (state, step, sps, ret, _note) in rows.values():
                 if state == "running" or state.startswith(("retry", "resumed")):
                     self.console.print(f"{now} entry {e.index} ({e.label}): step {step}, {sps} steps/s"
-                                       f"{time_left(read_progress(self.launcher.queue.run_dir(e.name)))}, last "
+                                       f"{time_left(read_progress(self.launcher.queue.run_dir(e.name), rate=True))}, last "
                                        f"return {ret}", soft_wrap=True)
             self.console.print(f"{now} {states.count(DONE)}/{len(states)} done, {states.count('running')} running, "
                                f"{states.count(FAILED)} failed", soft_wrap=True)
