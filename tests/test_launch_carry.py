@@ -261,6 +261,78 @@ def test_a_stopped_launcher_carries_and_a_launch_on_a_new_folder_resumes_from_th
         first_record["revisions"][0]
 
 
+def test_a_running_launcher_carries_every_carry_every_minutes_and_a_new_folder_resumes_from_that_carry(tmp_path):
+    """The carry while the run runs (--carry_every): taken from a launcher that is still running, it is what a new
+    machine resumes from when the old one was lost without a stop (here: that carry put back after the stop's)."""
+    script = fake_script(tmp_path / "s", {"1": ["wait", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})
+    kept = str(tmp_path / "kept")
+    first = Queue(str(tmp_path / "f"))
+    cmd = [PY, "-m", "continual.launch", exp, "--script", script, "--num_cpus", "1", "--archive", kept]
+    a = subprocess.Popen([*cmd, "--folder", first.folder, "--carry_every", "0.01"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=env(), cwd=REPO, text=True)
+    try:
+        deadline = time.time() + 120
+        while C.read_meta(kept, "000_seed=1") is None and time.time() < deadline:
+            time.sleep(0.2)
+        live = str(tmp_path / "live_carry")
+        shutil.copytree(os.path.join(kept, "carry"), live)
+        assert a.poll() is None  # taken while the launcher ran
+        meta = json.load(open(os.path.join(live, "000_seed=1.json")))
+        assert meta["step"] == 50 and meta["status"]["state"] == "running"
+    finally:
+        a.send_signal(signal.SIGTERM)
+        out = a.communicate(timeout=300)[0]
+    assert "unfinished entries carried to" in out and "the next in 0.01 min" in out, out
+    shutil.rmtree(first.folder)
+    shutil.rmtree(os.path.join(kept, "carry"))
+    shutil.copytree(live, os.path.join(kept, "carry"))
+    second = Queue(str(tmp_path / "g"))
+    r = subprocess.run([*cmd, "--folder", second.folder, "--carry_every", "0"], capture_output=True, text=True,
+                       env=env(), cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 unfinished entries restored from the carry" in r.stdout and "the next in" not in r.stdout
+    assert [x[1] for x in attempts(second.run_dir("000_seed=1"))] == ["fresh", "resume", "end"]
+    assert Queue(kept).status("000_seed=1")["state"] == "done" and C.entries(kept) == []
+
+
+def test_a_file_removed_as_it_is_packed_skips_the_entry_until_the_next_carry(tmp_path, monkeypatch):
+    """A running run prunes a checkpoint or replaces a file while a live carry packs it: that entry's carry is not
+    written (no partial tar left, the previous carry kept whole) and the next carry takes it."""
+    q, configs = unfinished_folder(tmp_path, seeds=(1, 2))
+    kept = str(tmp_path / "kept")
+    first, second = sorted(configs)
+    C.carry_folder(q, kept, configs)
+    for entry in configs:
+        whole(os.path.join(q.run_dir(entry), "checkpoints", "interrupted__step250.cleanrl_model"), b"newer")
+    members = C.members
+
+    def racing(run_dir, checkpoint):
+        out = members(run_dir, checkpoint)
+        if run_dir == q.run_dir(first):
+            os.rename(checkpoint, checkpoint + ".pruned")
+        return out
+    monkeypatch.setattr(C, "members", racing)
+    assert C.carry_folder(q, kept, configs)[0] == 1
+    monkeypatch.undo()
+    assert C.read_meta(kept, first)["step"] == 200 and C.read_meta(kept, second)["step"] == 250
+    assert not glob.glob(os.path.join(kept, "carry", "*.carrying"))
+    C.check(kept, configs, "e.json")
+    os.rename(os.path.join(q.run_dir(first), "checkpoints", "interrupted__step250.cleanrl_model.pruned"),
+              os.path.join(q.run_dir(first), "checkpoints", "interrupted__step250.cleanrl_model"))
+    assert C.carry_folder(q, kept, configs)[0] == 1 and C.read_meta(kept, first)["step"] == 250
+
+
+def test_a_negative_carry_every_is_one_line_and_exit_2(tmp_path, capsys):
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1]}})
+    with pytest.raises(SystemExit) as e:
+        exit_on_user_error(L.main)([exp, "--folder", str(tmp_path / "f"), "--carry_every", "-1", "--script",
+                                    fake_script(tmp_path / "s", {})])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == "error: carry_every: must be >= 0 minutes, got -1.0\n"
+    assert not os.path.exists(tmp_path / "f")
+
+
 # the C-CHAIN experiment's protocol in small (tests/test_launch.py's MINATAR_DQN), its replay buffer in the checkpoints
 MINATAR_DQN = {"architecture": "DQN", "backend": "MinAtar", "env_id": "MinAtar/SpaceInvaders", "num_envs": 1,
                "num_steps": 100, "reward_scaling": "none", "buffer_size": 1000, "learning_starts": 100,

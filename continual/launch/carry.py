@@ -11,6 +11,10 @@ scratch folder and its checkpoints gone) resumes the runs where the last carry l
                                 checkpoints other than the newest whole one (the one --resume takes), at step N
       experiment.json, declarations.json    the experiment's files (a new folder goes on with its declarations)
 
+The launcher carries as it stops and, while its runs run, every `--carry_every` minutes (30 by default): a live
+carry takes each run's newest whole checkpoint and its records as they are then; the records written after that
+checkpoint are dropped when it resumes, as at any resume.
+
 A launch with a new folder and the same `--archive` restores the archive's finished entries, then each other entry
 that has a carry and no run directory there yet: the tar is checked against its digest and the entry's config against
 the experiment file (either differing: one line, exit 2, before anything is written), unpacked into the entry's run
@@ -36,7 +40,7 @@ import os
 import shutil
 import sys
 import tarfile
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tyro
 
@@ -123,13 +127,21 @@ def carry_entry(queue: Queue, kept: str, entry: str, config: dict) -> Optional[i
         return None  # carried already
     tar_name = f"{entry}.step{step}.tar.xz"
     tmp = os.path.join(folder, tar_name + ".carrying")
-    with tarfile.open(tmp, "w:xz", preset=PRESET) as tar:
-        for rel in members(run_dir, checkpoint):
-            info = tar.gettarinfo(os.path.join(run_dir, rel), arcname=rel.replace(os.sep, "/"))
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with open(os.path.join(run_dir, rel), "rb") as f:
-                tar.addfile(info, f)
+    try:
+        with tarfile.open(tmp, "w:xz", preset=PRESET) as tar:
+            for rel in members(run_dir, checkpoint):
+                info = tar.gettarinfo(os.path.join(run_dir, rel), arcname=rel.replace(os.sep, "/"))
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                with open(os.path.join(run_dir, rel), "rb") as f:
+                    tar.addfile(info, f)
+    except FileNotFoundError:  # a running run removed a file as it was packed (a pruned checkpoint): the next carry
+        os.unlink(tmp)
+        return None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     written = digest(tmp)
     os.replace(tmp, os.path.join(folder, tar_name))
     meta = {"format": FORMAT, "entry": entry, "step": step, "tar": tar_name, **written,
@@ -196,9 +208,11 @@ def restore_entry(kept: str, queue: Queue, entry: str) -> Optional[int]:
     return meta["step"]
 
 
-def carry_folder(queue: Queue, kept: str, configs: dict) -> tuple[int, int]:
+def carry_folder(queue: Queue, kept: str, configs: dict,
+                 between: Callable[[], None] = lambda: None) -> tuple[int, int]:
     """Carry every unfinished entry of `queue`'s folder that has a whole checkpoint, and the experiment's own files
-    once: (entries carried now, bytes)."""
+    once: (entries carried now, bytes). `between` is called after each entry (a running launcher's heartbeats: a
+    MinAtar DQN entry takes ~7 s)."""
     n = total = 0
     os.makedirs(folder_of(kept), exist_ok=True)
     for name in EXPERIMENT_FILES:  # as the launcher's folder has them (a new folder goes on with its declarations)
@@ -208,6 +222,7 @@ def carry_folder(queue: Queue, kept: str, configs: dict) -> tuple[int, int]:
             os.replace(dst + ".copying", dst)
     for entry in sorted(configs):
         written = carry_entry(queue, kept, entry, configs[entry])
+        between()
         if written is not None:
             n, total = n + 1, total + written
     return n, total

@@ -86,6 +86,9 @@ class LaunchArgs:
     MinAtar run: a folder in a git repository); a launch restores the entries archived there first and runs only the
     others. As it stops, the launcher carries each unfinished run's newest checkpoint and records to its carry/
     (continual/launch/carry.py), from which a launch into a new folder resumes them: commit both at a session's end"""
+    carry_every: float = 30.0
+    """with --archive: minutes between carries of the unfinished runs while they run (0: only as the launcher stops), so
+    that a machine lost without a stop (a session cut off, a kill) costs a new machine at most this much training"""
     code: Optional[str] = None
     """pin the folder's runs to this git revision: they run its script from a worktree of it (made under
     ~/.cache/continual/code), and later launches of the folder (or of a new folder restored from its archive and carry)
@@ -221,8 +224,11 @@ def omp_wait_policy() -> str:
 
 class Launcher:
     def __init__(self, exp: Experiment, entries: Sequence[Entry], queue: Queue, script: str, max_retries: int,
-                 retry_failed: bool, console: Console, kept: Optional[Queue] = None, restart_failed: bool = False):
+                 retry_failed: bool, console: Console, kept: Optional[Queue] = None, restart_failed: bool = False,
+                 configs: Optional[dict] = None, carry_every: float = 0.0):
         self.exp, self.entries, self.queue, self.script, self.kept = exp, list(entries), queue, script, kept
+        # with an archive: the unfinished entries' configs, carried every `carry_every` seconds (0: only at the stop)
+        self.configs, self.carry_every, self.carried_at = configs or {}, carry_every, time.time()
         self.max_retries, self.retry_failed, self.console = max_retries, retry_failed or restart_failed, console
         # --restart_failed: the entries an earlier launch reported failed start from step 0, once
         self.restarting = {e.name for e in self.entries
@@ -466,8 +472,31 @@ class Launcher:
                         claim.beat()
             if live is not None:
                 live.update(self.table())
+            if self.kept is not None and self.carry_every > 0 and time.time() - self.carried_at >= self.carry_every:
+                self.carry_now()
             if not refs and todo:
                 time.sleep(1.0)  # entries held by other launchers: wait for them to finish or go stale
+
+    def beat(self) -> None:
+        for job in self.jobs.values():
+            for claim in job.claims:
+                claim.beat()
+
+    def carry_now(self) -> None:
+        """Carry the unfinished runs while they run (their newest whole checkpoints: a resume drops the records
+        written after one). A carry that fails (a full disk) is reported in a line and tried again next time; the
+        runs go on."""
+        self.carried_at = time.time()
+        try:
+            n, written = carry.carry_folder(self.queue, self.kept.folder, self.configs, between=self.beat)
+        except (OSError, UserError) as e:
+            self.console.print(f"{time.strftime('%H:%M:%S')} carry failed, tried again in {self.carry_every / 60:g} "
+                               f"min: {one_line(str(e))[:200]}", soft_wrap=True)
+            return
+        if n:
+            self.console.print(f"{time.strftime('%H:%M:%S')} {n} unfinished entries carried to "
+                               f"{carry.folder_of(self.kept.folder)} ({written / 1e6:.1f} MB; the next in "
+                               f"{self.carry_every / 60:g} min)", soft_wrap=True)
 
     def stop(self) -> None:
         """Stop the running runs (SIGTERM: each saves an interrupted checkpoint), record how each ended, release
@@ -645,6 +674,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         raise UserError(f"num_cpus: must be positive, got {args.num_cpus}")
     if args.stale_after <= 0:
         raise UserError(f"stale_after: must be positive, got {args.stale_after}")
+    if not args.carry_every >= 0:
+        raise UserError(f"carry_every: must be >= 0 minutes, got {args.carry_every}")
     folder = args.folder or os.path.join("experiments", exp.name)
     queue = Queue(folder, args.stale_after)
     pins = code.pins_of(record for _, record in records(queue, args.archive))
@@ -700,7 +731,8 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
                           f"(steps {min(steps):,}-{max(steps):,}): they resume there")
     ray_runner.start(args.address, args.num_cpus, args.object_store_mb)
     launcher = Launcher(exp, entries, queue, script, max_retries, args.retry_failed, console, kept,
-                        restart_failed=args.restart_failed)
+                        restart_failed=args.restart_failed, configs={e.name: configs[e.name] for e in entries}
+                        if kept is not None else None, carry_every=args.carry_every * 60)
     for e in exp.entries:  # finished before this launch (or by an earlier one without --archive, or interrupted)
         launcher.keep(e.name)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
