@@ -18,11 +18,19 @@ differ, and again 6fdc4fb and main agree there. So a machine's cases come from t
 file's. `--write-machine CASE ... --same-as REV` writes such a file for the cases named, at a revision whose outputs
 on this machine equal REV's, a revision where the plain recording passed (so the code is known not to have changed
 what is learned).
+
+Every recording is of one code's outputs (REFERENCE_REVISION's) on some machine, so a case passes when it equals any
+of them: the slug of oneDNN's instruction set is not the behaviour's key (an Intel Xeon whose oneDNN reports "AVX
+10.1 and AMX with bfloat16 and 8-bit integer support" gave, 2026-12-01, the outputs recorded on the "AVX 10.1" one in
+all 18 cases). A machine whose outputs equal none (new kernels) runs REFERENCE_REVISION itself, from a worktree of it
+(continual.launch.code), and the case must equal that; only a checkout without that revision (no git, a shallow
+clone) fails there against the recording meant for this machine.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -84,6 +92,7 @@ CASES: dict[str, tuple[dict, list[str]]] = {
                                                 "--eval_num_envs", "2", "--eval_max_episode_steps", "60"]),
 }
 FAST = "ppo"  # the case of the default suite; the others are marked slow
+REFERENCE_REVISION = "6fdc4fb"  # committed the plain recording; the machine recordings are of its outputs (same_as)
 
 
 
@@ -217,14 +226,17 @@ def _keys(value, depth: int = 0):
     return type(value).__name__
 
 
-def run_case(case: str, workdir: str) -> dict:
-    """Train `case` in a subprocess; what it did: episodes, every other metrics record without timings, the
-    evaluation table, the checkpoints' names and keys, the final weights' hash."""
+def run_case(case: str, workdir: str, root: str = ROOT) -> dict:
+    """Train `case` in a subprocess with the code of the checkout `root` (its own copy of this helper runs the case);
+    what it did: episodes, every other metrics record without timings, the evaluation table, the checkpoints' names
+    and keys, the final weights' hash."""
     import torch
 
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run", case, workdir], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
+    os.makedirs(workdir, exist_ok=True)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, os.path.join(root, "tests", "helpers", "extension_reference.py"), "--run",
+                           case, workdir], cwd=root, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONPATH": path})
     if proc.returncode != 0:
         raise RuntimeError(f"{case} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     run_dir = os.path.join(workdir, "runs", case)
@@ -278,6 +290,31 @@ def recorded() -> dict:
             with open(path) as f:
                 cases.update(json.load(f)["cases"])
     return cases
+
+
+def recordings(case: str) -> list[dict]:
+    """Every recording of `case`: the plain file's and each machine file's that holds it."""
+    with open(DATA) as f:
+        out = [json.load(f)["cases"][case]]
+    for path in sorted(glob.glob(glob.escape(DATA[:-len(".json")]) + ".*.json")):
+        with open(path) as f:
+            cases = json.load(f)["cases"]
+        if case in cases:
+            out.append(cases[case])
+    return out
+
+
+def run_reference_here(case: str, workdir: str) -> Optional[dict]:
+    """`case` as REFERENCE_REVISION runs it on this machine, from a worktree of it; None when this checkout has no
+    such revision (not a git checkout, a shallow clone)."""
+    from continual.errors import UserError
+    from continual.launch import code
+
+    try:
+        tree = code.worktree(code.resolve(REFERENCE_REVISION, ROOT), ROOT)
+    except UserError:
+        return None
+    return run_case(case, workdir, root=tree)
 
 
 def main() -> None:
