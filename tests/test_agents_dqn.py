@@ -403,14 +403,36 @@ def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
     """The games played, the TD loss of every iteration and the final weights equal, bit for bit, those recorded
     from an earlier revision (tests/helpers/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
     DQN's speed work changes how fast it learns, never what."""
-    from helpers.dqn_reference import recording_path, run
+    from helpers.dqn_reference import recording_path, recordings, run, run_reference_here
 
-    with open(recording_path()) as f:
-        expected = json.load(f)
-    got = run(str(tmp_path))
+    got = run(str(tmp_path / "case"))
+    keys = ("episodes", "td_losses", "weights")
+    if any(all(got[k] == r[k] for k in keys) for r in recordings()):
+        return
+    expected = run_reference_here(str(tmp_path / "reference"))  # a machine with new kernels: the revision here
+    if expected is None:  # no git history: the recording meant for this machine
+        with open(recording_path()) as f:
+            expected = json.load(f)
     assert got["episodes"] == expected["episodes"]
     assert got["td_losses"] == expected["td_losses"]
     assert got["weights"] == expected["weights"]
+
+
+@pytest.mark.slow  # ~45 s: two runs
+def test_a_machine_no_dqn_recording_matches_runs_the_reference_revision_and_is_compared_with_it(tmp_path, monkeypatch):
+    """The path of a machine with new kernels: no recording matches, so the reference revision runs here from its
+    worktree, and the case must equal what it did."""
+    from helpers import dqn_reference
+
+    ran, original = [], dqn_reference.run_reference_here
+
+    def spy(workdir):
+        ran.append(original(workdir))
+        return ran[-1]
+    monkeypatch.setattr(dqn_reference, "recordings", lambda: [])
+    monkeypatch.setattr(dqn_reference, "run_reference_here", spy)
+    test_dqn_plays_the_games_of_the_pinned_reference(tmp_path)
+    assert ran and ran[0] is not None and ran[0]["td_losses"], "the reference revision did not run here"
 
 
 def test_fused_adam_is_adam_up_to_float_rounding(tmp_path):

@@ -4,20 +4,26 @@ step plays, its TD losses and the weights it reaches, recorded from a past revis
 `tests/test_agents_dqn.py::test_dqn_plays_the_games_of_the_pinned_reference` reruns the case and compares with
 `tests/data/dqn_reference_minatar.json` (or this CPU's own recording, `recording_path`), so a speed change to DQN's loop is shown not to change what is learned
 (bit for bit: the TD losses are compared exactly). Regenerate only when learning is meant to change, and say so in
-the commit: `python tests/helpers/dqn_reference.py --write` (records the revision it ran on).
+the commit: `python tests/helpers/dqn_reference.py --write` (records the revision it ran on). The test passes when
+the case equals any recording, else when it equals REFERENCE_REVISION run on this machine
+(tests/helpers/reference_revision.py).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, run as a script
 from helpers.ppo_reference import DATA, ROOT, run_case  # noqa: E402
+
+REFERENCE_REVISION = "ec6ef0e"  # recorded the plain file; it runs CASE as the recordings do (checked 2026-12-01)
 
 # Continual MinAtar's DQN (configs/experiments/c_chain_minatar.json) shortened: Double DQN, one update per env step,
 # a switch with the replay buffer kept across it (within one game: the recording revision's DQN did not pad its envs
@@ -65,8 +71,27 @@ def recording_path(write: bool = False) -> str:
     return os.path.join(DATA, "dqn_reference_minatar.json")
 
 
-def run(workdir: str, extra: tuple[str, ...] = ()) -> dict:
-    return run_case("dqn_minatar", workdir, extra, config=CASE)
+def run(workdir: str, extra: tuple[str, ...] = (), root: str = ROOT) -> dict:
+    return run_case("dqn_minatar", workdir, extra, config=CASE, root=root)
+
+
+def recordings() -> list[dict]:
+    """Every recording (the plain file's and each machine's): ec6ef0e's outputs on some machine, or a revision's whose
+    outputs equal them on a machine where both ran."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(DATA), "dqn_reference_minatar*.json"))):
+        with open(path) as f:
+            out.append(json.load(f))
+    return out
+
+
+def run_reference_here(workdir: str) -> Optional[dict]:
+    """The case as REFERENCE_REVISION runs it on this machine (tests/helpers/reference_revision.py); None when this
+    checkout has no such revision."""
+    from helpers.reference_revision import checkout
+
+    tree = checkout(REFERENCE_REVISION)
+    return None if tree is None else run(workdir, root=tree)
 
 
 def main() -> None:

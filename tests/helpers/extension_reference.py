@@ -19,12 +19,10 @@ file's. `--write-machine CASE ... --same-as REV` writes such a file for the case
 on this machine equal REV's, a revision where the plain recording passed (so the code is known not to have changed
 what is learned).
 
-Every recording is of one code's outputs (REFERENCE_REVISION's) on some machine, so a case passes when it equals any
-of them: the slug of oneDNN's instruction set is not the behaviour's key (an Intel Xeon whose oneDNN reports "AVX
-10.1 and AMX with bfloat16 and 8-bit integer support" gave, 2026-12-01, the outputs recorded on the "AVX 10.1" one in
-all 18 cases). A machine whose outputs equal none (new kernels) runs REFERENCE_REVISION itself, from a worktree of it
-(continual.launch.code), and the case must equal that; only a checkout without that revision (no git, a shallow
-clone) fails there against the recording meant for this machine.
+Every recording is REFERENCE_REVISION's outputs on some machine, so a case passes when it equals any of them, else
+when it equals that revision run on this machine (tests/helpers/reference_revision.py): the slug of oneDNN's
+instruction set is not the behaviour's key (an Intel Xeon whose oneDNN reports "AVX 10.1 and AMX with bfloat16 and
+8-bit integer support" gave, 2026-12-01, the outputs recorded on the "AVX 10.1" one in all 18 cases).
 """
 
 from __future__ import annotations
@@ -38,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, run as a script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data", "extension_reference.json")
@@ -232,11 +232,12 @@ def run_case(case: str, workdir: str, root: str = ROOT) -> dict:
     and keys, the final weights' hash."""
     import torch
 
+    from helpers.reference_revision import env_for
+
     os.makedirs(workdir, exist_ok=True)
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, os.path.join(root, "tests", "helpers", "extension_reference.py"), "--run",
                            case, workdir], cwd=root, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONPATH": path})
+                          env=env_for(root, WANDB_MODE="offline", OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         raise RuntimeError(f"{case} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     run_dir = os.path.join(workdir, "runs", case)
@@ -305,23 +306,17 @@ def recordings(case: str) -> list[dict]:
 
 
 def run_reference_here(case: str, workdir: str) -> Optional[dict]:
-    """`case` as REFERENCE_REVISION runs it on this machine, from a worktree of it; None when this checkout has no
-    such revision (not a git checkout, a shallow clone)."""
-    from continual.errors import UserError
-    from continual.launch import code
+    """`case` as REFERENCE_REVISION runs it on this machine; None when this checkout has no such revision."""
+    from helpers.reference_revision import checkout
 
-    try:
-        tree = code.worktree(code.resolve(REFERENCE_REVISION, ROOT), ROOT)
-    except UserError:
-        return None
-    return run_case(case, workdir, root=tree)
+    tree = checkout(REFERENCE_REVISION)
+    return None if tree is None else run_case(case, workdir, root=tree)
 
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--run":
         return _run_in_this_process(sys.argv[2], sys.argv[3])
     if sys.argv[1:2] == ["--write-machine"] and "--same-as" in sys.argv[:-1]:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))  # run as a script: helpers.* as the tests import them
         at = sys.argv.index("--same-as")
         cases, same_as = sys.argv[2:at], sys.argv[at + 1]
         revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

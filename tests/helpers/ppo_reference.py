@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, run as a script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data")
 
@@ -36,16 +38,20 @@ CASES = {
 }
 
 
-def run_case(case: str, workdir: str, extra: tuple[str, ...] = (), config: dict | None = None) -> dict:
-    """Train the case (`config`, default CASES[case]) in a subprocess; its episodes (step, env, return, length),
-    iterations (step, TD loss: DQN) and a summary of the final weights."""
+def run_case(case: str, workdir: str, extra: tuple[str, ...] = (), config: dict | None = None,
+             root: str = ROOT) -> dict:
+    """Train the case (`config`, default CASES[case]) in a subprocess with the code of the checkout `root`; its
+    episodes (step, env, return, length), iterations (step, TD loss: DQN) and a summary of the final weights."""
+    from helpers.reference_revision import env_for
+
+    os.makedirs(workdir, exist_ok=True)
     cfg = os.path.join(workdir, f"{case}.json")
     with open(cfg, "w") as f:
         json.dump(CASES[case] if config is None else config, f)
     runs = os.path.join(workdir, "runs")
     proc = subprocess.run([sys.executable, "continual_training_example.py", "--config", cfg, "--runs_dir", runs,
-                           "--run_name", case, "--no-progress-bar", *extra], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+                           "--run_name", case, "--no-progress-bar", *extra], cwd=root, capture_output=True,
+                          text=True, timeout=600, env=env_for(root, WANDB_MODE="offline"))
     if proc.returncode != 0:
         raise RuntimeError(f"{case} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return read_run(os.path.join(runs, case))
