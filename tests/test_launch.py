@@ -695,8 +695,8 @@ def test_line_progress_and_the_table_at_80_columns(tmp_path):
 def test_the_progress_line_tells_the_hours_left_at_the_recent_rate(tmp_path):
     """A run at step 440,000 of 6M at 114 steps/s has (6e6 - 440e3) / 114 / 3600 = 13.5 h left. The rate is read
     from the iterations' times since the run's last start (a pause before it, or the start-up, lowers the SPS it
-    logs, which counts from the start: 50 here); with one iteration only, that SPS; nothing is told for a run without
-    a rate, a total or steps left."""
+    logs, which counts from the start: 50 here), a pause of 20 minutes among them left out; with one iteration only,
+    that SPS; nothing is told for a run without a rate, a total or steps left."""
     run = tmp_path / "r"
     run.mkdir()
     write(run / "config.json", {"resolved_total_timesteps": 6_000_000})
@@ -705,7 +705,7 @@ def test_the_progress_line_tells_the_hours_left_at_the_recent_rate(tmp_path):
         f.write(json.dumps({"kind": "start", "global_step": 2000, "time": 10.0}) + "\n")
         for i in range(5):
             f.write(json.dumps({"kind": "iteration", "global_step": 440_000 - 4 * 11_400 + i * 11_400,
-                                "time": 1000.0 + 100 * i, "charts/SPS": 50}) + "\n")
+                                "time": 1000.0 + 100 * i + (1200 if i >= 3 else 0), "charts/SPS": 50}) + "\n")
             f.write(json.dumps({"kind": "episode", "global_step": 1, "return": 3.0}) + "\n")
     assert "rate" not in L.read_progress(str(run))  # the table's read, every second, stops at what it shows
     p = L.read_progress(str(run), rate=True)

@@ -131,8 +131,9 @@ def find_script(given: Optional[str], experiment_path: str) -> str:
 
 def read_progress(run_dir: str, rate: bool = False) -> dict:
     """Last step, SPS and episode return of a run, from the tail of its metrics.jsonl; with `rate`, also its recent
-    steps/s over the tail's iterations since its last (re)start, which pauses and the start-up do not lower (the SPS
-    it logs counts from the start)."""
+    steps/s over the tail's iterations since its last (re)start, which the start-up does not lower (the SPS it logs
+    counts from the start), nor a pause: gaps between iterations over 5x the median gap (a SIGSTOP while tests ran)
+    are left out."""
     out: dict = {}
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
@@ -163,8 +164,13 @@ def read_progress(run_dir: str, rate: bool = False) -> dict:
             out["return"] = rec.get("return")
         if "step" in out and "return" in out and not since_start:
             break
-    if len(timed) >= 2 and timed[0][1] > timed[-1][1]:
-        out["rate"] = (timed[0][0] - timed[-1][0]) / (timed[0][1] - timed[-1][1])
+    gaps = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(timed, timed[1:])]  # (steps, seconds), newest first
+    if gaps:
+        usual = 5 * sorted(g[1] for g in gaps)[len(gaps) // 2]
+        kept = [g for g in gaps if g[1] <= usual]
+        seconds = sum(g[1] for g in kept)
+        if seconds > 0:
+            out["rate"] = sum(g[0] for g in kept) / seconds
     return out
 
 
