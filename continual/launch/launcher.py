@@ -489,12 +489,14 @@ class Launcher:
                 claim.beat()
 
     def carry_now(self) -> None:
-        """Carry the unfinished runs while they run (their newest whole checkpoints: a resume drops the records
-        written after one). A carry that fails (a full disk) is reported in a line and tried again next time; the
-        runs go on."""
+        """Carry the runs this launcher runs while they run (their newest whole checkpoints: a resume drops the
+        records written after one); the others were carried as they stopped, and another launcher on the folder
+        carries its own. A carry that fails (a full disk) is reported in a line and tried again next time; the runs
+        go on."""
         self.carried_at = time.time()
+        mine = {name: config for name, config in self.configs.items() if name in self.running()}
         try:
-            n, written = carry.carry_folder(self.queue, self.kept.folder, self.configs, between=self.beat)
+            n, written = carry.carry_folder(self.queue, self.kept.folder, mine, between=self.beat)
         except (OSError, UserError) as e:
             self.console.print(f"{time.strftime('%H:%M:%S')} carry failed, tried again in {self.carry_every / 60:g} "
                                f"min: {one_line(str(e))[:200]}", soft_wrap=True)
