@@ -296,6 +296,40 @@ def test_a_running_launcher_carries_every_carry_every_minutes_and_a_new_folder_r
     assert Queue(kept).status("000_seed=1")["state"] == "done" and C.entries(kept) == []
 
 
+def test_a_stopping_launcher_leaves_the_runs_another_launcher_runs_to_it(tmp_path):
+    """Two launchers on one folder and archive: the one that stops carries its runs, not the entry another live
+    launcher holds (the two would pack the same files at once)."""
+    script = fake_script(tmp_path / "s", {"1": ["wait", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2]}})
+    kept = str(tmp_path / "kept")
+    q = Queue(str(tmp_path / "f"))
+    q.create()
+    other_run = q.run_dir("001_seed=2")  # the other launcher's run, with a whole checkpoint
+    os.makedirs(os.path.join(other_run, "checkpoints"))
+    whole(os.path.join(other_run, "checkpoints", "periodic__step50.cleanrl_model"))
+    write(os.path.join(other_run, "config.json"), {"seed": 2})
+    holder = subprocess.Popen([PY, "-c", "import sys, time; from continual.launch.queue import Queue; "
+                               f"assert Queue({q.folder!r}).claim('001_seed=2'); print('held', flush=True); "
+                               "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env(),
+                              cwd=REPO, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        a = subprocess.Popen([PY, "-m", "continual.launch", exp, "--script", script, "--num_cpus", "2", "--archive",
+                              kept, "--folder", q.folder, "--carry_every", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, env=env(), cwd=REPO, text=True)
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(q.run_dir("000_seed=1"), "attempts")) and time.time() < deadline:
+            time.sleep(0.2)
+        a.send_signal(signal.SIGTERM)
+        out = a.communicate(timeout=300)[0]
+        assert q.run_by_another("001_seed=2")
+    finally:
+        holder.communicate("", timeout=60)
+    assert "1 unfinished entries carried to" in out, out
+    assert C.entries(kept) == ["000_seed=1"]
+    assert not q.run_by_another("001_seed=2")  # its holder gone
+
+
 def test_a_file_removed_as_it_is_packed_skips_the_entry_until_the_next_carry(tmp_path, monkeypatch):
     """A running run prunes a checkpoint or replaces a file while a live carry packs it: that entry's carry is not
     written (no partial tar left, the previous carry kept whole) and the next carry takes it."""

@@ -761,8 +761,9 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         ray_runner.stop()
         for e in entries:  # those that finished while the launcher stopped
             launcher.keep(e.name)
-        if kept is not None:  # the others, for a launch on another machine
-            n, written = carry.carry_folder(queue, kept.folder, {e.name: configs[e.name] for e in entries})
+        if kept is not None:  # the others, for a launch on another machine; another launcher carries its own
+            n, written = carry.carry_folder(queue, kept.folder, {e.name: configs[e.name] for e in entries
+                                                                 if not queue.run_by_another(e.name)})
             if n:
                 console.print(f"{n} unfinished entries carried to {carry.folder_of(kept.folder)} "
                               f"({written / 1e6:.1f} MB): commit it with the archive")

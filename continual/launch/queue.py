@@ -181,6 +181,11 @@ class Queue:
             return info if alive(int(info["pid"]), info.get("start")) else None
         return info if age < self.stale_after else None
 
+    def run_by_another(self, entry: str) -> bool:
+        """Another live launcher holds the entry (its run is going on there)."""
+        owner = self.owner(entry)
+        return owner is not None and (owner.get("host"), owner.get("pid")) != (HOST, os.getpid())
+
     def claim(self, entry: str) -> Optional[Claim]:
         """Claim an entry (or take over its stale claim); None when a live owner holds it or another launcher won."""
         gens = self.claims(entry)
