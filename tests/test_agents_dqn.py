@@ -404,15 +404,17 @@ def test_dqn_plays_the_games_of_the_pinned_reference(tmp_path):
     from an earlier revision (tests/helpers/dqn_reference.py: MinAtar at one update per env step, Double DQN, a switch):
     DQN's speed work changes how fast it learns, never what."""
     from helpers.dqn_reference import recording_path, recordings, run, run_reference_here
+    from helpers.reference_revision import expected_for
+
+    def meant_for_this_machine() -> dict:
+        with open(recording_path()) as f:
+            return json.load(f)
 
     got = run(str(tmp_path / "case"))
-    keys = ("episodes", "td_losses", "weights")
-    if any(all(got[k] == r[k] for k in keys) for r in recordings()):
+    expected = expected_for(got, recordings(), lambda: run_reference_here(str(tmp_path / "reference")),
+                            meant_for_this_machine, keys=("episodes", "td_losses", "weights"))
+    if expected is None:
         return
-    expected = run_reference_here(str(tmp_path / "reference"))  # a machine with new kernels: the revision here
-    if expected is None:  # no git history: the recording meant for this machine
-        with open(recording_path()) as f:
-            expected = json.load(f)
     assert got["episodes"] == expected["episodes"]
     assert got["td_losses"] == expected["td_losses"]
     assert got["weights"] == expected["weights"]

@@ -10,7 +10,7 @@ recording meant for its machine."""
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,3 +30,16 @@ def env_for(root: str, **extra: str) -> dict:
     """A child process's environment that imports the library from the checkout `root` first."""
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, **extra, "PYTHONPATH": path}
+
+
+def expected_for(got: dict, recordings: Sequence[dict], run_here: Callable[[], Optional[dict]],
+                 meant_for_this_machine: Callable[[], dict], keys: Optional[Sequence[str]] = None) -> Optional[dict]:
+    """None when `got` equals a recording (on `keys`, default all); else what the test compares it with: the
+    recorded revision run here (`run_here`), or, in a checkout without it, the recording meant for this machine."""
+    def same(r: dict) -> bool:
+        return got == r if keys is None else all(got[k] == r[k] for k in keys)
+
+    if any(same(r) for r in recordings):
+        return None
+    here = run_here()
+    return meant_for_this_machine() if here is None else here
