@@ -10,6 +10,7 @@ import csv
 import json
 import os
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, run_main, write_config
@@ -77,3 +78,32 @@ def test_the_experiment_file_expands_in_the_declared_order_with_the_paper_codes_
         assert c["exploration_fraction"] * 6_000_000 == 100_000  # epsilon 1 -> 0.1 over 100k steps
         assert (c["eval_every"], c["eval_episodes"], c["eval_greedy"]) == (50_000, 10, True)
     validate(exp, str(tmp_path / "folder"))
+
+
+def test_the_c_chain_report_reads_a_real_run_at_the_papers_evaluation_points(tmp_path):
+    """A real Double DQN + C-CHAIN run of the shortened sequence, evaluated as the experiment evaluates (at each task's
+    step 0 and every `eval_every`, every game), read by `python -m continual.report c_chain`: the logged curve has a
+    value at every evaluation point, 0 to the end, and none missing, each from the game the paper's code evaluates
+    there; the run counts as finished; the score is the mean of those values as the table gives them."""
+    from continual.report import c_chain
+
+    steps, every = 128, 64
+    cfg = shortened(steps)
+    cfg["eval_every"] = every
+    runs = tmp_path / "folder" / "runs"
+    run_main("continual_training_example.py", "--config", write_config(tmp_path, cfg), "--architecture", "DQN",
+             "--runs_dir", str(runs), "--run_name", "000_seed=1_c_chain", "--no-progress-bar", "--no-metrics",
+             *AGENTS["DQN"])
+    rows = list(csv.DictReader(open(runs / "000_seed=1_c_chain" / "eval_table.csv")))
+    table = {(int(r["step"]), r["modification"]): float(r["mean"]) for r in rows}
+    games = ["env=MinAtar/SpaceInvaders", "env=MinAtar/Asterix", SEAQUEST]
+    points = list(range(0, 3 * steps + 1, every))
+    assert {s for s, _ in table} == set(points)  # the boundaries (128, 256) and the end (384) included
+    result = c_chain.report(str(tmp_path / "folder"))
+    (rec,) = result["runs"]
+    assert rec["finished"] and rec["missing"] == [] and rec["arm"] == "C-CHAIN"
+    logged = [(s, min(s // steps, 2)) for s in points]  # at a boundary, the next game's step-0 evaluation
+    assert [(s, k) for s, k, _ in rec["curve"]] == logged
+    assert [v for _, _, v in rec["curve"]] == [table[(s, games[k])] for s, k in logged]
+    assert rec["scores"]["score"] == pytest.approx(np.mean([table[(s, games[k])] for s, k in logged]), abs=1e-12)
+    assert rec["final"] == {k: table[((k + 1) * steps, games[k])] for k in range(3)}
