@@ -587,6 +587,60 @@ def test_fused_adam_is_ppos_adam_up_to_float_rounding(tmp_path):
     assert state["optimizer"]["param_groups"][0]["fused"] is True
 
 
+@pytest.mark.parametrize("norm_adv,clip_vloss", [(True, True), (False, True), (True, False)])
+def test_ppo_loss_is_the_clipped_surrogate_computed_in_float64(norm_adv, clip_vloss):
+    """agents.ppo.ppo_loss against the PPO paper's clipped surrogate (Schulman et al. 2017, eq. 7) and CleanRL's value
+    clipping, KL estimates and clip fraction, written out here in float64 numpy from the network's logits and values,
+    on a minibatch built so that both clips and the value clip bind on some samples (a ratio above 1 + eps with a
+    positive advantage, below 1 - eps with a negative one): every returned quantity to float32 precision."""
+    from agents.ppo import Agent, ppo_loss
+    from continual.config.args import Args
+
+    clip, ent_coef, vf_coef = 0.2, 0.01, 0.5
+    args = Args(clip_coef=clip, ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv, clip_vloss=clip_vloss)
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    agent = Agent((4, 10, 10), 6, network="mlp")
+    n = 256
+    obs = (torch.rand(n, 4, 10, 10, generator=gen) < 0.1).float()
+    actions = torch.randint(0, 6, (n,), generator=gen)
+    with torch.no_grad():
+        hidden, critic_hidden = agent.torsos(obs)
+        logits = agent.actor(hidden).double().numpy()
+        value = agent.critic(critic_hidden).double().numpy().reshape(-1)
+    logp_all = logits - logits.max(1, keepdims=True)
+    logp_all = logp_all - np.log(np.exp(logp_all).sum(1, keepdims=True))
+    logp = logp_all[np.arange(n), actions.numpy()]
+    shift = torch.rand(n, generator=gen).double().numpy() * 1.2 - 0.7  # log-ratios in [-0.7, 0.5]
+    mb_logprobs = torch.tensor(logp - shift, dtype=torch.float32)
+    advantages = torch.randn(n, generator=gen) * 2.0 + 0.3
+    returns = torch.randn(n, generator=gen)
+    values = torch.tensor(value + (torch.rand(n, generator=gen).double().numpy() - 0.5) * 1.2, dtype=torch.float32)
+
+    out = ppo_loss(agent, args, obs, {}, torch.mean, actions, mb_logprobs, advantages, returns, values)
+    got = [float(x.detach()) for x in out]
+
+    # the reference, float64
+    logratio = logp - mb_logprobs.double().numpy()
+    ratio = np.exp(logratio)
+    adv = advantages.double().numpy()
+    assert ((ratio > 1 + clip) & (adv > 0)).sum() > 10 and ((ratio < 1 - clip) & (adv < 0)).sum() > 10
+    if norm_adv:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    surrogate = np.minimum(ratio * adv, np.clip(ratio, 1 - clip, 1 + clip) * adv)
+    pg_loss = -surrogate.mean()
+    ret, old_v = returns.double().numpy(), values.double().numpy()
+    if clip_vloss:
+        assert (np.abs(value - old_v) > clip).sum() > 10
+        v_loss = 0.5 * np.maximum((value - ret) ** 2, (old_v + np.clip(value - old_v, -clip, clip) - ret) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((value - ret) ** 2).mean()
+    entropy = -(np.exp(logp_all) * logp_all).sum(1).mean()
+    want = [pg_loss - ent_coef * entropy + vf_coef * v_loss, pg_loss, v_loss, entropy, (-logratio).mean(),
+            (ratio - 1 - logratio).mean(), (np.abs(ratio - 1) > clip).mean()]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+
+
 def test_gae_is_cleanrls_loop_bit_for_bit():
     """agents.ppo.gae computes every step's delta and discount at once: the same bits as CleanRL's loop (written out
     here), -0.0 included, with terminations and a done last step."""
