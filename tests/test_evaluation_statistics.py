@@ -358,3 +358,27 @@ def test_interval_format():
         S.interval([1.0, 2.0], "iqm", "t")
     with pytest.raises(ValueError):
         S.interval([1.0, 2.0], method="basic")
+
+
+def test_welch_power_counts_the_welch_intervals_above_zero_of_its_draws():
+    """welch_power is the fraction of simulated experiments whose `welch_interval` (the report's) lies above 0: the
+    same draws, one experiment at a time, give the same count."""
+    sims, n_x, n_y = 400, 5, 4
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(2.0, 1.5, (sims, n_x)), rng.normal(0.0, 2.5, (sims, n_y))
+    above = sum(S.welch_interval(x[i], y[i]).low > 0 for i in range(sims))
+    assert S.welch_power(2.0, 1.5, 2.5, n_x, n_y, sims=sims, seed=3) == above / sims
+    with pytest.raises(ValueError):
+        S.welch_power(1.0, 1.0, 1.0, 1, 5)
+
+
+@pytest.mark.parametrize("n,delta", [(5, 2.0), (12, 1.0)])
+def test_welch_power_is_the_noncentral_t_power_of_students_test_at_equal_spreads(n, delta):
+    """With equal sizes and spreads Welch's statistic is Student's and only its degrees of freedom (at most 2n - 2)
+    differ, so its power is at most the exact one of Student's one-sided test at 2.5% (noncentral t) and close to it."""
+    from scipy import stats
+
+    df, nc = 2 * n - 2, delta / math.sqrt(2 / n)
+    exact = float(stats.nct.sf(stats.t.ppf(0.975, df), df, nc))
+    power = S.welch_power(delta, 1.0, 1.0, n, n, sims=40_000)
+    assert exact - 0.03 < power < exact + 3 * math.sqrt(exact * (1 - exact) / 40_000)
