@@ -54,11 +54,11 @@ Pairwise comparisons (`compare`: X against Y, higher is better unless `lower_is_
   run-level bootstrap interval, and a permutation test of it (exact enumeration up to `EXACT_LIMIT`).
 
 A two-sided p-value is twice the smaller one-sided one (capped at 1), as scipy computes both tests.
+`metrics.py`'s stratified bootstrap and probability of improvement are rliable's per-task readings and stay there
+for the existing reports; this module is the home of the report statistics.
 
 Planning (`welch_power`): the probability that the Welch interval of a difference lies above 0 at given spreads and
 numbers of runs, by simulation; for choosing the seeds before an experiment runs.
-`metrics.py`'s stratified bootstrap and probability of improvement are rliable's per-task readings and stay there
-for the existing reports; this module is the home of the report statistics.
 """
 
 from __future__ import annotations
@@ -536,10 +536,17 @@ def permutation_test_mean(x: Any, y: Any, alternative: str = "greater", exact_li
     return PValue(min(1.0, p), stat, method, alternative)
 
 
-def welch_interval(x: Any, y: Any, confidence: float = CONFIDENCE) -> Interval:
-    """mean(X) - mean(Y) of the run scores with Welch's t interval (unequal variances, Welch-Satterthwaite df)."""
+def _welch_half_width(vx, vy, n_x: int, n_y: int, confidence: float):
+    """Welch's t interval half-width from the squared standard errors vx = s_x^2 / n_x and vy (scalars or arrays):
+    t_{(1 + confidence) / 2, df} sqrt(vx + vy) with the Welch-Satterthwaite df."""
     from scipy import stats
 
+    df = (vx + vy) ** 2 / (vx ** 2 / (n_x - 1) + vy ** 2 / (n_y - 1))
+    return stats.t.ppf((1 + confidence) / 2, df) * np.sqrt(vx + vy)
+
+
+def welch_interval(x: Any, y: Any, confidence: float = CONFIDENCE) -> Interval:
+    """mean(X) - mean(Y) of the run scores with Welch's t interval (unequal variances, Welch-Satterthwaite df)."""
     rx, ry = run_scores(x), run_scores(y)
     n = (int(rx.size), int(ry.size))
     estimate = float(rx.mean() - ry.mean()) if min(n) else math.nan
@@ -548,8 +555,7 @@ def welch_interval(x: Any, y: Any, confidence: float = CONFIDENCE) -> Interval:
     vx, vy = rx.var(ddof=1) / n[0], ry.var(ddof=1) / n[1]
     if vx + vy == 0:
         return _no_interval(estimate, "Welch t", n, confidence, "every run of each group has the same score")
-    df = (vx + vy) ** 2 / (vx ** 2 / (n[0] - 1) + vy ** 2 / (n[1] - 1))
-    h = float(stats.t.ppf((1 + confidence) / 2, df)) * math.sqrt(vx + vy)
+    h = float(_welch_half_width(vx, vy, n[0], n[1], confidence))
     return Interval(estimate, estimate - h, estimate + h, "Welch t", n, confidence)
 
 
@@ -594,14 +600,11 @@ def welch_power(delta: float, sd_x: float, sd_y: float, n_x: int, n_y: int, conf
     when X's runs score N(delta, sd_x) and Y's N(0, sd_y), n_x and n_y runs, estimated from `sims` simulated
     experiments (Monte Carlo standard error <= 0.5 / sqrt(sims)). Decide the seeds from it before any result: adding
     seeds only when a result is unclear is optional stopping."""
-    from scipy import stats
-
     if min(n_x, n_y) < 2:
         raise ValueError("welch_power needs at least 2 runs a group")
     rng = np.random.default_rng(seed)
     x = rng.normal(delta, sd_x, (sims, n_x))
     y = rng.normal(0.0, sd_y, (sims, n_y))
     vx, vy = x.var(axis=1, ddof=1) / n_x, y.var(axis=1, ddof=1) / n_y
-    df = (vx + vy) ** 2 / (vx ** 2 / (n_x - 1) + vy ** 2 / (n_y - 1))
-    low = x.mean(axis=1) - y.mean(axis=1) - stats.t.ppf((1 + confidence) / 2, df) * np.sqrt(vx + vy)
+    low = x.mean(axis=1) - y.mean(axis=1) - _welch_half_width(vx, vy, n_x, n_y, confidence)
     return float(np.mean(low > 0))

@@ -494,7 +494,8 @@ class Launcher:
         carries its own. A carry that fails (a full disk) is reported in a line and tried again next time; the runs
         go on."""
         self.carried_at = time.time()
-        mine = {name: config for name, config in self.configs.items() if name in self.running()}
+        running = self.running()
+        mine = {name: config for name, config in self.configs.items() if name in running}
         try:
             n, written = carry.carry_folder(self.queue, self.kept.folder, mine, between=self.beat)
         except (OSError, UserError) as e:
