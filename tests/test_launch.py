@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from continual.errors import exit_on_user_error
+from continual.errors import UserError, exit_on_user_error
 from continual.launch import launcher as L
 from continual.launch.experiment import load_experiment, run_config
 from continual.launch.queue import FAILED, Queue
@@ -251,6 +251,26 @@ def test_local_ray_retries_from_checkpoints_reports_failures_and_skips_finished(
     assert q.status("003_seed=4")["state"] == "failed" and len(attempts(runs[4])) == 1
     # every run waits for CPU with OpenMP's PASSIVE policy (not spinning against the other runs), unless set
     assert {open(os.path.join(d, "omp_wait_policy")).read() for d in runs.values()} == {"PASSIVE"}
+
+
+def test_entries_runs_only_the_named_entries_and_a_later_launch_the_rest(tmp_path, capsys, ray_shutdown):
+    script = fake_script(tmp_path / "s", {})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2, 3, 4]}})
+    folder = str(tmp_path / "f")
+    args = [exp, "--folder", folder, "--script", script, "--num_cpus", "2"]
+    for flags, message in ((["--entries", "1", "4", "7"], "entries: the experiment has entries 0..3, got 4, 7"),
+                           (["--entries", "1", "--resume_id", "1"], "not both")):
+        with pytest.raises(UserError, match=message):
+            L.main(args + flags)
+        assert not os.path.exists(folder)
+    assert L.main(args + ["--entries", "2", "0", "2"]) == 0
+    assert "2/2 done" in capsys.readouterr().out
+    q = Queue(folder)
+    runs = [q.run_dir(f"{s - 1:03d}_seed={s}") for s in (1, 2, 3, 4)]
+    assert [os.path.exists(d) for d in runs] == [True, False, True, False]
+    assert L.main(args) == 0  # the rest; the named ones are not run again
+    assert "4/4 done" in capsys.readouterr().out
+    assert [len(attempts(d)) for d in runs] == [2, 2, 2, 2]  # each: fresh, end
 
 
 def test_the_runs_omp_wait_policy_is_passive_unless_the_launcher_has_one(monkeypatch):
@@ -613,6 +633,23 @@ def test_a_later_launch_resumes_an_arms_seeds_together_when_their_checkpoints_ar
         assert q.status(n)["state"] == "done"
         steps = [r["global_step"] for r in records(q.run_dir(n)) if r["kind"] == "iteration"]
         assert steps == list(range(100, 401, 100)), n  # one continuous run, no step twice
+
+
+@pytest.mark.long  # ~30 s (Ray, 3 DQN runs of 400 steps)
+def test_entries_of_one_arm_fill_the_free_slots_in_smaller_groups(tmp_path, ray_shutdown):
+    """--entries naming one arm's 3 seeds (seeds_per_process 3) on 2 slots: a group of 2 and a run alone, so both
+    cores work on the named seeds; the other arm's entries are left as they were."""
+    exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 3, "grid": {"seed": [1, 2, 3], "flags": [
+        {"name": "vanilla"}, {"name": "c_chain", "c_chain": True}]}})
+    folder = str(tmp_path / "f")
+    q = Queue(folder)
+    names = [e.name for e in load_experiment(exp).entries]
+    vanilla, c_chain = names[0::2], names[1::2]
+    assert L.main([exp, "--folder", folder, "--num_cpus", "2", "--no-aggregate", "--entries", "0", "2", "4"]) == 0
+    assert f"dqn_seeds.py --seeds 1 2 --run_names {vanilla[0]} {vanilla[1]} " in launches(q.log_path(vanilla[0]))[0]
+    assert "dqn_seeds" not in launches(q.log_path(vanilla[2]))[0]
+    assert all(q.status(n)["state"] == "done" for n in vanilla)
+    assert not any(os.path.exists(q.run_dir(n)) or q.status(n).get("state") == "done" for n in c_chain)
 
 
 def test_seeds_per_process_needs_agents_dqn_seeds_beside_the_script(tmp_path, capsys):

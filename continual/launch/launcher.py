@@ -65,6 +65,9 @@ class LaunchArgs:
     folder, beside the experiment file or in the repository)"""
     resume_id: Optional[int] = None
     """run or resume entry N alone (entries are numbered from 0 in the order --dry_run lists them)"""
+    entries: Optional[tuple[int, ...]] = None
+    """run or resume only these entries (numbers as --dry_run lists them), e.g. the first seeds of every arm before
+    the rest: the others stay as they are, their carries included, for a later launch without the flag"""
     max_retries: Optional[int] = None
     """times a failed run is restarted from its checkpoint before it is reported (default: the file's, else 2)"""
     retry_failed: bool = False
@@ -666,16 +669,30 @@ def aggregate(queue: Queue, entries: Sequence[Entry], console: Console) -> None:
         console.print(f"no aggregate: {one_line(str(e))}")
 
 
+def selected(entries: Sequence[Entry], resume_id: Optional[int], numbers: Optional[Sequence[int]]) -> list[Entry]:
+    """The entries --resume_id or --entries names, in the experiment's order (bad input: a UserError)."""
+    if resume_id is not None and numbers is not None:
+        raise UserError("entries: give --resume_id N or --entries N ..., not both")
+    if resume_id is not None:
+        numbers, flag = [resume_id], "resume_id"
+    elif numbers is None:
+        return list(entries)
+    else:
+        flag = "entries"
+    if not numbers:
+        raise UserError("entries: name at least one entry number")
+    wrong = [n for n in numbers if not 0 <= n < len(entries)]
+    if wrong:
+        raise UserError(f"{flag}: the experiment has entries 0..{len(entries) - 1}, got {', '.join(map(str, wrong))}")
+    return [entries[n] for n in sorted(set(numbers))]
+
+
 def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str], None]] = None) -> int:
     """`prepare(script)` runs before validation (the entry point registers the script's factories with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(LaunchArgs, argv, default=None, description=__doc__.splitlines()[0])
     exp = load_experiment(args.experiment, stand_ins=args.dry_run)
-    entries = exp.entries
-    if args.resume_id is not None:
-        if not 0 <= args.resume_id < len(entries):
-            raise UserError(f"resume_id: the experiment has entries 0..{len(entries) - 1}, got {args.resume_id}")
-        entries = [entries[args.resume_id]]
+    entries = selected(exp.entries, args.resume_id, args.entries)
     max_retries = exp.max_retries if args.max_retries is None else args.max_retries
     if max_retries < 0:
         raise UserError(f"max_retries: must be >= 0, got {max_retries}")
@@ -778,7 +795,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         console.print(f"failed: entry {e.index} ({e.label}): {st.get('error')} (log: {queue.log_path(e.name)})")
     if interrupted:
         return 130
-    if args.aggregate and args.resume_id is None and all(queue.status(e.name).get("state") == DONE
+    if args.aggregate and all(queue.status(e.name).get("state") == DONE
                                                          for e in exp.entries):
         aggregate(queue, exp.entries, console)
     return 1 if failed else 0
