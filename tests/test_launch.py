@@ -273,6 +273,28 @@ def test_entries_runs_only_the_named_entries_and_a_later_launch_the_rest(tmp_pat
     assert [len(attempts(d)) for d in runs] == [2, 2, 2, 2]  # each: fresh, end
 
 
+def test_entries_leaves_the_carries_of_the_others_as_they_were(tmp_path, ray_shutdown):
+    """Seed 2 fails (max_retries 0) and is carried; on a new folder, --entries 0 neither restores nor re-carries it,
+    and a later launch without the flag resumes it from that carry."""
+    from continual.launch import carry
+
+    script = fake_script(tmp_path / "s", {"2": ["fail", "ok"]})
+    exp = write(tmp_path / "e.json", {"flags": CARTPOLE, "grid": {"seed": [1, 2]}, "max_retries": 0})
+    kept = str(tmp_path / "kept")
+
+    def launch(folder, *flags):
+        return L.main([exp, "--folder", str(tmp_path / folder), "--script", script, "--num_cpus", "2", "--archive",
+                       kept, "--no-aggregate", *flags])
+    assert launch("f") == 1
+    carried = open(os.path.join(carry.folder_of(kept), "001_seed=2.json")).read()
+    assert launch("g", "--entries", "0", "--retry_failed") == 0
+    assert open(os.path.join(carry.folder_of(kept), "001_seed=2.json")).read() == carried
+    assert not os.path.exists(Queue(str(tmp_path / "g")).run_dir("001_seed=2"))
+    assert launch("g", "--retry_failed") == 0
+    assert [a[1] for a in attempts(Queue(str(tmp_path / "g")).run_dir("001_seed=2"))] == ["fresh", "resume", "end"]
+    assert carry.entries(kept) == []  # finished: its carry dropped
+
+
 def test_the_runs_omp_wait_policy_is_passive_unless_the_launcher_has_one(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert L.omp_wait_policy() == "PASSIVE"
