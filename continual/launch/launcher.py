@@ -795,7 +795,6 @@ def main(argv: Optional[Sequence[str]] = None, prepare: Optional[Callable[[str],
         console.print(f"failed: entry {e.index} ({e.label}): {st.get('error')} (log: {queue.log_path(e.name)})")
     if interrupted:
         return 130
-    if args.aggregate and all(queue.status(e.name).get("state") == DONE
-                                                         for e in exp.entries):
+    if args.aggregate and all(queue.status(e.name).get("state") == DONE for e in exp.entries):
         aggregate(queue, exp.entries, console)
     return 1 if failed else 0
