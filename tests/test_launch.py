@@ -286,12 +286,14 @@ def test_entries_leaves_the_carries_of_the_others_as_they_were(tmp_path, ray_shu
         return L.main([exp, "--folder", str(tmp_path / folder), "--script", script, "--num_cpus", "2", "--archive",
                        kept, "--no-aggregate", *flags])
     assert launch("f") == 1
-    carried = open(os.path.join(carry.folder_of(kept), "001_seed=2.json")).read()
+    meta = os.path.join(carry.folder_of(kept), "001_seed=2.json")
+    carried = open(meta).read()
     assert launch("g", "--entries", "0", "--retry_failed") == 0
-    assert open(os.path.join(carry.folder_of(kept), "001_seed=2.json")).read() == carried
-    assert not os.path.exists(Queue(str(tmp_path / "g")).run_dir("001_seed=2"))
+    assert open(meta).read() == carried
+    run = Queue(str(tmp_path / "g")).run_dir("001_seed=2")
+    assert not os.path.exists(run)
     assert launch("g", "--retry_failed") == 0
-    assert [a[1] for a in attempts(Queue(str(tmp_path / "g")).run_dir("001_seed=2"))] == ["fresh", "resume", "end"]
+    assert [a[1] for a in attempts(run)] == ["fresh", "resume", "end"]
     assert carry.entries(kept) == []  # finished: its carry dropped
 
 
@@ -657,7 +659,7 @@ def test_a_later_launch_resumes_an_arms_seeds_together_when_their_checkpoints_ar
         assert steps == list(range(100, 401, 100)), n  # one continuous run, no step twice
 
 
-@pytest.mark.long  # ~30 s (Ray, 3 DQN runs of 400 steps)
+@pytest.mark.long  # ~21 s (Ray, 3 DQN runs of 400 steps)
 def test_entries_of_one_arm_fill_the_free_slots_in_smaller_groups(tmp_path, ray_shutdown):
     """--entries naming one arm's 3 seeds (seeds_per_process 3) on 2 slots: a group of 2 and a run alone, so both
     cores work on the named seeds; the other arm's entries are left as they were."""

@@ -673,12 +673,10 @@ def selected(entries: Sequence[Entry], resume_id: Optional[int], numbers: Option
     """The entries --resume_id or --entries names, in the experiment's order (bad input: a UserError)."""
     if resume_id is not None and numbers is not None:
         raise UserError("entries: give --resume_id N or --entries N ..., not both")
-    if resume_id is not None:
-        numbers, flag = [resume_id], "resume_id"
-    elif numbers is None:
+    flag = "entries" if resume_id is None else "resume_id"
+    numbers = numbers if resume_id is None else [resume_id]
+    if numbers is None:
         return list(entries)
-    else:
-        flag = "entries"
     if not numbers:
         raise UserError("entries: name at least one entry number")
     wrong = [n for n in numbers if not 0 <= n < len(entries)]
