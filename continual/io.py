@@ -106,16 +106,16 @@ class AppendFile:
     write is cut back off, so the file never ends in a torn line written by us (a crash can still cut one: readers
     drop a cut last line). Storage faults raise `StorageError`."""
 
-    def __init__(self, path: str):
-        self.path = path
-        with storage_errors(path):
+    def __init__(self, path: str, hint: Optional[str] = None):
+        self.path, self.hint = path, hint  # hint: what to do, for writers other than a run (StorageError)
+        with storage_errors(path, hint):
             self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def write(self, text: str) -> None:
         if self._fd is None:
             raise ValueError(f"{self.path} is closed")
         data = text.encode("utf-8")
-        with storage_errors(self.path):
+        with storage_errors(self.path, self.hint):
             size = os.fstat(self._fd).st_size
             try:
                 n = os.write(self._fd, data)

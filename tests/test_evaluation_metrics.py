@@ -506,6 +506,28 @@ def test_provenance_names_each_commit_and_every_resume():
     assert M.provenance_lines(M.provenance([("r1", starts["r1"])]))[1].startswith("- Resumed from a checkpoint: none")
 
 
+def test_provenance_lists_the_machines_each_run_started_or_resumed_on_once_any_is_recorded():
+    """Runs that moved between machines (the C-CHAIN runs: an AVX-512 EPYC, two Intel Xeons, an AVX2 EPYC): each
+    machine with its runs and the steps they started at there; starts from before machines were recorded are "not
+    recorded"; and a report of runs none of which recorded one is what it was before machines were recorded."""
+    a = {"cpu": "AMD EPYC", "isa": ["avx2", "avx512f"], "cores": 2}
+    b = {"cpu": "AMD EPYC", "isa": ["avx2"], "cores": 2}
+    starts = {
+        "r1": [{"global_step": 0, "resumed": False}, {"global_step": 1000, "resumed": True, "machine": a},
+               {"global_step": 3000, "resumed": True, "machine": b}],
+        "r2": [{"global_step": 0, "resumed": False, "machine": a}, {"global_step": 2000, "resumed": True, "machine": a}],
+    }
+    prov = M.provenance(starts.items())
+    assert prov["machines"] == {"not recorded": {"r1": [0]}, "AMD EPYC (avx2 avx512f; 2 cores)": {"r1": [1000], "r2": [0, 2000]},
+                                "AMD EPYC (avx2; 2 cores)": {"r1": [3000]}}
+    assert M.provenance_lines(prov)[-1] == (
+        "- Machines (CPU, vector ISA; runs, and the steps they started or resumed at there): not recorded: 1 run at 0; "
+        "AMD EPYC (avx2 avx512f; 2 cores): 2 runs at 0-2,000; AMD EPYC (avx2; 2 cores): 1 run at 3,000")
+    old = {"r1": [{"global_step": 0, "resumed": False}, {"global_step": 5, "resumed": True}]}
+    assert "machines" not in M.provenance(old.items())
+    assert not any(line.startswith("- Machines") for line in M.provenance_lines(M.provenance(old.items())))
+
+
 def test_bootstrap_mean_by_hand():
     # two seeds a, b: resampled means are a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5/97.5 percentiles
     # of 2000 draws are a and b

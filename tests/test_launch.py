@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import glob
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -570,7 +571,9 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
 
     import continual_training_example
     from continual.evaluation import metrics
+    from continual.io import read_jsonl
     from continual.launch import archive
+    from continual.machine import LAUNCHES, machine
     from helpers.run_records import assert_same_run, records
 
     exp = write(tmp_path / "e.json", {"flags": MINATAR_DQN, "seeds_per_process": 2, "grid": {"seed": [1, 2], "flags": [
@@ -602,6 +605,16 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
         steps = [r["global_step"] for r in records(q.run_dir(n)) if r["kind"] == "iteration"]
         assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous run, no step twice
     assert archive.verify_manifest(kept) == [] and sorted(os.listdir(os.path.join(kept, "runs"))) == names
+    here = machine()
+    for n in names:  # each launch of a run (the group's, the lone resume) recorded before the run's own start record
+        launched = read_jsonl(os.path.join(q.run_dir(n), LAUNCHES))
+        starts = [r for r in records(q.run_dir(n)) if r["kind"] == "start"]
+        times = [r["time"] for r in read_jsonl(os.path.join(q.run_dir(n), "metrics.jsonl")) if r["kind"] == "start"]
+        assert len(launched) == len(starts) == (2 if n in c_chain else 1), n
+        assert all(r["machine"] == here for r in launched + starts)
+        assert all(launched[i]["time"] <= t < (launched[i + 1]["time"] if i + 1 < len(launched) else math.inf)
+                   for i, t in enumerate(times)), n
+        assert read_jsonl(os.path.join(kept, "runs", n, LAUNCHES)) == launched  # archived with the run
     agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--group_by", "c_chain", "--out",
                         str(tmp_path / "aggregate.json")])
     assert {k: g["summary"]["final"]["n"] for k, g in agg["groups"].items()} == {"c_chain=False": 2, "c_chain=True": 2}

@@ -86,6 +86,7 @@ from continual.errors import UserError
 from continual.evaluation import cora, cw
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
+from continual.machine import describe, machines_of_starts
 from continual.modstrings import normalize_modification
 
 T = TypeVar("T")
@@ -217,17 +218,20 @@ def load_run(run_dir: str) -> RunData:
     episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
-    starts = [r for r in records if r.get("kind") == "start"]
+    starts = machines_of_starts(run_dir, [r for r in records if r.get("kind") == "start"])
     return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout, iterations, starts)
 
 
 def provenance(runs: Iterable[tuple[str, list[dict]]]) -> dict:
-    """The code runs ran at and where they were resumed, from (run name, its "start" records) pairs (`RunData.name`,
-    `RunData.starts`): {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}}. A resume from
-    a periodic checkpoint restarts the episodes in flight, so such a run is a valid sample but not the bit-exact
-    replay of its seed (docs/outputs.md, "Resuming")."""
+    """The code runs ran at, the machines they ran on and where they were resumed, from (run name, its "start" records)
+    pairs (`RunData.name`, `RunData.starts`, whose machines `continual.machine.machines_of_starts` filled in):
+    {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}, "machines": {machine: {run name:
+    [steps it started at there]}}}, "machines" only when some start has one recorded. A resume from a periodic checkpoint restarts the episodes in flight, so such a run
+    is a valid sample but not the bit-exact replay of its seed (docs/outputs.md, "Resuming"); one on another kind of
+    machine also computes other bits from there on (continual/machine.py)."""
     commits: dict[str, list[str]] = {}
     resumed: dict[str, list[int]] = {}
+    machines: dict[str, dict[str, list[int]]] = {}
     for name, starts in runs:
         for rec in starts:
             rev = rec.get("code_revision") or {}
@@ -236,7 +240,11 @@ def provenance(runs: Iterable[tuple[str, list[dict]]]) -> dict:
                 commits[key].append(name)
             if rec.get("resumed"):
                 resumed.setdefault(name, []).append(int(rec.get("global_step", 0)))
-    return {"commits": commits, "resumed": resumed}
+            machines.setdefault(describe(rec.get("machine")), {}).setdefault(name, []).append(
+                int(rec.get("global_step", 0)))
+    if set(machines) == {describe(None)}:  # runs from before machines were recorded: their reports stay as they were
+        machines = {}
+    return {"commits": commits, "resumed": resumed, **({"machines": machines} if machines else {})}
 
 
 def provenance_lines(prov: dict) -> list[str]:
@@ -249,7 +257,15 @@ def provenance_lines(prov: dict) -> list[str]:
                      + ", ".join(f"{n} at {', '.join(map(str, s))}" for n, s in prov["resumed"].items()))
     else:
         lines.append("- Resumed from a checkpoint: none (every run is its seed's uninterrupted run)")
+    if prov.get("machines"):
+        lines.append("- Machines (CPU, vector ISA; runs, and the steps they started or resumed at there): " + "; ".join(
+            f"{m}: {len(runs)} run{'s' * (len(runs) != 1)} at {_step_range(runs)}" for m, runs in prov["machines"].items()))
     return lines
+
+
+def _step_range(runs: dict[str, list[int]]) -> str:
+    steps = sorted(s for ss in runs.values() for s in ss)
+    return f"{steps[0]:,}" if steps[0] == steps[-1] else f"{steps[0]:,}-{steps[-1]:,}"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

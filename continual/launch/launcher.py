@@ -301,7 +301,7 @@ class Launcher:
                 log.write(f"\n=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} with {len(job.entries)} seeds in one "
                           f"process: its output is in {self.queue.log_path(job.entry.name)}\n")
         job.ref = self.task.remote(argv, self.queue.log_path(job.entry.name), self.env, self.queue.folder,
-                                   self.stop_path(job.entry))
+                                   self.stop_path(job.entry), [self.queue.run_dir(e.name) for e in job.entries])
         job.started, job.where, job.resumed = time.time(), "", "--resume" in argv
         for e in job.entries:
             self.queue.set_status(e.name, state="running", resumed="--resume" in argv)

@@ -17,6 +17,9 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from continual.errors import StorageError, one_line
+from continual.machine import record_launch
+
 # ray is imported inside functions: `python -m continual.launch --help` and validation stay fast
 
 
@@ -77,22 +80,28 @@ def _keep_nice_in_new_autogroup() -> None:
         pass
 
 
-def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_path: str) -> dict:
+def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_path: str,
+                run_dirs: Sequence[str] = ()) -> dict:
     """Run `python argv...` with stdout and stderr appended to log_path; returns exit code, host, node, and whether
-    it was stopped (the launcher creates `stop_path` to stop it: SIGTERM, so the run saves a checkpoint)."""
+    it was stopped (the launcher creates `stop_path` to stop it: SIGTERM, so the run saves a checkpoint). Each of
+    `run_dirs` (the runs the command starts or resumes) gets this launch and machine in its launches.jsonl once it
+    exists (a new run's directory is made by the run itself)."""
     import ray
 
     node = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     stopped = False
+    unrecorded = list(run_dirs)
     with open(log_path, "ab", buffering=0) as log:
         log.write(f"\n=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} host {host} node {node[:12]} pid "
                   f"{os.getpid()}: {' '.join(argv)}\n".encode())
+        started = time.time()  # before the run's own start record, which the launch record must precede
         proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, env={**os.environ, **env}, preexec_fn=_die_with_parent)
         try:
             while True:
+                unrecorded = _record_launches(unrecorded, started, node[:12], log)
                 try:
                     rc = proc.wait(timeout=1.0)
                     break
@@ -113,9 +122,25 @@ def run_command(argv: Sequence[str], log_path: str, env: dict, cwd: str, stop_pa
                 pass
             proc.wait()
             raise
+        _record_launches(unrecorded, started, node[:12], log)  # directories made less than a poll before the end
         what = "stopped by the launcher, " if stopped else ""
         log.write(f"=== launch: {time.strftime('%Y-%m-%d %H:%M:%S')} {what}exit code {rc}\n".encode())
     return {"returncode": rc, "host": host, "node": node, "stopped": stopped}
+
+
+def _record_launches(run_dirs: list[str], started: float, node: str, log) -> list[str]:
+    """Record the launch in those of `run_dirs` that exist; the others, to try again. A record that cannot be written
+    (a full disk) is noted in the log and not retried: it is provenance, and the run goes on without it."""
+    left = []
+    for d in run_dirs:
+        if not os.path.isdir(d):
+            left.append(d)
+            continue
+        try:
+            record_launch(d, started, node)
+        except (OSError, StorageError) as e:
+            log.write(f"=== launch: {one_line(str(e))[:300]}\n".encode())
+    return left
 
 
 def remote_run(num_cpus: float, num_gpus: float):

@@ -26,6 +26,7 @@ from continual.curricula import FactoryConfigError, ModificationFactory, make_fa
 from continual.envs.backends import game_name, task_compat, validate_action_space, validate_env_id, validate_task
 from continual.envs.vector import EnvSettings, make_env
 from continual.errors import FULL_DISK_ERRNOS, StorageError, UserError, exit_on_user_error
+from continual.machine import machine
 from continual.modstrings import parse_eval_modifs, parse_task, task_env_ids
 from continual.specs import CLEAR_REPLAY, NEEDS_SWITCHES, SPECS, defaults_line
 from continual.training import checkpoint as ckpt_lib
@@ -414,9 +415,9 @@ def _start_run(args: Args, curriculum: Curriculum, resume_state: Optional[dict],
                        resume_step=resume_state["global_step"] if resume_state else None,
                        resume_modification=resume_state["modification"] if resume_state else None,
                        wandb_id=resume_state.get("wandb_id") if resume_state else None)
-    # every start, resumes too: which code produced the steps from here on
+    # every start, resumes too: which code and which machine produced the steps from here on
     logger.record("start", resume_state["global_step"] if resume_state else 0, resumed=resume_state is not None,
-                  code_revision=config["code_revision"], library_version=ckpt_lib.LIBRARY_VERSION)
+                  code_revision=config["code_revision"], library_version=ckpt_lib.LIBRARY_VERSION, machine=machine())
     print(f"run directory: {run_dir}")
     note = rounding_note(args, factory, granularity, total)
     if note:
