@@ -8,7 +8,7 @@ machines therefore records each one:
 - the training CLI's `kind: "start"` record (continual/training/startup.py) holds `machine`;
 - the launcher also appends one record per launch to the run directory's `launches.jsonl` (`record_launch`), which
   covers runs whose code predates the start record's field (a run pinned to an older revision with `--code`);
-- `machines_of_starts` gives each start record its machine: its own, else the launcher's newest launch at or before
+- `starts_with_machines` gives each start record its machine: its own, else the launcher's newest launch at or before
   it. The reports' provenance lists the machines and the steps each run started at on each
   (continual/evaluation/metrics.py).
 """
@@ -72,16 +72,14 @@ def record_launch(run_dir: str, started: float, node: str = "") -> None:
         f.close()
 
 
-def machines_of_starts(run_dir: str, starts: Sequence[dict]) -> list[dict]:
-    """`starts` (a run's "start" records, in order) with `machine` filled in where the record lacks it: the machine of
-    the newest launch in `run_dir`'s launches.jsonl at or before the start's time (absent when there is none)."""
+def starts_with_machines(run_dir: str, records: Sequence[dict]) -> list[dict]:
+    """The "start" records of `records` (a run's metrics.jsonl, in order), each with `machine` filled in where it lacks
+    one: the machine of the newest launch in `run_dir`'s launches.jsonl at or before the start's time (absent when
+    there is none)."""
     launches = sorted((r for r in read_jsonl(os.path.join(run_dir, LAUNCHES)) if r.get("kind") == "launch"),
                       key=lambda r: r.get("time", 0.0))
     out = []
-    for rec in starts:
-        if rec.get("machine") or not launches:
-            out.append(rec)
-            continue
+    for rec in (r for r in records if r.get("kind") == "start"):
         before = [r for r in launches if r.get("time", 0.0) <= rec.get("time", math.inf)]
-        out.append({**rec, "machine": before[-1]["machine"]} if before else rec)
+        out.append({**rec, "machine": before[-1]["machine"]} if before and not rec.get("machine") else rec)
     return out

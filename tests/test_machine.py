@@ -57,10 +57,11 @@ def test_each_start_gets_the_machine_of_the_newest_launch_at_or_before_it(tmp_pa
     own = {"cpu": "C", "isa": ["avx2"], "cores": 4}
     starts = [{"kind": "start", "time": 5.0}, {"kind": "start", "time": 10.0}, {"kind": "start", "time": 19.9},
               {"kind": "start", "time": 25.0}, {"kind": "start", "time": 30.0, "machine": own}]
-    got = M.machines_of_starts(str(run), starts)
+    records = [starts[0], {"kind": "iteration", "time": 6.0}, *starts[1:], {"kind": "episode", "time": 31.0}]
+    got = M.starts_with_machines(str(run), records)
     assert [(s.get("machine") or {}).get("cpu") for s in got] == [None, "A", "A", "B", "C"]
     assert starts[1] == {"kind": "start", "time": 10.0}  # the caller's records are not changed
-    assert M.machines_of_starts(str(tmp_path / "no-launches"), starts[:2]) == starts[:2]
+    assert M.starts_with_machines(str(tmp_path / "no-launches"), records) == starts
 
 
 def test_a_launch_record_is_read_back_as_this_machine(tmp_path):
@@ -69,7 +70,7 @@ def test_a_launch_record_is_read_back_as_this_machine(tmp_path):
     recs = [json.loads(line) for line in (tmp_path / M.LAUNCHES).read_text().splitlines()]
     assert [r["time"] for r in recs] == [100.0, 200.0] and recs[0]["node"] == "abc123"
     assert recs[0]["machine"] == M.machine() and recs[0]["pid"] == os.getpid()
-    assert M.machines_of_starts(str(tmp_path), [{"kind": "start", "time": 150.0}])[0]["machine"] == M.machine()
+    assert M.starts_with_machines(str(tmp_path), [{"kind": "start", "time": 150.0}])[0]["machine"] == M.machine()
 
 
 def test_launches_are_recorded_once_each_run_directory_exists_and_a_failed_write_only_notes_it(tmp_path, monkeypatch):

@@ -86,7 +86,7 @@ from continual.errors import UserError
 from continual.evaluation import cora, cw
 from continual.evaluation.table import EVAL_TABLE, read_eval_table
 from continual.io import atomic_write_json, read_jsonl
-from continual.machine import describe, machines_of_starts
+from continual.machine import describe, starts_with_machines
 from continual.modstrings import normalize_modification
 
 T = TypeVar("T")
@@ -218,17 +218,18 @@ def load_run(run_dir: str) -> RunData:
     episodes = [(r["global_step"], normalize_modification(r.get("modification") or ""), float(r["return"])) for r in records
                 if r.get("kind") == "episode"]
     plasticity = [r for r in records if r.get("kind") == "plasticity"]
-    starts = machines_of_starts(run_dir, [r for r in records if r.get("kind") == "start"])
+    starts = starts_with_machines(run_dir, records)
     return RunData(run_dir, config, evals, visits, end_step, episodes, plasticity, heldout, iterations, starts)
 
 
 def provenance(runs: Iterable[tuple[str, list[dict]]]) -> dict:
     """The code runs ran at, the machines they ran on and where they were resumed, from (run name, its "start" records)
-    pairs (`RunData.name`, `RunData.starts`, whose machines `continual.machine.machines_of_starts` filled in):
+    pairs (`RunData.name`, `RunData.starts`, whose machines `continual.machine.starts_with_machines` filled in):
     {"commits": {commit (+ "-dirty"): run names}, "resumed": {run name: [steps]}, "machines": {machine: {run name:
-    [steps it started at there]}}}, "machines" only when some start has one recorded. A resume from a periodic checkpoint restarts the episodes in flight, so such a run
-    is a valid sample but not the bit-exact replay of its seed (docs/outputs.md, "Resuming"); one on another kind of
-    machine also computes other bits from there on (continual/machine.py)."""
+    [steps it started at there]}}}, "machines" only when some start has one recorded. A resume from a periodic
+    checkpoint restarts the episodes in flight, so such a run is a valid sample but not the bit-exact replay of its
+    seed (docs/outputs.md, "Resuming"); one on another kind of machine also computes other bits from there on
+    (continual/machine.py)."""
     commits: dict[str, list[str]] = {}
     resumed: dict[str, list[int]] = {}
     machines: dict[str, dict[str, list[int]]] = {}

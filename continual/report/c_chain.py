@@ -56,7 +56,7 @@ from continual.evaluation.table import read_no_agent_eval, read_run_table
 from continual.io import read_jsonl
 from continual.launch.declarations import read_declarations
 from continual.launch.queue import run_dirs
-from continual.machine import machines_of_starts
+from continual.machine import starts_with_machines
 from continual.modstrings import normalize_modification
 
 ARMS = ("vanilla", "C-CHAIN")
@@ -129,8 +129,7 @@ def run_record(run_dir: str) -> Optional[dict]:
                                                   "c_chain_target_rel_loss_scale", "c_chain_coef")},
             "regimes": [t["regime"] for t in tasks],
             "greedy": sorted({str(r.get("greedy")) for r in rows}), "episodes": sorted({r["episodes"] for r in rows}),
-            "starts": machines_of_starts(run_dir, [r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-                                                   if r.get("kind") == "start"])}
+            "starts": starts_with_machines(run_dir, read_jsonl(os.path.join(run_dir, "metrics.jsonl")))}
 
 
 def scores(rec: dict) -> dict:

@@ -59,7 +59,7 @@ from continual.evaluation.table import read_no_agent_eval, read_run_table
 from continual.io import read_jsonl
 from continual.launch import declarations
 from continual.launch.queue import run_dirs
-from continual.machine import machines_of_starts
+from continual.machine import starts_with_machines
 from continual.modstrings import normalize_modification
 from continual.report.budget import windowed_returns
 
@@ -128,7 +128,7 @@ def run_scores(run_dir: str) -> Optional[dict]:
             "training_games": len(episodes), "first_score": first_score(episodes),
             "window_strings": sorted({m for step, _, m in games if last - TRAINING_WINDOW < step <= last}),
             "late": late_by_string(games, last), "wall_seconds": wall_seconds(records),
-            "starts": machines_of_starts(run_dir, [r for r in records if r.get("kind") == "start"])}
+            "starts": starts_with_machines(run_dir, records)}
 
 
 def late_by_string(games: Sequence[tuple[int, float, str]], last: int) -> dict:
