@@ -227,6 +227,73 @@ def test_the_cli_carries_a_folder_and_refuses_what_is_not_one(tmp_path, capsys):
     assert r.returncode == 2 and "is not an experiment folder" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("damage", ["none", "tar", "gone", "undescribed", "cut", "description"])
+def test_verify_names_what_in_a_carry_would_not_resume_and_writes_nothing(tmp_path, capsys, damage):
+    """`--verify KEPT`, the check before committing a carry: exit 0 with the entries, steps and pin when every tar is
+    the one its description names; otherwise exit 2, one line naming the first problem; the carry is left as it was."""
+    q, configs = unfinished_folder(tmp_path)
+    kept = str(tmp_path / "kept")
+    C.carry_folder(q, kept, configs)
+    first = sorted(configs)[0]
+    folder = os.path.join(kept, "carry")
+    tar_path = os.path.join(folder, C.read_meta(kept, first)["tar"])
+    expected = {"tar": f"{first}: {os.path.basename(tar_path)} is missing or not the file {first}.json describes",
+                "gone": f"{first}: {os.path.basename(tar_path)} is missing or not the file {first}.json describes",
+                "undescribed": f"{first}.step100.tar.xz: no description names it",
+                "cut": f"{first}.step250.tar.xz.tmp: no description names it",
+                "description": f"carry: {os.path.join(folder, first + '.json')!r} cannot be read"}.get(damage)
+    if damage == "tar":
+        data = bytearray(open(tar_path, "rb").read())
+        data[len(data) // 2] ^= 1
+        open(tar_path, "wb").write(bytes(data))
+    elif damage == "gone":
+        os.unlink(tar_path)
+    elif damage in ("undescribed", "cut"):  # an older carry left behind; one a kill cut while it was written
+        shutil.copy(tar_path, os.path.join(folder, expected.split(":")[0]))
+    elif damage == "description":
+        open(os.path.join(folder, first + ".json"), "w").write("{not json")
+    before = {n: sha(os.path.join(folder, n)) for n in os.listdir(folder)}
+    problems = C.verify(kept)
+    rc, out, err = _carry_cli(capsys, "--verify", kept)
+    assert {n: sha(os.path.join(folder, n)) for n in os.listdir(folder)} == before
+    if expected is None:
+        assert problems == [] and rc == 0 and err == ""
+        assert out.strip() == f"2 entries of {folder} match their descriptions (steps 200-200, " \
+                              f"{C.size(kept) / 1e6:.1f} MB)"
+    else:
+        n = 2 if damage == "description" else 1  # its tar is then described by nothing either
+        assert len(problems) == n and problems[0].startswith(expected), problems
+        assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert err.startswith(f"error: verify: {folder!r} would not resume ({n} problems; first: {expected}")
+
+
+def test_verify_names_the_pin_and_refuses_a_bad_command_line(tmp_path, capsys):
+    q, configs = unfinished_folder(tmp_path, seeds=(1,))
+    kept = str(tmp_path / "kept")
+    decl = json.load(open(os.path.join(q.folder, "declarations.json")))
+    write(os.path.join(q.folder, "declarations.json"), {**decl, "code": [{"commit": "a" * 40}, {"commit": "b" * 40}]})
+    C.carry_folder(q, kept, configs)
+    rc, out, err = _carry_cli(capsys, "--verify", kept)
+    assert rc == 0 and out.endswith(f"; code pinned to {'b' * 12}\n") and err == ""
+    for argv, why in ((["--verify", str(tmp_path)], "has no carry/ folder"),
+                      (["--verify", kept, q.folder, kept], "give FOLDER ARCHIVE"), ([q.folder], "give FOLDER ARCHIVE"),
+                      ([], "give FOLDER ARCHIVE")):
+        rc, out, err = _carry_cli(capsys, *argv)
+        assert rc == 2 and out == "" and why in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def _carry_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """`python -m continual.launch.carry ARGV` in this process (the module's entry point is run in a subprocess by
+    test_the_cli_carries_a_folder_and_refuses_what_is_not_one): exit code, stdout, stderr."""
+    capsys.readouterr()
+    try:
+        rc = exit_on_user_error(C.main)(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 def test_a_stopped_launcher_carries_and_a_launch_on_a_new_folder_resumes_from_the_carry(tmp_path):
     """Session 1's launcher is stopped (SIGTERM) mid-run: it carries the run; its machine is lost (the folder
     deleted); session 2 launches into a new folder with the same archive: the run resumes from the carried checkpoint

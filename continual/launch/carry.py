@@ -4,6 +4,7 @@ scratch folder and its checkpoints gone) resumes the runs where the last carry l
 
     python -m continual.launch EXPERIMENT.json --folder SCRATCH --archive KEPT   # carries its unfinished runs as it stops
     python -m continual.launch.carry FOLDER KEPT                                 # carry a folder's unfinished runs now
+    python -m continual.launch.carry --verify KEPT                               # before committing it: would it resume?
 
     KEPT/carry/
       <entry>.json              {"format", "entry", "step", "tar", "bytes", "sha256", "config", "status"}
@@ -47,7 +48,8 @@ import tyro
 from continual.config.loading import cli
 from continual.errors import UserError, exit_on_user_error, one_line
 from continual.io import TMP_PREFIX, atomic_write_text
-from continual.launch import archive
+from continual.launch import archive, declarations
+from continual.launch import code as code_pin
 from continual.launch.archive import CARRY, EXPERIMENT_FILES, digest
 from continual.launch.queue import DONE, FAILED, Queue
 from continual.training.checkpoint import CHECKPOINT_DIR, newest_whole, step_of
@@ -228,6 +230,26 @@ def carry_folder(queue: Queue, kept: str, configs: dict,
     return n, total
 
 
+def verify(kept: str) -> list[str]:
+    """What in `kept`'s carry would not resume, one line each (empty: it would): a description that cannot be read, a
+    tar missing or not the bytes its description names, a tar no description names (one a kill cut, or an edit). The
+    check to run before committing a carry; a launch refuses the first two (`check`)."""
+    folder, problems, named = folder_of(kept), [], set()
+    for entry in entries(kept):
+        try:
+            meta = read_meta(kept, entry)
+        except UserError as e:
+            problems.append(str(e))
+            continue
+        named.add(meta["tar"])
+        if not _tar_matches(folder, meta):
+            problems.append(f"{entry}: {meta['tar']} is missing or not the file {entry}.json describes")
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.tar.xz*"))):
+        if os.path.basename(path) not in named:
+            problems.append(f"{os.path.basename(path)}: no description names it")
+    return problems
+
+
 def size(kept: str) -> int:
     """The bytes of the carry's tars (what a commit of it adds)."""
     return sum(os.path.getsize(p) for p in glob.glob(os.path.join(glob.escape(folder_of(kept)), "*.tar.xz")))
@@ -235,15 +257,35 @@ def size(kept: str) -> int:
 
 @dataclasses.dataclass
 class CarryArgs:
-    folder: tyro.conf.Positional[str]
+    folder: tyro.conf.Positional[Optional[str]] = None
     """the experiment folder (as given to python -m continual.launch --folder)"""
-    archive: tyro.conf.Positional[str]
+    archive: tyro.conf.Positional[Optional[str]] = None
     """the archive its finished runs are kept in (python -m continual.launch --archive); the carry goes to its carry/"""
+    verify: Optional[str] = None
+    """check an archive's carry, writing nothing: every tar is the one its description names and no tar is left
+    undescribed (exit 2 with one line when it is not; run it before committing a carry)"""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(CarryArgs, argv, default=None, description=__doc__.splitlines()[0])
+    if (args.verify is not None) == (args.folder is not None and args.archive is not None) or \
+            (args.folder is None) != (args.archive is None):
+        raise UserError("give FOLDER ARCHIVE (carry the folder's unfinished runs) or --verify ARCHIVE (one of them)")
+    if args.verify is not None:
+        if not os.path.isdir(folder_of(args.verify)):
+            raise UserError(f"verify: {args.verify!r} has no carry/ folder")
+        problems = verify(args.verify)
+        if problems:
+            raise UserError(f"verify: {folder_of(args.verify)!r} would not resume ({len(problems)} problems; first: "
+                            f"{problems[0]})")
+        metas = [read_meta(args.verify, e) for e in entries(args.verify)]
+        steps = sorted(m["step"] for m in metas)
+        code = code_pin.pinned(code_pin.pins_of([declarations.read_record(folder_of(args.verify))]))
+        print(f"{len(metas)} entries of {folder_of(args.verify)} match their descriptions"
+              + (f" (steps {steps[0]:,}-{steps[-1]:,}, {size(args.verify) / 1e6:.1f} MB)" if metas else "")
+              + (f"; code pinned to {code[:12]}" if code else ""))
+        return 0
     if not os.path.exists(os.path.join(args.folder, "experiment.json")):
         raise UserError(f"folder: {args.folder!r} is not an experiment folder (no experiment.json)")
     queue = Queue(args.folder)
