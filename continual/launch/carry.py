@@ -269,8 +269,8 @@ class CarryArgs:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli(CarryArgs, argv, default=None, description=__doc__.splitlines()[0])
-    if (args.verify is not None) == (args.folder is not None and args.archive is not None) or \
-            (args.folder is None) != (args.archive is None):
+    given = (args.folder is not None, args.archive is not None, args.verify is not None)
+    if given not in ((True, True, False), (False, False, True)):
         raise UserError("give FOLDER ARCHIVE (carry the folder's unfinished runs) or --verify ARCHIVE (one of them)")
     if args.verify is not None:
         if not os.path.isdir(folder_of(args.verify)):
