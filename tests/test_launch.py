@@ -608,12 +608,11 @@ def test_seeds_per_process_runs_an_arms_seeds_in_one_process_as_their_entries_al
     here = machine()
     for n in names:  # each launch of a run (the group's, the lone resume) recorded before the run's own start record
         launched = read_jsonl(os.path.join(q.run_dir(n), LAUNCHES))
-        starts = [r for r in records(q.run_dir(n)) if r["kind"] == "start"]
-        times = [r["time"] for r in read_jsonl(os.path.join(q.run_dir(n), "metrics.jsonl")) if r["kind"] == "start"]
+        starts = [r for r in read_jsonl(os.path.join(q.run_dir(n), "metrics.jsonl")) if r["kind"] == "start"]
         assert len(launched) == len(starts) == (2 if n in c_chain else 1), n
         assert all(r["machine"] == here for r in launched + starts)
-        assert all(launched[i]["time"] <= t < (launched[i + 1]["time"] if i + 1 < len(launched) else math.inf)
-                   for i, t in enumerate(times)), n
+        assert all(launched[i]["time"] <= s["time"] < (launched[i + 1]["time"] if i + 1 < len(launched) else math.inf)
+                   for i, s in enumerate(starts)), n
         assert read_jsonl(os.path.join(kept, "runs", n, LAUNCHES)) == launched  # archived with the run
     agg = metrics.main([*(os.path.join(kept, "runs", n) for n in names), "--group_by", "c_chain", "--out",
                         str(tmp_path / "aggregate.json")])
