@@ -212,7 +212,9 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
     assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
 
 
-@pytest.mark.long
+# slow since 2026-12-02 (36-43 s): what PPO learns is pinned exactly in the default suite
+# (test_ppo_plays_the_games_of_the_pinned_reference), as the other agents' learning checks are slow
+@pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
     """Learning check: PPO on CartPole reaches a mean return >= 400 over 20 consecutive games within 64k steps (fixed
     seed; an untrained agent scores ~20). Seed 1 plays 500s from ~47k steps (490 for the last 20 games at 64k); the

@@ -447,7 +447,10 @@ MINATAR_DQN = {"architecture": "DQN", "backend": "MinAtar", "env_id": "MinAtar/S
                                                                        {"env_id": "MinAtar/Asterix", "steps": 1000}]}}
 
 
-@pytest.mark.long  # ~45 s (Ray, two real DQN seeds in one process, stopped, resumed twice)
+# ~45-250 s (Ray, two real DQN seeds in one process, stopped, resumed twice): slow since 2026-12-02; its parts stay in
+# the default suite (a carry restored and resumed: the fake-script cases above; a group resumed with its replay
+# buffers as each seed alone: tests/test_agents_dqn_seeds.py; groups through the launcher: tests/test_launch.py)
+@pytest.mark.slow
 def test_real_dqn_seeds_resumed_from_their_carry_learn_what_they_learn_resumed_in_their_own_folder(tmp_path,
                                                                                                    ray_shutdown):
     """Two real MinAtar DQN seeds in one process (seeds_per_process, as the C-CHAIN experiment; replay buffers in the

@@ -398,8 +398,10 @@ def _assert_resumed_like_uninterrupted(run_dir: str, total: int) -> None:
     assert final["switches"] == len(switches) and final["modification"] == iterations[-1][1]
 
 
+# slow since 2026-12-02 (46-95 s): a PPO run killed and resumed stays in the default suite
+# (tests/test_agents_ppo.py::test_interrupted_run_resumes_with_the_same_schedule, and the fault cases)
 @pytest.mark.parametrize("seed", [16])  # kills about halfway through the last rollout, after the second checkpoint
-@pytest.mark.long
+@pytest.mark.slow
 def test_default_run_killed_after_a_checkpoint_resumes_with_the_same_schedule(tmp_path, seed):
     """The shipped run_config.json and default flags; only the budget (3 rollouts) and the checkpoint interval (every
     iteration) are lowered so that this runs in a couple of minutes."""
