@@ -506,6 +506,19 @@ def test_provenance_names_each_commit_and_every_resume():
     assert M.provenance_lines(M.provenance([("r1", starts["r1"])]))[1].startswith("- Resumed from a checkpoint: none")
 
 
+def test_runs_resumed_more_than_three_times_are_summed_up_and_grouped_by_count_and_range():
+    """A run spanning many sessions (the C-CHAIN runs resume a few times a session for weeks) is listed by its count
+    and range, and seeds resumed as one group share an entry; a run resumed up to 3 times keeps its steps, so the
+    committed reports read as they did."""
+    group = [{"global_step": 0}] + [{"global_step": s, "resumed": True} for s in (370000, 440000, 1446000, 1015000)]
+    starts = {"v1": group, "c1": [{"global_step": 0}, {"global_step": 5, "resumed": True}], "v2": group,
+              "c2": [{"global_step": s, "resumed": True} for s in (3, 9, 6, 12)], "c3": group[:4]}
+    line = M.provenance_lines(M.provenance(starts.items()))[1]
+    assert line == ("- Resumed from a checkpoint (5 runs; episodes in flight restarted): "
+                    "2 runs (v1, v2) 4 times from 370,000 to 1,446,000, c1 at 5, 1 run (c2) 4 times from 3 to 12, "
+                    "c3 at 370000, 440000, 1446000")
+
+
 def test_provenance_lists_the_machines_each_run_started_or_resumed_on_once_any_is_recorded():
     """Runs that moved between machines (the C-CHAIN runs: an AVX-512 EPYC, two Intel Xeons, an AVX2 EPYC): each
     machine with its runs and the steps they started at there; starts from before machines were recorded are "not

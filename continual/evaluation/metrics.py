@@ -255,13 +255,35 @@ def provenance_lines(prov: dict) -> list[str]:
     if prov["resumed"]:
         count = len(prov["resumed"])
         lines.append(f"- Resumed from a checkpoint ({count} run{'s' * (count != 1)}; episodes in flight restarted): "
-                     + ", ".join(f"{n} at {', '.join(map(str, s))}" for n, s in prov["resumed"].items()))
+                     + ", ".join(_resumed_entries(prov["resumed"])))
     else:
         lines.append("- Resumed from a checkpoint: none (every run is its seed's uninterrupted run)")
     if prov.get("machines"):
         lines.append("- Machines (CPU, vector ISA; runs, and the steps they started or resumed at there): " + "; ".join(
             f"{m}: {len(runs)} run{'s' * (len(runs) != 1)} at {_step_range(runs)}" for m, runs in prov["machines"].items()))
     return lines
+
+
+LISTED_RESUMES = 3  # a run resumed more often is summed up in the report's text; its steps stay in its records
+
+
+def _resumed_entries(resumed: dict[str, list[int]]) -> list[str]:
+    """"run at step, step" for a run resumed up to LISTED_RESUMES times; a run resumed more often (one that spans many
+    sessions) as its count and range, and runs whose count and range are the same (seeds resumed as one group) as one
+    entry, so that the line stays readable as the sessions add resumes."""
+    entries: list[tuple[str, list[str]]] = []  # (what follows the names, the names), in the order of first mention
+    groups: dict[str, list[str]] = {}
+    for name, steps in resumed.items():
+        if len(steps) <= LISTED_RESUMES:
+            entries.append((f"at {', '.join(map(str, steps))}", [name]))
+            continue
+        summary = f"{len(steps)} times from {min(steps):,} to {max(steps):,}"
+        if summary not in groups:
+            groups[summary] = []
+            entries.append((summary, groups[summary]))
+        groups[summary].append(name)
+    return [f"{names[0]} {what}" if what.startswith("at ") else
+            f"{len(names)} run{'s' * (len(names) != 1)} ({', '.join(names)}) {what}" for what, names in entries]
 
 
 def _step_range(runs: dict[str, list[int]]) -> str:
