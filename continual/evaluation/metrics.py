@@ -271,19 +271,19 @@ def _resumed_entries(resumed: dict[str, list[int]]) -> list[str]:
     """"run at step, step" for a run resumed up to LISTED_RESUMES times; a run resumed more often (one that spans many
     sessions) as its count and range, and runs whose count and range are the same (seeds resumed as one group) as one
     entry, so that the line stays readable as the sessions add resumes."""
-    entries: list[tuple[str, list[str]]] = []  # (what follows the names, the names), in the order of first mention
+    entries: list[str | tuple[str, list[str]]] = []  # a listed run's text, or a summary and its runs; first mention
     groups: dict[str, list[str]] = {}
     for name, steps in resumed.items():
         if len(steps) <= LISTED_RESUMES:
-            entries.append((f"at {', '.join(map(str, steps))}", [name]))
+            entries.append(f"{name} at {', '.join(map(str, steps))}")
             continue
         summary = f"{len(steps)} times from {min(steps):,} to {max(steps):,}"
         if summary not in groups:
             groups[summary] = []
             entries.append((summary, groups[summary]))
         groups[summary].append(name)
-    return [f"{names[0]} {what}" if what.startswith("at ") else
-            f"{len(names)} run{'s' * (len(names) != 1)} ({', '.join(names)}) {what}" for what, names in entries]
+    return [e if isinstance(e, str) else f"{len(e[1])} run{'s' * (len(e[1]) != 1)} ({', '.join(e[1])}) {e[0]}"
+            for e in entries]
 
 
 def _step_range(runs: dict[str, list[int]]) -> str:
