@@ -212,7 +212,7 @@ def test_hackatari_freeway_two_regimes_with_video_and_eval(tmp_path):
     assert all(r["episodes"] == 2 and r["mean_length"] == 100 and r["capped"] == 2 for r in rows)
 
 
-# slow since 2026-12-02 (36-43 s): what PPO learns is pinned exactly in the default suite
+# slow since 2026-12-02 (36-43 s): the games PPO plays are pinned exactly in the default suite
 # (test_ppo_plays_the_games_of_the_pinned_reference), as the other agents' learning checks are slow
 @pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
