@@ -268,9 +268,9 @@ LISTED_RESUMES = 3  # a run resumed more often is summed up in the report's text
 
 
 def _resumed_entries(resumed: dict[str, list[int]]) -> list[str]:
-    """"run at step, step" for a run resumed up to LISTED_RESUMES times; a run resumed more often (one that spans many
-    sessions) as its count and range, and runs whose count and range are the same (seeds resumed as one group) as one
-    entry, so that the line stays readable as the sessions add resumes."""
+    """The provenance line's entries: a run resumed up to LISTED_RESUMES times with its steps; a run resumed more often
+    (one that spans many sessions) by its count and range, runs with the same count and range (seeds resumed as one
+    group) in one entry, so that the line stays readable as the sessions add resumes."""
     entries: list[str | tuple[str, list[str]]] = []  # a listed run's text, or a summary and its runs; first mention
     groups: dict[str, list[str]] = {}
     for name, steps in resumed.items():
